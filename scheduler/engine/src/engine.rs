@@ -1,0 +1,866 @@
+//! The engine: events in, commands out. A `Tick` runs one scheduling cycle:
+//! admit → order pending → place → validate → commit → commands (and `rebalance` when due).
+
+use crate::error::EngineError;
+use crate::event::{Command, Event, KillReason, NodeCondition};
+use crate::fifo::FirstFitFifo;
+use crate::model::*;
+use crate::policy::{Policy, PolicyError, Profile, StaticPolicy};
+use crate::rng::SplitMix64;
+use crate::state::{AppMeta, AppSummary, ClusterState, ContainerMeta, app_is_terminal, container_is_live};
+use crate::validate::{self, RebalanceAction, Rejections};
+use gantry_sdk::abi::*;
+use gantry_sdk::{Decisions, View};
+
+/// Grace period given to containers of a killed application, ms.
+pub const APP_KILL_GRACE_MS: u64 = 10_000;
+
+/// Counters of the engine's work, for metrics and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Scheduling cycles run.
+    pub cycles: u64,
+    /// Containers placed (launch commands issued).
+    pub placements: u64,
+    /// Decisions rejected by validation, by reason.
+    pub rejected: Rejections,
+    /// Policy calls that failed (error code, panic, protocol violation, or malformed output).
+    pub policy_failures: u64,
+    /// Times a policy was quarantined.
+    pub quarantines: u64,
+    /// Cycles whose placement was done by the built-in first-fit FIFO instead of a configured
+    /// plugin (because it failed or was quarantined).
+    pub fallback_placements: u64,
+}
+
+/// A loaded policy and its health.
+struct PolicySlot {
+    policy: Box<dyn Policy>,
+    consecutive_failures: u32,
+    quarantined_until: Option<u64>,
+}
+
+/// What a policy call produced.
+enum CallResult {
+    /// Decisions to validate (in the engine's reusable buffer).
+    Decisions,
+    /// No policy for the hook (or quarantined): use the built-in behaviour.
+    Builtin,
+}
+
+/// Health and identity of a loaded policy, for status pages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyStatus {
+    /// Policy name.
+    pub name: String,
+    /// Failed calls in a row.
+    pub consecutive_failures: u32,
+    /// Until when (engine ms) it is quarantined.
+    pub quarantined_until: Option<u64>,
+}
+
+/// The sans-IO scheduling engine.
+pub struct Engine {
+    config: EngineConfig,
+    state: ClusterState,
+    policies: Vec<PolicySlot>,
+    profile: Profile,
+    fallback: StaticPolicy<FirstFitFifo>,
+    rng: SplitMix64,
+    now_ms: u64,
+    cycle: u64,
+    next_rebalance_ms: u64,
+    stats: EngineStats,
+    buf: Decisions,
+    pending: Vec<u32>,
+    commands: Vec<Command>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("now_ms", &self.now_ms)
+            .field("cycle", &self.cycle)
+            .field("nodes", &self.state.nodes.len())
+            .field("apps", &self.state.apps.len())
+            .field("containers", &self.state.containers.len())
+            .finish()
+    }
+}
+
+impl Engine {
+    /// An engine with `policies` serving the extension points named by `profile`.
+    pub fn new(config: EngineConfig, policies: Vec<Box<dyn Policy>>, profile: Profile) -> Result<Self, EngineError> {
+        let hooks = [
+            ("admit", profile.admit, GANTRY_HOOK_ADMIT),
+            ("order", profile.order, GANTRY_HOOK_ORDER),
+            ("place", profile.place, GANTRY_HOOK_PLACE),
+            ("rebalance", profile.rebalance, GANTRY_HOOK_REBALANCE),
+        ];
+        for (name, slot, hook) in hooks {
+            if let Some(i) = slot {
+                let p = policies
+                    .get(i)
+                    .ok_or_else(|| EngineError::Profile(format!("{name} names policy #{i}, which is not loaded")))?;
+                if !p.hooks().has(hook) {
+                    return Err(EngineError::Profile(format!(
+                        "{name} is assigned to `{}`, which does not implement it",
+                        p.name()
+                    )));
+                }
+            }
+        }
+        if config.quarantine_after == 0 {
+            return Err(EngineError::Invalid { what: "quarantine_after", reason: "must be at least 1".into() });
+        }
+        let state = ClusterState::new(&config)?;
+        Ok(Engine {
+            rng: SplitMix64::new(config.seed),
+            state,
+            policies: policies
+                .into_iter()
+                .map(|policy| PolicySlot { policy, consecutive_failures: 0, quarantined_until: None })
+                .collect(),
+            profile,
+            fallback: StaticPolicy::new(FirstFitFifo::default()),
+            now_ms: 0,
+            cycle: 0,
+            next_rebalance_ms: 0,
+            stats: EngineStats::default(),
+            buf: Decisions::new(),
+            pending: Vec::new(),
+            commands: Vec::new(),
+            config,
+        })
+    }
+
+    /// An engine with no plugins: built-in admission, order and first-fit FIFO placement.
+    pub fn builtin(config: EngineConfig) -> Result<Self, EngineError> {
+        Self::new(config, Vec::new(), Profile::default())
+    }
+
+    /// Applies one event at time `now_ms` (clamped to be monotonic) and returns the commands it
+    /// causes. A refused event returns an error and changes nothing.
+    pub fn handle(&mut self, now_ms: u64, event: Event) -> Result<Vec<Command>, EngineError> {
+        self.now_ms = self.now_ms.max(now_ms);
+        self.commands.clear();
+        match event {
+            Event::NodeRegistered(spec) => {
+                self.state.register_node(&spec)?;
+            }
+            Event::NodeStateChanged { node, state } => {
+                let idx = self.node_idx(&node)?;
+                let n = &mut self.state.nodes[idx as usize];
+                if n.state == GANTRY_NODE_LOST {
+                    return Err(EngineError::Conflict(format!("node `{node}` is lost; it must re-register")));
+                }
+                n.state = match state {
+                    NodeCondition::Running => GANTRY_NODE_RUNNING,
+                    NodeCondition::Draining => GANTRY_NODE_DRAINING,
+                    NodeCondition::Unhealthy => GANTRY_NODE_UNHEALTHY,
+                };
+                self.state.recompute_capacity();
+            }
+            Event::NodeLost { node } => {
+                let idx = self.node_idx(&node)?;
+                self.lose_node(idx);
+            }
+            Event::AppSubmitted(spec) => self.submit(spec)?,
+            Event::AppKillRequested { app } => {
+                let i = self.app_idx(app)?;
+                if app_is_terminal(self.state.apps[i as usize].state) {
+                    return Err(EngineError::Conflict(format!("application {} has already ended", app.0)));
+                }
+                self.end_app(i, GANTRY_APP_KILLED, "killed by request".into(), KillReason::AppKilled);
+            }
+            Event::ReservationRequested(spec) => self.request_reservation(spec)?,
+            Event::ContainerStarted { container } => {
+                let i = self.container_idx(container)?;
+                let c = &mut self.state.containers[i as usize];
+                if c.state == GANTRY_CONTAINER_ALLOCATED {
+                    c.state = GANTRY_CONTAINER_RUNNING;
+                    let a = c.app as usize;
+                    if self.state.apps[a].state == GANTRY_APP_ACCEPTED {
+                        self.state.apps[a].state = GANTRY_APP_RUNNING;
+                        self.app_changed(a as u32, String::new());
+                    }
+                }
+            }
+            Event::ContainerExited { container, exit_code } => {
+                let i = self.container_idx(container)?;
+                self.container_exited(i, exit_code, false);
+            }
+            Event::Tick => self.run_cycle(),
+        }
+        Ok(std::mem::take(&mut self.commands))
+    }
+
+    // ----- lookups ------------------------------------------------------------------------
+
+    fn node_idx(&self, name: &str) -> Result<u32, EngineError> {
+        self.state.node_index.get(name).copied().ok_or_else(|| EngineError::UnknownNode(name.to_owned()))
+    }
+
+    fn app_idx(&self, app: AppId) -> Result<u32, EngineError> {
+        self.state.app_index.get(&app.0).copied().ok_or(EngineError::UnknownApp(app.0))
+    }
+
+    fn container_idx(&self, c: ContainerId) -> Result<u32, EngineError> {
+        match self.state.container_index.get(&c.0) {
+            Some(&i) if container_is_live(self.state.containers[i as usize].state) => Ok(i),
+            _ => Err(EngineError::UnknownContainer(c.0)),
+        }
+    }
+
+    // ----- submissions ---------------------------------------------------------------------
+
+    fn submit(&mut self, spec: AppSpec) -> Result<(), EngineError> {
+        spec.validate()?;
+        let queue = match self.state.queue_index.get(&spec.queue) {
+            Some(&q) if self.state.queues[q as usize].flags & GANTRY_QUEUE_LEAF != 0 => q,
+            _ => return Err(EngineError::UnknownQueue(spec.queue)),
+        };
+        let st = &mut self.state;
+        let id = st.next_app;
+        st.next_app += 1;
+        let app_idx = st.apps.len() as u32;
+        let start = st.requests.len() as u32;
+        for r in &spec.requests {
+            let selector = st.intern_labels(&r.selector);
+            let preferred = st.intern_labels(&r.preferred);
+            let mut flags = 0;
+            if r.gang {
+                flags |= GANTRY_REQUEST_GANG;
+            }
+            if r.master {
+                flags |= GANTRY_REQUEST_MASTER;
+            }
+            flags |= match r.rack_affinity {
+                RackAffinity::None => 0,
+                RackAffinity::Preferred => GANTRY_REQUEST_SAME_RACK_PREFERRED,
+                RackAffinity::Required => GANTRY_REQUEST_SAME_RACK_REQUIRED,
+            };
+            st.requests.push(GantryRequest {
+                id: st.next_request,
+                app: app_idx,
+                flags,
+                resources: r.resources,
+                count: r.count,
+                placed: 0,
+                priority: r.priority,
+                reserved: 0,
+                selector,
+                preferred,
+                expected_ms: r.expected_ms,
+                slow_ms: r.slow_ms,
+                deadline_ms: r.deadline_ms,
+                submit_ms: self.now_ms,
+            });
+            st.next_request += 1;
+        }
+        let user = st.strings.intern(&spec.user);
+        st.apps.push(GantryApp {
+            id,
+            queue,
+            state: GANTRY_APP_NEW,
+            user,
+            priority: spec.priority,
+            attempt: 1,
+            submit_ms: self.now_ms,
+            requests: GantryRange { start, len: spec.requests.len() as u32 },
+            used: GantryResources::default(),
+        });
+        let max_attempts = if spec.max_attempts == 0 { self.config.default_max_attempts } else { spec.max_attempts };
+        st.app_meta.push(AppMeta { name: spec.name, max_attempts, failures: 0, diagnostics: String::new() });
+        st.app_index.insert(id, app_idx);
+        self.commands.push(Command::AppAccepted { app: AppId(id) });
+        Ok(())
+    }
+
+    fn request_reservation(&mut self, spec: ReservationSpec) -> Result<(), EngineError> {
+        let queue = *self
+            .state
+            .queue_index
+            .get(&spec.queue)
+            .ok_or_else(|| EngineError::UnknownQueue(spec.queue.clone()))?;
+        if spec.end_ms <= spec.start_ms || spec.resources.is_zero() {
+            return Err(EngineError::Invalid {
+                what: "reservation",
+                reason: "needs start < end and non-zero resources".into(),
+            });
+        }
+        let id = self.state.next_reservation;
+        self.state.next_reservation += 1;
+        self.state.reservations.push(GantryReservation {
+            id,
+            queue,
+            state: GANTRY_RESERVATION_NEW,
+            start_ms: spec.start_ms,
+            end_ms: spec.end_ms,
+            resources: spec.resources,
+        });
+        self.commands.push(Command::ReservationRecorded { reservation: ReservationId(id) });
+        Ok(())
+    }
+
+    // ----- lifecycle -----------------------------------------------------------------------
+
+    fn app_changed(&mut self, app: u32, diagnostics: String) {
+        let a = &self.state.apps[app as usize];
+        self.commands.push(Command::AppStateChanged { app: AppId(a.id), state: a.state, diagnostics });
+    }
+
+    /// Releases a container's resources from its node, app, queues and GPUs.
+    fn release(&mut self, i: u32) {
+        let st = &mut self.state;
+        let c = st.containers[i as usize];
+        let node = &mut st.nodes[c.node as usize];
+        node.allocated = node.allocated.minus(&c.resources);
+        let gpus = node.gpus;
+        for g in &mut st.gpus[gpus.start as usize..(gpus.start + gpus.len) as usize] {
+            if g.container == i {
+                g.container = GANTRY_NONE;
+            }
+        }
+        let app = &mut st.apps[c.app as usize];
+        app.used = app.used.minus(&c.resources);
+        let queue = app.queue;
+        st.charge_queue(queue, &c.resources, false);
+        st.dirty = true;
+    }
+
+    /// Asks a live container to stop; it stays live (and holds resources) until its exit.
+    fn stop_container(&mut self, i: u32, grace_ms: u64, reason: KillReason) {
+        let c = &mut self.state.containers[i as usize];
+        if c.state == GANTRY_CONTAINER_STOPPING && grace_ms > 0 {
+            return;
+        }
+        if c.state != GANTRY_CONTAINER_STOPPING {
+            // It no longer counts as placed for its request (a gang restart resets the whole gang).
+            let r = &mut self.state.requests[c.request as usize];
+            r.placed = r.placed.saturating_sub(1);
+        }
+        c.state = GANTRY_CONTAINER_STOPPING;
+        if reason == KillReason::Preempted {
+            c.flags |= GANTRY_CONTAINER_PREEMPTING;
+        }
+        let meta = &mut self.state.container_meta[i as usize];
+        meta.kill_reason.get_or_insert(reason);
+        self.commands.push(Command::Kill { container: ContainerId(c.id), node: NodeId(c.node), grace_ms, reason });
+    }
+
+    /// Ends an app: records the state and stops all its live containers.
+    fn end_app(&mut self, app: u32, state: u32, diagnostics: String, reason: KillReason) {
+        self.state.apps[app as usize].state = state;
+        self.state.app_meta[app as usize].diagnostics.clone_from(&diagnostics);
+        self.state.dirty = true;
+        self.app_changed(app, diagnostics);
+        for i in 0..self.state.containers.len() as u32 {
+            let c = self.state.containers[i as usize];
+            if c.app == app && matches!(c.state, GANTRY_CONTAINER_ALLOCATED | GANTRY_CONTAINER_RUNNING) {
+                self.stop_container(i, APP_KILL_GRACE_MS, reason);
+            }
+        }
+    }
+
+    /// Puts a container's request back to pending after the container was lost, failed or
+    /// preempted. A gang restarts as a whole: its live siblings are stopped.
+    fn repend(&mut self, i: u32) {
+        let c = self.state.containers[i as usize];
+        let req = self.state.requests[c.request as usize];
+        if req.flags & GANTRY_REQUEST_GANG != 0 {
+            for j in 0..self.state.containers.len() as u32 {
+                let s = self.state.containers[j as usize];
+                if j != i
+                    && s.request == c.request
+                    && matches!(s.state, GANTRY_CONTAINER_ALLOCATED | GANTRY_CONTAINER_RUNNING)
+                {
+                    self.stop_container(j, 0, KillReason::GangRestart);
+                }
+            }
+            self.state.requests[c.request as usize].placed = 0;
+        }
+    }
+
+    fn container_exited(&mut self, i: u32, exit_code: i32, lost: bool) {
+        let c = self.state.containers[i as usize];
+        let was_stopping = c.state == GANTRY_CONTAINER_STOPPING;
+        self.release(i);
+        let new_state = if lost {
+            GANTRY_CONTAINER_LOST
+        } else if was_stopping {
+            GANTRY_CONTAINER_KILLED
+        } else if exit_code == 0 {
+            GANTRY_CONTAINER_COMPLETED
+        } else {
+            GANTRY_CONTAINER_FAILED
+        };
+        self.state.containers[i as usize].state = new_state;
+        self.state.container_meta[i as usize].exit_code = Some(exit_code);
+        let app = c.app;
+        if app_is_terminal(self.state.apps[app as usize].state) {
+            return;
+        }
+        if was_stopping {
+            // Its request was already put back when it was asked to stop; a preempted gang member
+            // restarts its gang now.
+            if self.state.container_meta[i as usize].kill_reason == Some(KillReason::Preempted) {
+                self.repend(i);
+            }
+        } else if new_state == GANTRY_CONTAINER_COMPLETED {
+            self.finish_if_done(app);
+        } else {
+            let r = &mut self.state.requests[c.request as usize];
+            r.placed = r.placed.saturating_sub(1);
+            if new_state == GANTRY_CONTAINER_FAILED {
+                let meta = &mut self.state.app_meta[app as usize];
+                meta.failures += 1;
+                if meta.failures >= meta.max_attempts {
+                    let msg = format!(
+                        "container {} exited with status {exit_code}; {} of {} attempts used",
+                        c.id, meta.failures, meta.max_attempts
+                    );
+                    self.end_app(app, GANTRY_APP_FAILED, msg, KillReason::AppFailed);
+                    return;
+                }
+                self.state.apps[app as usize].attempt = meta.failures + 1;
+            }
+            self.repend(i);
+        }
+    }
+
+    fn finish_if_done(&mut self, app: u32) {
+        let a = self.state.apps[app as usize];
+        let all_placed = View::range(&self.state.requests, a.requests).iter().all(|r| r.placed == r.count);
+        let any_live = self.state.containers.iter().any(|c| c.app == app && container_is_live(c.state));
+        if all_placed && !any_live {
+            self.state.apps[app as usize].state = GANTRY_APP_FINISHED;
+            self.state.dirty = true;
+            self.app_changed(app, "all containers completed".into());
+        }
+    }
+
+    fn lose_node(&mut self, node: u32) {
+        self.state.nodes[node as usize].state = GANTRY_NODE_LOST;
+        for i in 0..self.state.containers.len() as u32 {
+            let c = self.state.containers[i as usize];
+            if c.node == node && container_is_live(c.state) {
+                self.container_exited(i, -1, true);
+            }
+        }
+        self.state.recompute_capacity();
+    }
+
+    // ----- the cycle -----------------------------------------------------------------------
+
+    fn run_cycle(&mut self) {
+        self.cycle += 1;
+        self.stats.cycles += 1;
+        self.state.compact();
+        for r in &mut self.state.reservations {
+            if r.state == GANTRY_RESERVATION_ACCEPTED && r.end_ms <= self.now_ms {
+                r.state = GANTRY_RESERVATION_EXPIRED;
+                self.state.dirty = true;
+                self.commands.push(Command::ReservationStateChanged {
+                    reservation: ReservationId(r.id),
+                    state: GANTRY_RESERVATION_EXPIRED,
+                });
+            }
+        }
+        self.admit_phase();
+        self.state.compact();
+        self.compute_pending();
+        if !self.pending.is_empty() {
+            self.order_phase();
+            self.place_phase();
+        }
+        if self.now_ms >= self.next_rebalance_ms {
+            self.next_rebalance_ms = self.now_ms.saturating_add(self.config.rebalance_interval_ms);
+            self.rebalance_phase();
+        }
+    }
+
+    /// Builds the view for `hook` and calls the policy in `slot` (unless absent or quarantined),
+    /// leaving its decisions in `self.buf`. Failures count toward quarantine.
+    fn call(&mut self, hook: u32, slot: Option<usize>) -> CallResult {
+        let Some(i) = slot else { return CallResult::Builtin };
+        let now = self.now_ms;
+        let p = &mut self.policies[i];
+        if let Some(until) = p.quarantined_until {
+            if now < until {
+                return CallResult::Builtin;
+            }
+            p.quarantined_until = None;
+            tracing::info!(policy = p.policy.name(), "quarantine over; trying the plugin again");
+        }
+        let view = View {
+            hook,
+            now_ms: now,
+            cycle: self.cycle,
+            seed: self.rng.next_u64(),
+            cluster: self.state.cluster,
+            strings: self.state.strings.bytes(),
+            labels: &self.state.labels,
+            nodes: &self.state.nodes,
+            gpus: &self.state.gpus,
+            queues: &self.state.queues,
+            apps: &self.state.apps,
+            requests: &self.state.requests,
+            containers: &self.state.containers,
+            reservations: &self.state.reservations,
+            pending: &self.pending,
+        };
+        self.buf.clear();
+        match p.policy.call(&view, &mut self.buf) {
+            Ok(()) => CallResult::Decisions,
+            Err(e) => {
+                self.buf.clear();
+                self.policy_failed(i, &e);
+                CallResult::Builtin
+            }
+        }
+    }
+
+    fn policy_failed(&mut self, i: usize, e: &PolicyError) {
+        self.stats.policy_failures += 1;
+        let p = &mut self.policies[i];
+        p.consecutive_failures += 1;
+        tracing::warn!(policy = p.policy.name(), failures = p.consecutive_failures, error = %e, "plugin call failed");
+        if p.consecutive_failures >= self.config.quarantine_after {
+            p.quarantined_until = Some(self.now_ms.saturating_add(self.config.quarantine_ms));
+            p.consecutive_failures = 0;
+            self.stats.quarantines += 1;
+            tracing::error!(
+                policy = p.policy.name(),
+                quarantine_ms = self.config.quarantine_ms,
+                "plugin quarantined; the built-in policy stands in"
+            );
+        }
+    }
+
+    /// Records the outcome of validating a call's decisions against the policy's health.
+    fn judge(&mut self, slot: Option<usize>, rej: &Rejections) {
+        self.stats.rejected.merge(rej);
+        let Some(i) = slot else { return };
+        if rej.total() > 0 {
+            for (reason, n) in rej.iter() {
+                tracing::warn!(policy = self.policies[i].policy.name(), reason = reason.as_str(), n, "decisions rejected");
+            }
+        }
+        if rej.any_malformed() {
+            let e = PolicyError::Protocol("decisions referring to nothing the view contains".into());
+            self.policy_failed(i, &e);
+        } else {
+            self.policies[i].consecutive_failures = 0;
+        }
+    }
+
+    fn admit_phase(&mut self) {
+        let any_new = self.state.apps.iter().any(|a| a.state == GANTRY_APP_NEW)
+            || self.state.reservations.iter().any(|r| r.state == GANTRY_RESERVATION_NEW);
+        if !any_new {
+            return;
+        }
+        let slot = self.profile.admit;
+        let mut outcome = validate::AdmitOutcome::default();
+        if let CallResult::Decisions = self.call(GANTRY_HOOK_ADMIT, slot) {
+            let mut rej = Rejections::default();
+            outcome = validate::admit(&self.state, self.buf.as_slice(), &mut rej);
+            self.judge(slot, &rej);
+        }
+        for (app, reason) in outcome.rejected_apps {
+            self.state.apps[app as usize].state = GANTRY_APP_REJECTED;
+            let msg = format!("rejected at admission (reason code {reason})");
+            self.state.app_meta[app as usize].diagnostics.clone_from(&msg);
+            self.state.dirty = true;
+            self.app_changed(app, msg);
+        }
+        for (r, _) in outcome.rejected_reservations {
+            let res = &mut self.state.reservations[r as usize];
+            res.state = GANTRY_RESERVATION_REJECTED;
+            self.state.dirty = true;
+            self.commands.push(Command::ReservationStateChanged {
+                reservation: ReservationId(res.id),
+                state: GANTRY_RESERVATION_REJECTED,
+            });
+        }
+        for i in 0..self.state.apps.len() as u32 {
+            if self.state.apps[i as usize].state == GANTRY_APP_NEW {
+                self.state.apps[i as usize].state = GANTRY_APP_ACCEPTED;
+                self.app_changed(i, String::new());
+            }
+        }
+        for r in &mut self.state.reservations {
+            if r.state == GANTRY_RESERVATION_NEW {
+                r.state = GANTRY_RESERVATION_ACCEPTED;
+                self.commands.push(Command::ReservationStateChanged {
+                    reservation: ReservationId(r.id),
+                    state: GANTRY_RESERVATION_ACCEPTED,
+                });
+            }
+        }
+    }
+
+    /// Pending requests in the default order: app priority, request priority (both higher
+    /// first), then submission time and id (FIFO). Also refreshes each queue's `pending`.
+    fn compute_pending(&mut self) {
+        let st = &mut self.state;
+        self.pending.clear();
+        for q in &mut st.queues {
+            q.pending = GantryResources::default();
+        }
+        for (ai, a) in st.apps.iter().enumerate() {
+            if !matches!(a.state, GANTRY_APP_ACCEPTED | GANTRY_APP_RUNNING) {
+                continue;
+            }
+            for ri in a.requests.start..a.requests.start + a.requests.len {
+                let r = &st.requests[ri as usize];
+                debug_assert_eq!(r.app as usize, ai);
+                if r.placed < r.count {
+                    self.pending.push(ri);
+                    let want = r.resources.times(r.count - r.placed);
+                    let mut q = a.queue;
+                    while let Some(rec) = st.queues.get_mut(q as usize) {
+                        rec.pending = rec.pending.plus(&want);
+                        q = rec.parent;
+                    }
+                }
+            }
+        }
+        let (apps, requests) = (&st.apps, &st.requests);
+        self.pending.sort_by_key(|&ri| {
+            let r = &requests[ri as usize];
+            let a = &apps[r.app as usize];
+            (std::cmp::Reverse(a.priority), std::cmp::Reverse(r.priority), a.submit_ms, a.id, r.id)
+        });
+    }
+
+    fn order_phase(&mut self) {
+        let slot = self.profile.order;
+        if let CallResult::Decisions = self.call(GANTRY_HOOK_ORDER, slot) {
+            let mut rej = Rejections::default();
+            let ordered = validate::order(&self.state, &self.pending, self.buf.as_slice(), &mut rej);
+            self.pending = ordered;
+            self.judge(slot, &rej);
+        }
+    }
+
+    fn place_phase(&mut self) {
+        let slot = self.profile.place;
+        let placements = match self.call(GANTRY_HOOK_PLACE, slot) {
+            CallResult::Decisions => {
+                let mut rej = Rejections::default();
+                let p = validate::place(&self.state, self.buf.as_slice(), &mut rej);
+                self.judge(slot, &rej);
+                p
+            }
+            CallResult::Builtin => {
+                if slot.is_some() {
+                    self.stats.fallback_placements += 1;
+                }
+                let view = View {
+                    hook: GANTRY_HOOK_PLACE,
+                    now_ms: self.now_ms,
+                    cycle: self.cycle,
+                    seed: 0,
+                    cluster: self.state.cluster,
+                    strings: self.state.strings.bytes(),
+                    labels: &self.state.labels,
+                    nodes: &self.state.nodes,
+                    gpus: &self.state.gpus,
+                    queues: &self.state.queues,
+                    apps: &self.state.apps,
+                    requests: &self.state.requests,
+                    containers: &self.state.containers,
+                    reservations: &self.state.reservations,
+                    pending: &self.pending,
+                };
+                self.buf.clear();
+                if let Err(e) = self.fallback.call(&view, &mut self.buf) {
+                    tracing::error!(error = %e, "built-in placement failed");
+                    self.buf.clear();
+                }
+                let mut rej = Rejections::default();
+                let p = validate::place(&self.state, self.buf.as_slice(), &mut rej);
+                debug_assert_eq!(rej.total(), 0, "built-in placement made invalid decisions");
+                self.stats.rejected.merge(&rej);
+                p
+            }
+        };
+        for p in placements {
+            self.commit_placement(p.request, p.node);
+        }
+    }
+
+    fn commit_placement(&mut self, request: u32, node: u32) {
+        let st = &mut self.state;
+        let req = st.requests[request as usize];
+        let id = st.next_container;
+        st.next_container += 1;
+        let idx = st.containers.len() as u32;
+        let n = &mut st.nodes[node as usize];
+        n.allocated = n.allocated.plus(&req.resources);
+        let mut gpus = Vec::with_capacity(req.resources.gpus as usize);
+        let range = n.gpus;
+        for g in &mut st.gpus[range.start as usize..(range.start + range.len) as usize] {
+            if gpus.len() == req.resources.gpus as usize {
+                break;
+            }
+            if g.container == GANTRY_NONE {
+                g.container = idx;
+                gpus.push(g.index);
+            }
+        }
+        st.requests[request as usize].placed += 1;
+        let app = &mut st.apps[req.app as usize];
+        app.used = app.used.plus(&req.resources);
+        let (app_id, queue) = (app.id, app.queue);
+        st.charge_queue(queue, &req.resources, true);
+        let flags = if req.flags & GANTRY_REQUEST_MASTER != 0 { GANTRY_CONTAINER_MASTER } else { 0 };
+        st.containers.push(GantryContainer {
+            id,
+            app: req.app,
+            request,
+            node,
+            state: GANTRY_CONTAINER_ALLOCATED,
+            resources: req.resources,
+            start_ms: self.now_ms,
+            flags,
+            reserved: 0,
+        });
+        st.container_meta.push(ContainerMeta::default());
+        st.container_index.insert(id, idx);
+        self.stats.placements += 1;
+        self.commands.push(Command::Launch {
+            container: ContainerId(id),
+            app: AppId(app_id),
+            request: request - st.apps[req.app as usize].requests.start,
+            node: NodeId(node),
+            resources: req.resources,
+            gpus,
+        });
+    }
+
+    fn rebalance_phase(&mut self) {
+        let slot = self.profile.rebalance;
+        if slot.is_none() || self.state.containers.is_empty() {
+            return;
+        }
+        if let CallResult::Decisions = self.call(GANTRY_HOOK_REBALANCE, slot) {
+            let mut rej = Rejections::default();
+            let actions = validate::rebalance(&self.state, self.buf.as_slice(), &mut rej);
+            self.judge(slot, &rej);
+            for a in actions {
+                match a {
+                    RebalanceAction::Preempt { container, grace_ms } => {
+                        self.stop_container(container, grace_ms, KillReason::Preempted);
+                    }
+                    RebalanceAction::Kill { container } => {
+                        self.stop_container(container, 0, KillReason::PolicyKill);
+                    }
+                    RebalanceAction::SetQueueCapacity { queue, guaranteed } => {
+                        self.state.queues[queue as usize].guaranteed = guaranteed;
+                        self.state.recompute_capacity();
+                    }
+                }
+            }
+        }
+    }
+
+    // ----- read access ---------------------------------------------------------------------
+
+    /// The engine's clock.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    /// The records and side tables.
+    pub fn state(&self) -> &ClusterState {
+        &self.state
+    }
+
+    /// Names and health of the loaded policies.
+    pub fn policy_status(&self) -> Vec<PolicyStatus> {
+        self.policies
+            .iter()
+            .map(|p| PolicyStatus {
+                name: p.policy.name().to_owned(),
+                consecutive_failures: p.consecutive_failures,
+                quarantined_until: p.quarantined_until,
+            })
+            .collect()
+    }
+
+    /// The state of an application, live or remembered.
+    pub fn app_state(&self, app: AppId) -> Option<u32> {
+        if let Some(&i) = self.state.app_index.get(&app.0) {
+            return Some(self.state.apps[i as usize].state);
+        }
+        self.state.history.iter().rev().find(|s| s.id == app).map(|s| s.state)
+    }
+
+    /// Terminal applications remembered for queries, oldest first.
+    pub fn history(&self) -> impl Iterator<Item = &AppSummary> {
+        self.state.history.iter()
+    }
+}
+
+impl ClusterState {
+    /// Nodes.
+    pub fn nodes(&self) -> &[GantryNode] {
+        &self.nodes
+    }
+    /// Queues.
+    pub fn queues(&self) -> &[GantryQueue] {
+        &self.queues
+    }
+    /// Live applications.
+    pub fn apps(&self) -> &[GantryApp] {
+        &self.apps
+    }
+    /// Requests of live applications.
+    pub fn requests(&self) -> &[GantryRequest] {
+        &self.requests
+    }
+    /// Live containers (and, until the next cycle, those that just ended).
+    pub fn containers(&self) -> &[GantryContainer] {
+        &self.containers
+    }
+    /// GPUs.
+    pub fn gpus(&self) -> &[GantryGpu] {
+        &self.gpus
+    }
+    /// Reservations.
+    pub fn reservations(&self) -> &[GantryReservation] {
+        &self.reservations
+    }
+    /// Total allocatable resources of schedulable nodes.
+    pub fn cluster(&self) -> GantryResources {
+        self.cluster
+    }
+    /// The text of a string reference.
+    pub fn str(&self, r: GantryStrRef) -> &str {
+        self.strings.get(r)
+    }
+    /// A node's index by name.
+    pub fn node_by_name(&self, name: &str) -> Option<NodeId> {
+        self.node_index.get(name).map(|&i| NodeId(i))
+    }
+    /// A live app's index by id.
+    pub fn app_index(&self, id: AppId) -> Option<u32> {
+        self.app_index.get(&id.0).copied()
+    }
+    /// Side data of a live app, by index.
+    pub fn app_meta(&self, i: u32) -> Option<&AppMeta> {
+        self.app_meta.get(i as usize)
+    }
+    /// A live container's index by id.
+    pub fn container_index(&self, id: ContainerId) -> Option<u32> {
+        self.container_index.get(&id.0).copied()
+    }
+}

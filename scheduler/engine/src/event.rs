@@ -1,0 +1,128 @@
+//! The engine's interface: events in, commands out (see DESIGN.md, "The engine is sans-IO").
+
+use crate::model::{AppId, AppSpec, ContainerId, NodeId, NodeSpec, ReservationId, ReservationSpec, Resources};
+
+/// Something that happened, as a driver (the daemon or the simulator) reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// An agent registered (or re-registered) its node.
+    NodeRegistered(NodeSpec),
+    /// An operator or the agent changed a node's schedulability.
+    NodeStateChanged {
+        /// Node name.
+        node: String,
+        /// New state.
+        state: NodeCondition,
+    },
+    /// The node missed its status deadline; its containers are lost.
+    NodeLost {
+        /// Node name.
+        node: String,
+    },
+    /// A user submitted an application.
+    AppSubmitted(AppSpec),
+    /// A user asked to kill an application.
+    AppKillRequested {
+        /// The application.
+        app: AppId,
+    },
+    /// A client asked for a reservation.
+    ReservationRequested(ReservationSpec),
+    /// An agent confirmed a container started.
+    ContainerStarted {
+        /// The container.
+        container: ContainerId,
+    },
+    /// An agent reported a container's exit.
+    ContainerExited {
+        /// The container.
+        container: ContainerId,
+        /// Exit status (0 = success).
+        exit_code: i32,
+    },
+    /// Time passed: run a scheduling cycle (and `rebalance` when its interval is due).
+    Tick,
+}
+
+/// A schedulability state an operator or agent may set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeCondition {
+    /// Accepts containers.
+    Running,
+    /// Keeps its containers, accepts no new ones.
+    Draining,
+    /// Reports itself unhealthy: no new containers.
+    Unhealthy,
+}
+
+/// Why a container is being killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillReason {
+    /// Its application was killed.
+    AppKilled,
+    /// Its application failed (out of attempts).
+    AppFailed,
+    /// A gang sibling failed, so the gang restarts.
+    GangRestart,
+    /// A `rebalance` plugin preempted it.
+    Preempted,
+    /// A `rebalance` plugin killed it.
+    PolicyKill,
+}
+
+/// What the engine asks its driver to do. Commands are ordered: apply them in sequence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Start a container on a node.
+    Launch {
+        /// New container id.
+        container: ContainerId,
+        /// Its application.
+        app: AppId,
+        /// Index of the app's request it serves.
+        request: u32,
+        /// Where.
+        node: NodeId,
+        /// Its resources.
+        resources: Resources,
+        /// Indexes (on the node) of the GPUs handed to it.
+        gpus: Vec<u32>,
+    },
+    /// Stop a container: SIGTERM, `grace_ms`, then SIGKILL.
+    Kill {
+        /// The container.
+        container: ContainerId,
+        /// Its node.
+        node: NodeId,
+        /// Grace period in ms (0 = at once).
+        grace_ms: u64,
+        /// Why.
+        reason: KillReason,
+    },
+    /// An application was recorded under this id (the reply to a submission).
+    AppAccepted {
+        /// The new id.
+        app: AppId,
+    },
+    /// An application changed state.
+    AppStateChanged {
+        /// The application.
+        app: AppId,
+        /// New state (`GANTRY_APP_*`).
+        state: u32,
+        /// Human-readable reason.
+        diagnostics: String,
+    },
+    /// A reservation was recorded under this id (the reply to a request).
+    ReservationRecorded {
+        /// The new id.
+        reservation: ReservationId,
+    },
+    /// A reservation changed state.
+    ReservationStateChanged {
+        /// The reservation.
+        reservation: ReservationId,
+        /// New state (`GANTRY_RESERVATION_*`).
+        state: u32,
+    },
+}

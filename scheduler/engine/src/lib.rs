@@ -1,0 +1,34 @@
+//! # gantry-engine
+//!
+//! The heart of the gantry scheduler: a pure, deterministic state machine. It takes
+//! [`Event`]s (a node registered, an app was submitted, a container exited, time passed) and
+//! returns [`Command`]s (launch, kill, state changes). It owns no sockets, threads, clock or
+//! unseeded randomness — time comes in with each event — so the daemon and the simulator drive
+//! the very same code, and every run can be replayed.
+//!
+//! A `Tick` runs one scheduling cycle: **admit** new apps and reservations → **order** pending
+//! requests → **place** them → **validate** every decision → **commit** → commands. Each step
+//! may be answered by a [`Policy`] (a plugin); the engine validates whatever it returns
+//! ([`validate`]) and falls back to built-in behaviour ([`fifo::FirstFitFifo`]) when a plugin
+//! fails or is quarantined.
+//!
+//! The records the engine keeps are the `repr(C)` records of the plugin ABI
+//! ([`gantry_sdk::abi`]), so the view passed to a plugin borrows the engine's own arrays.
+
+pub mod engine;
+pub mod error;
+pub mod event;
+pub mod fifo;
+pub mod model;
+pub mod policy;
+pub mod rng;
+pub mod state;
+pub mod strings;
+pub mod validate;
+
+pub use engine::{APP_KILL_GRACE_MS, Engine, EngineStats, PolicyStatus};
+pub use error::EngineError;
+pub use event::{Command, Event, KillReason, NodeCondition};
+pub use model::*;
+pub use policy::{Policy, PolicyError, Profile, StaticPolicy};
+pub use validate::{RejectReason, Rejections};

@@ -1,0 +1,96 @@
+//! How the engine calls policies. A [`Policy`] is either a plugin loaded from a shared library
+//! (the scheduler's plugin host implements this trait over the C vtable) or a Rust [`Plugin`]
+//! linked in ([`StaticPolicy`]); the engine does not know which, and trusts neither.
+
+use gantry_sdk::{Decisions, Hooks, Plugin, View};
+use thiserror::Error;
+
+/// Why a policy call produced nothing usable.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PolicyError {
+    /// The policy does not implement the hook.
+    #[error("hook not implemented")]
+    Unsupported,
+    /// The policy reported a failure.
+    #[error("policy failed: {0}")]
+    Failed(String),
+    /// The policy panicked; the panic was caught at the boundary.
+    #[error("policy panicked: {0}")]
+    Panicked(String),
+    /// The policy's output broke the protocol (return code, buffer sizes).
+    #[error("policy broke the ABI protocol: {0}")]
+    Protocol(String),
+}
+
+/// A scheduling policy as the engine sees it.
+pub trait Policy: Send {
+    /// Name for logs and metrics.
+    fn name(&self) -> &str;
+    /// The hooks it implements.
+    fn hooks(&self) -> Hooks;
+    /// Calls the hook named by `view.hook`, appending decisions to `out`.
+    fn call(&mut self, view: &View<'_>, out: &mut Decisions) -> Result<(), PolicyError>;
+}
+
+/// A Rust [`Plugin`] linked into the scheduler, called directly (no C ABI in between). Used for
+/// the built-in fallback, for tests, and to measure what the dynamic path costs.
+pub struct StaticPolicy<P: Plugin> {
+    name: String,
+    plugin: P,
+}
+
+impl<P: Plugin> StaticPolicy<P> {
+    /// Wraps an instance.
+    pub fn new(plugin: P) -> Self {
+        StaticPolicy { name: P::NAME.to_string_lossy().into_owned(), plugin }
+    }
+
+    /// Creates an instance from a JSON config, as the dynamic path would.
+    pub fn create(config: &str) -> Result<Self, PolicyError> {
+        P::create(config).map(Self::new).map_err(|e| PolicyError::Failed(e.message))
+    }
+}
+
+impl<P: Plugin> Policy for StaticPolicy<P> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn hooks(&self) -> Hooks {
+        P::HOOKS
+    }
+
+    fn call(&mut self, view: &View<'_>, out: &mut Decisions) -> Result<(), PolicyError> {
+        if !P::HOOKS.has(view.hook) {
+            return Err(PolicyError::Unsupported);
+        }
+        let plugin = &mut self.plugin;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| plugin.call_hook(view.hook, view, out))) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(PolicyError::Failed(e.message)),
+            Err(payload) => {
+                let msg = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "panic".to_owned());
+                Err(PolicyError::Panicked(msg))
+            }
+        }
+    }
+}
+
+/// Which loaded policy serves each extension point: indexes into the list of policies given to
+/// the engine. An empty slot means the engine's built-in behaviour (accept all; default order;
+/// first-fit FIFO placement; no rebalancing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Profile {
+    /// Policy answering `admit`.
+    pub admit: Option<usize>,
+    /// Policy answering `order`.
+    pub order: Option<usize>,
+    /// Policy answering `place`.
+    pub place: Option<usize>,
+    /// Policy answering `rebalance`.
+    pub rebalance: Option<usize>,
+}

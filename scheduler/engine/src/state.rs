@@ -1,0 +1,490 @@
+//! The cluster as the engine keeps it: arrays of the ABI's `repr(C)` records, so a plugin's view
+//! is a set of borrowed slices of these very arrays (zero-copy), plus a few side tables that
+//! plugins do not need (names of apps, kill reasons, indexes by id).
+//!
+//! Cross references are `u32` positions. Nodes and queues are never removed, so their positions
+//! are stable; apps, requests and containers that are finished are dropped by [`ClusterState::compact`]
+//! before the next view is built, which renumbers them — hence ids for anything kept across calls.
+
+use crate::error::EngineError;
+use crate::event::KillReason;
+use crate::model::*;
+use crate::strings::StringArena;
+use gantry_sdk::View;
+use gantry_sdk::abi::*;
+use std::collections::{HashMap, VecDeque};
+
+/// What the engine remembers of an application that is not in the records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppMeta {
+    /// Human name.
+    pub name: String,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// Failed containers so far (node losses and preemptions do not count).
+    pub failures: u32,
+    /// Why it is in its state.
+    pub diagnostics: String,
+}
+
+/// What the engine remembers of a container that is not in the records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ContainerMeta {
+    /// Why it was asked to stop, if it was.
+    pub kill_reason: Option<KillReason>,
+    /// Exit status once it exited.
+    pub exit_code: Option<i32>,
+}
+
+/// A terminal application, kept for queries after its records are dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppSummary {
+    /// Id.
+    pub id: AppId,
+    /// Name.
+    pub name: String,
+    /// Queue path.
+    pub queue: String,
+    /// User.
+    pub user: String,
+    /// Final state (`GANTRY_APP_*`).
+    pub state: u32,
+    /// Why.
+    pub diagnostics: String,
+}
+
+/// Every record of the cluster.
+#[derive(Debug, Default)]
+pub struct ClusterState {
+    pub(crate) strings: StringArena,
+    pub(crate) labels: Vec<GantryLabel>,
+    pub(crate) nodes: Vec<GantryNode>,
+    pub(crate) node_index: HashMap<String, u32>,
+    pub(crate) gpus: Vec<GantryGpu>,
+    pub(crate) queues: Vec<GantryQueue>,
+    pub(crate) queue_index: HashMap<String, u32>,
+    pub(crate) apps: Vec<GantryApp>,
+    pub(crate) app_meta: Vec<AppMeta>,
+    pub(crate) app_index: HashMap<u64, u32>,
+    pub(crate) requests: Vec<GantryRequest>,
+    pub(crate) containers: Vec<GantryContainer>,
+    pub(crate) container_meta: Vec<ContainerMeta>,
+    pub(crate) container_index: HashMap<u64, u32>,
+    pub(crate) reservations: Vec<GantryReservation>,
+    pub(crate) cluster: GantryResources,
+    pub(crate) history: VecDeque<AppSummary>,
+    pub(crate) history_len: usize,
+    pub(crate) next_app: u64,
+    pub(crate) next_request: u64,
+    pub(crate) next_container: u64,
+    pub(crate) next_reservation: u64,
+    /// Something finished since the last compaction.
+    pub(crate) dirty: bool,
+}
+
+/// Whether a container state holds resources.
+pub fn container_is_live(state: u32) -> bool {
+    matches!(state, GANTRY_CONTAINER_ALLOCATED | GANTRY_CONTAINER_RUNNING | GANTRY_CONTAINER_STOPPING)
+}
+
+/// Whether an application state is final.
+pub fn app_is_terminal(state: u32) -> bool {
+    matches!(
+        state,
+        GANTRY_APP_FINISHED | GANTRY_APP_FAILED | GANTRY_APP_KILLED | GANTRY_APP_REJECTED
+    )
+}
+
+fn scale(r: &GantryResources, f: f64) -> GantryResources {
+    GantryResources {
+        cpu_millis: (r.cpu_millis as f64 * f).floor() as u64,
+        memory_bytes: (r.memory_bytes as f64 * f).floor() as u64,
+        gpus: (r.gpus as f64 * f).floor() as u32,
+        reserved: 0,
+    }
+}
+
+impl ClusterState {
+    /// A state with the queue hierarchy of `config` and no nodes.
+    pub fn new(config: &EngineConfig) -> Result<Self, EngineError> {
+        let mut s = ClusterState {
+            history_len: config.history_len,
+            next_app: 1,
+            next_request: 1,
+            next_container: 1,
+            next_reservation: 1,
+            ..Default::default()
+        };
+        s.build_queues(&config.queues)?;
+        Ok(s)
+    }
+
+    fn build_queues(&mut self, specs: &[QueueSpec]) -> Result<(), EngineError> {
+        let default = [QueueSpec { path: "root.default".into(), guaranteed: 1.0, maximum: 1.0 }];
+        let specs = if specs.is_empty() { &default[..] } else { specs };
+        let root = self.strings.intern("root");
+        self.queues.push(GantryQueue {
+            name: root,
+            parent: GANTRY_NONE,
+            flags: 0,
+            guaranteed: 1.0,
+            maximum: 1.0,
+            ..Default::default()
+        });
+        self.queue_index.insert("root".into(), 0);
+        let mut sorted: Vec<&QueueSpec> = specs.iter().collect();
+        sorted.sort_by_key(|q| q.path.matches('.').count());
+        for q in sorted {
+            let bad = |m: String| EngineError::QueueConfig(format!("queue `{}`: {m}", q.path));
+            crate::model::check_name("queue path", &q.path, false)?;
+            let Some((parent_path, leaf)) = q.path.rsplit_once('.') else {
+                return Err(bad("must be a path below `root`, e.g. `root.prod`".into()));
+            };
+            if leaf.is_empty() || !q.path.starts_with("root.") {
+                return Err(bad("must be a path below `root`, e.g. `root.prod`".into()));
+            }
+            if self.queue_index.contains_key(&q.path) {
+                return Err(bad("is defined twice".into()));
+            }
+            let Some(&parent) = self.queue_index.get(parent_path) else {
+                return Err(bad(format!("parent `{parent_path}` is not defined")));
+            };
+            if !(0.0..=1.0).contains(&q.guaranteed) || q.guaranteed.is_nan() {
+                return Err(bad(format!("guaranteed {} is not in 0..=1", q.guaranteed)));
+            }
+            if !(q.guaranteed..=1.0).contains(&q.maximum) || q.maximum.is_nan() {
+                return Err(bad(format!("maximum {} is not in guaranteed..=1", q.maximum)));
+            }
+            let name = self.strings.intern(&q.path);
+            let idx = self.queues.len() as u32;
+            self.queues.push(GantryQueue {
+                name,
+                parent,
+                flags: GANTRY_QUEUE_LEAF,
+                guaranteed: q.guaranteed,
+                maximum: q.maximum,
+                ..Default::default()
+            });
+            self.queues[parent as usize].flags &= !GANTRY_QUEUE_LEAF;
+            self.queue_index.insert(q.path.clone(), idx);
+        }
+        for (p, _) in self.queues.iter().enumerate() {
+            let sum: f64 = self
+                .queues
+                .iter()
+                .filter(|c| c.parent == p as u32)
+                .map(|c| c.guaranteed)
+                .sum();
+            if sum > 1.0 + 1e-9 {
+                return Err(EngineError::QueueConfig(format!(
+                    "children of `{}` are guaranteed {:.3} of it, more than 1",
+                    self.strings.get(self.queues[p].name),
+                    sum
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Recomputes the cluster total and each queue's absolute capacities. Parents come before
+    /// children in the queue array, so one pass suffices.
+    pub(crate) fn recompute_capacity(&mut self) {
+        self.cluster = self
+            .nodes
+            .iter()
+            .filter(|n| n.state == GANTRY_NODE_RUNNING)
+            .fold(GantryResources::default(), |acc, n| acc.plus(&n.capacity));
+        for i in 0..self.queues.len() {
+            let q = self.queues[i];
+            let (pg, pm) = match self.queues.get(q.parent as usize) {
+                Some(p) => (p.absolute_guaranteed, p.absolute_maximum),
+                None => (self.cluster, self.cluster),
+            };
+            self.queues[i].absolute_guaranteed = scale(&pg, q.guaranteed);
+            self.queues[i].absolute_maximum = scale(&pm, q.maximum);
+        }
+    }
+
+    pub(crate) fn intern_labels(&mut self, labels: &[(String, String)]) -> GantryRange {
+        let start = self.labels.len() as u32;
+        for (k, v) in labels {
+            let key = self.strings.intern(k);
+            let value = self.strings.intern(v);
+            self.labels.push(GantryLabel { key, value });
+        }
+        GantryRange { start, len: labels.len() as u32 }
+    }
+
+    /// Adds `delta` to (or, with `add == false`, removes it from) a queue and all its ancestors.
+    pub(crate) fn charge_queue(&mut self, queue: u32, delta: &GantryResources, add: bool) {
+        let mut q = queue;
+        while let Some(rec) = self.queues.get_mut(q as usize) {
+            rec.used = if add { rec.used.plus(delta) } else { rec.used.minus(delta) };
+            q = rec.parent;
+        }
+    }
+
+    /// The queue path of a queue index.
+    pub fn queue_path(&self, queue: u32) -> &str {
+        self.queues.get(queue as usize).map(|q| self.strings.get(q.name)).unwrap_or("")
+    }
+
+    /// Registers a node, or updates a known one (keeping its live containers).
+    pub(crate) fn register_node(&mut self, spec: &NodeSpec) -> Result<NodeId, EngineError> {
+        spec.validate()?;
+        let name = self.strings.intern(&spec.name);
+        let rack = self.strings.intern(&spec.rack);
+        let mut gpu_specs: Vec<GpuSpec> = spec.gpu_list.clone();
+        if gpu_specs.is_empty() {
+            gpu_specs = (0..spec.capacity.gpus)
+                .map(|index| GpuSpec { index, model: String::new(), memory_bytes: 0 })
+                .collect();
+        }
+        let gpu_model = self.strings.intern(gpu_specs.first().map(|g| g.model.as_str()).unwrap_or(""));
+        if let Some(&idx) = self.node_index.get(&spec.name) {
+            let node = self.nodes[idx as usize];
+            let old_gpus = View::range(&self.gpus, node.gpus);
+            if old_gpus.len() != gpu_specs.len() && old_gpus.iter().any(|g| g.container != GANTRY_NONE) {
+                return Err(EngineError::Conflict(format!(
+                    "node `{}` re-registered with {} GPUs while containers hold some of its {}",
+                    spec.name,
+                    gpu_specs.len(),
+                    old_gpus.len()
+                )));
+            }
+            if !node.allocated.fits_in(&spec.capacity) {
+                return Err(EngineError::Conflict(format!(
+                    "node `{}` re-registered with less capacity than its containers hold; drain it first",
+                    spec.name
+                )));
+            }
+            let labels = self.intern_labels(&spec.labels);
+            let gpus = self.place_gpus(idx, node.gpus, &gpu_specs);
+            let n = &mut self.nodes[idx as usize];
+            n.rack = rack;
+            n.gpu_model = gpu_model;
+            n.labels = labels;
+            n.gpus = gpus;
+            n.capacity = spec.capacity;
+            n.state = GANTRY_NODE_RUNNING;
+            self.recompute_capacity();
+            return Ok(NodeId(idx));
+        }
+        let idx = self.nodes.len() as u32;
+        let labels = self.intern_labels(&spec.labels);
+        let gpus = self.place_gpus(idx, GantryRange { start: self.gpus.len() as u32, len: 0 }, &gpu_specs);
+        self.nodes.push(GantryNode {
+            name,
+            rack,
+            gpu_model,
+            labels,
+            gpus,
+            capacity: spec.capacity,
+            allocated: GantryResources::default(),
+            state: GANTRY_NODE_RUNNING,
+            flags: 0,
+        });
+        self.node_index.insert(spec.name.clone(), idx);
+        self.recompute_capacity();
+        Ok(NodeId(idx))
+    }
+
+    /// Writes a node's GPU records: in place when the count is unchanged (keeping holders), else
+    /// at the end of the array (the old range is left unowned and dropped at compaction).
+    fn place_gpus(&mut self, node: u32, old: GantryRange, specs: &[GpuSpec]) -> GantryRange {
+        let in_place = old.len as usize == specs.len();
+        let start = if in_place { old.start } else { self.gpus.len() as u32 };
+        if !in_place {
+            for g in &mut self.gpus[old.start as usize..(old.start + old.len) as usize] {
+                g.node = GANTRY_NONE;
+            }
+        }
+        for (k, g) in specs.iter().enumerate() {
+            let model = self.strings.intern(&g.model);
+            let rec = GantryGpu {
+                node,
+                index: g.index,
+                model,
+                memory_bytes: g.memory_bytes,
+                container: GANTRY_NONE,
+                reserved: 0,
+            };
+            if in_place {
+                let slot = &mut self.gpus[start as usize + k];
+                *slot = GantryGpu { container: slot.container, ..rec };
+            } else {
+                self.gpus.push(rec);
+            }
+        }
+        GantryRange { start, len: specs.len() as u32 }
+    }
+
+    /// Drops finished apps, their requests and finished containers, renumbering what is left and
+    /// every reference to it; rebuilds the label pool and GPU array without orphans.
+    pub(crate) fn compact(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        self.dirty = false;
+        let mut live_per_app = vec![0u32; self.apps.len()];
+        for c in &self.containers {
+            if container_is_live(c.state) {
+                live_per_app[c.app as usize] += 1;
+            }
+        }
+        // Apps.
+        let mut app_map = vec![GANTRY_NONE; self.apps.len()];
+        let mut kept_apps = Vec::with_capacity(self.apps.len());
+        let mut kept_meta = Vec::with_capacity(self.apps.len());
+        for (i, (a, m)) in self.apps.iter().zip(self.app_meta.iter()).enumerate() {
+            if app_is_terminal(a.state) && live_per_app[i] == 0 {
+                self.history.push_back(AppSummary {
+                    id: AppId(a.id),
+                    name: m.name.clone(),
+                    queue: self.queue_path(a.queue).to_owned(),
+                    user: self.strings.get(a.user).to_owned(),
+                    state: a.state,
+                    diagnostics: m.diagnostics.clone(),
+                });
+                continue;
+            }
+            app_map[i] = kept_apps.len() as u32;
+            kept_apps.push(*a);
+            kept_meta.push(m.clone());
+        }
+        while self.history.len() > self.history_len {
+            self.history.pop_front();
+        }
+        // Requests (contiguous per app, so ranges stay contiguous).
+        let mut req_map = vec![GANTRY_NONE; self.requests.len()];
+        let mut kept_reqs = Vec::with_capacity(self.requests.len());
+        let mut new_labels: Vec<GantryLabel> = Vec::with_capacity(self.labels.len());
+        let mut copy_range = |r: GantryRange, labels: &[GantryLabel]| -> GantryRange {
+            let start = new_labels.len() as u32;
+            new_labels.extend_from_slice(View::range(labels, r));
+            GantryRange { start, len: new_labels.len() as u32 - start }
+        };
+        for n in &mut self.nodes {
+            n.labels = copy_range(n.labels, &self.labels);
+        }
+        for (i, r) in self.requests.iter().enumerate() {
+            let new_app = app_map[r.app as usize];
+            if new_app == GANTRY_NONE {
+                continue;
+            }
+            req_map[i] = kept_reqs.len() as u32;
+            let mut r = *r;
+            r.app = new_app;
+            r.selector = copy_range(r.selector, &self.labels);
+            r.preferred = copy_range(r.preferred, &self.labels);
+            kept_reqs.push(r);
+        }
+        for a in &mut kept_apps {
+            a.requests.start = req_map[a.requests.start as usize];
+        }
+        // Containers.
+        let mut cont_map = vec![GANTRY_NONE; self.containers.len()];
+        let mut kept_conts = Vec::with_capacity(self.containers.len());
+        let mut kept_cmeta = Vec::with_capacity(self.containers.len());
+        for (i, (c, m)) in self.containers.iter().zip(self.container_meta.iter()).enumerate() {
+            if !container_is_live(c.state) {
+                continue;
+            }
+            cont_map[i] = kept_conts.len() as u32;
+            let mut c = *c;
+            c.app = app_map[c.app as usize];
+            c.request = req_map[c.request as usize];
+            kept_conts.push(c);
+            kept_cmeta.push(*m);
+        }
+        // GPUs: drop orphans, renumber node ranges and holders.
+        let mut new_gpus = Vec::with_capacity(self.gpus.len());
+        for (ni, n) in self.nodes.iter_mut().enumerate() {
+            let start = new_gpus.len() as u32;
+            for g in View::range(&self.gpus, n.gpus) {
+                let mut g = *g;
+                g.node = ni as u32;
+                g.container = cont_map.get(g.container as usize).copied().unwrap_or(GANTRY_NONE);
+                new_gpus.push(g);
+            }
+            n.gpus = GantryRange { start, len: new_gpus.len() as u32 - start };
+        }
+        self.reservations.retain(|r| {
+            !matches!(r.state, GANTRY_RESERVATION_REJECTED | GANTRY_RESERVATION_EXPIRED)
+        });
+        self.apps = kept_apps;
+        self.app_meta = kept_meta;
+        self.requests = kept_reqs;
+        self.containers = kept_conts;
+        self.container_meta = kept_cmeta;
+        self.labels = new_labels;
+        self.gpus = new_gpus;
+        self.app_index = self.apps.iter().enumerate().map(|(i, a)| (a.id, i as u32)).collect();
+        self.container_index =
+            self.containers.iter().enumerate().map(|(i, c)| (c.id, i as u32)).collect();
+    }
+
+    /// Checks the bookkeeping against the records: every node's and queue's allocation equals the
+    /// sum of its live containers, nothing is over-allocated beyond what was allowed at placement,
+    /// GPU holders are live containers on the same node, and indexes are consistent. Used by tests.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut node_alloc = vec![GantryResources::default(); self.nodes.len()];
+        let mut queue_used = vec![GantryResources::default(); self.queues.len()];
+        let mut app_used = vec![GantryResources::default(); self.apps.len()];
+        for (i, c) in self.containers.iter().enumerate() {
+            if !container_is_live(c.state) {
+                continue;
+            }
+            let n = c.node as usize;
+            let a = self.apps.get(c.app as usize).ok_or(format!("container {i} has bad app"))?;
+            self.requests.get(c.request as usize).ok_or(format!("container {i} has bad request"))?;
+            *node_alloc.get_mut(n).ok_or(format!("container {i} has bad node"))? =
+                node_alloc[n].plus(&c.resources);
+            app_used[c.app as usize] = app_used[c.app as usize].plus(&c.resources);
+            let mut q = a.queue;
+            while let Some(rec) = self.queues.get(q as usize) {
+                queue_used[q as usize] = queue_used[q as usize].plus(&c.resources);
+                q = rec.parent;
+            }
+            let held = self.gpus.iter().filter(|g| g.container == i as u32).count() as u32;
+            if held != c.resources.gpus {
+                return Err(format!("container {} holds {held} GPUs, wants {}", c.id, c.resources.gpus));
+            }
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.allocated != node_alloc[i] {
+                return Err(format!("node {i} allocated {:?} but containers sum to {:?}", n.allocated, node_alloc[i]));
+            }
+            if !n.allocated.fits_in(&n.capacity) {
+                return Err(format!("node {i} over-allocated: {:?} > {:?}", n.allocated, n.capacity));
+            }
+        }
+        for (i, q) in self.queues.iter().enumerate() {
+            if q.used != queue_used[i] {
+                return Err(format!("queue {i} used {:?} but containers sum to {:?}", q.used, queue_used[i]));
+            }
+        }
+        for (i, a) in self.apps.iter().enumerate() {
+            if a.used != app_used[i] {
+                return Err(format!("app {} used {:?} but containers sum to {:?}", a.id, a.used, app_used[i]));
+            }
+            for r in View::range(&self.requests, a.requests) {
+                if r.app != i as u32 {
+                    return Err(format!("request {} points at app {} not {i}", r.id, r.app));
+                }
+                if r.placed > r.count {
+                    return Err(format!("request {} placed {} > count {}", r.id, r.placed, r.count));
+                }
+            }
+        }
+        for g in &self.gpus {
+            if g.container != GANTRY_NONE {
+                let c = self.containers.get(g.container as usize).ok_or("GPU held by bad container")?;
+                if c.node != g.node || !container_is_live(c.state) {
+                    return Err(format!("GPU on node {} held by container {} on node {}", g.node, c.id, c.node));
+                }
+            }
+        }
+        Ok(())
+    }
+}

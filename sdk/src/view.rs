@@ -1,0 +1,249 @@
+//! A safe, borrowed view of the cluster: the Rust face of [`GantryView`].
+//!
+//! The engine builds a [`View`] from its own arrays without copying; the host turns it into a raw
+//! [`GantryView`] for a shared library with [`View::to_raw`], and the SDK glue inside the library
+//! turns it back with [`View::from_raw`]. Plugins only ever see `View`.
+
+use crate::abi::*;
+
+/// Why a raw view could not be turned into a [`View`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ViewError {
+    /// The host's view struct is smaller than this SDK's.
+    StructTooSmall {
+        /// Size the host reported.
+        got: u32,
+        /// Size this SDK needs.
+        need: u32,
+    },
+    /// The host speaks another major version.
+    WrongMajor(u16),
+    /// An array pointer was null while its length was not zero.
+    NullArray(&'static str),
+}
+
+impl core::fmt::Display for ViewError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ViewError::StructTooSmall { got, need } => {
+                write!(f, "view struct_size {got} is smaller than {need}")
+            }
+            ViewError::WrongMajor(m) => write!(f, "view is ABI major {m}, plugin speaks 1"),
+            ViewError::NullArray(name) => write!(f, "view array `{name}` is null but not empty"),
+        }
+    }
+}
+
+impl std::error::Error for ViewError {}
+
+/// Everything a hook may look at during one call. Indexes between records are positions in these
+/// slices and are valid for this call only; remember ids (`GantryApp::id`, …) across calls.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    /// Which hook this view is for (`GANTRY_HOOK_*`).
+    pub hook: u32,
+    /// The engine's clock in ms.
+    pub now_ms: u64,
+    /// Scheduling cycle number.
+    pub cycle: u64,
+    /// Seed for this call's randomness.
+    pub seed: u64,
+    /// Total allocatable resources of schedulable nodes.
+    pub cluster: GantryResources,
+    /// String arena.
+    pub strings: &'a [u8],
+    /// Label records (node labels, selectors and preferences point here).
+    pub labels: &'a [GantryLabel],
+    /// Nodes.
+    pub nodes: &'a [GantryNode],
+    /// GPUs.
+    pub gpus: &'a [GantryGpu],
+    /// Queues.
+    pub queues: &'a [GantryQueue],
+    /// Live applications.
+    pub apps: &'a [GantryApp],
+    /// Requests of live applications.
+    pub requests: &'a [GantryRequest],
+    /// Live containers.
+    pub containers: &'a [GantryContainer],
+    /// Reservations.
+    pub reservations: &'a [GantryReservation],
+    /// Pending request indexes in scheduling order.
+    pub pending: &'a [u32],
+}
+
+/// Turns a (pointer, length) pair of the raw view into a slice.
+///
+/// # Safety
+/// `ptr` must point at `len` initialised `T`s that stay valid and unmodified for `'a`.
+unsafe fn raw_slice<'a, T>(ptr: *const T, len: u64, name: &'static str) -> Result<&'a [T], ViewError> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(ViewError::NullArray(name));
+    }
+    // SAFETY: non-null, and the caller promises `len` valid records for `'a`. `len` fits in usize
+    // because ABI v1 is 64-bit only.
+    Ok(unsafe { core::slice::from_raw_parts(ptr, len as usize) })
+}
+
+impl<'a> View<'a> {
+    /// Describes this view as a raw [`GantryView`] whose pointers borrow from `self`'s slices.
+    /// The result must not outlive `'a`.
+    pub fn to_raw(&self) -> GantryView {
+        GantryView {
+            struct_size: core::mem::size_of::<GantryView>() as u32,
+            abi_major: GANTRY_ABI_MAJOR,
+            abi_minor: GANTRY_ABI_MINOR,
+            hook: self.hook,
+            reserved: 0,
+            now_ms: self.now_ms,
+            cycle: self.cycle,
+            seed: self.seed,
+            cluster: self.cluster,
+            strings: self.strings.as_ptr(),
+            strings_len: self.strings.len() as u64,
+            labels: self.labels.as_ptr(),
+            labels_len: self.labels.len() as u64,
+            nodes: self.nodes.as_ptr(),
+            nodes_len: self.nodes.len() as u64,
+            gpus: self.gpus.as_ptr(),
+            gpus_len: self.gpus.len() as u64,
+            queues: self.queues.as_ptr(),
+            queues_len: self.queues.len() as u64,
+            apps: self.apps.as_ptr(),
+            apps_len: self.apps.len() as u64,
+            requests: self.requests.as_ptr(),
+            requests_len: self.requests.len() as u64,
+            containers: self.containers.as_ptr(),
+            containers_len: self.containers.len() as u64,
+            reservations: self.reservations.as_ptr(),
+            reservations_len: self.reservations.len() as u64,
+            pending: self.pending.as_ptr(),
+            pending_len: self.pending.len() as u64,
+        }
+    }
+
+    /// Reads a raw view handed over by a host.
+    ///
+    /// # Safety
+    /// Every (pointer, length) pair of `raw` must describe initialised records that stay valid and
+    /// unmodified for `'a` — which the host guarantees for the duration of one hook call.
+    pub unsafe fn from_raw(raw: &'a GantryView) -> Result<View<'a>, ViewError> {
+        let need = core::mem::size_of::<GantryView>() as u32;
+        if raw.abi_major != GANTRY_ABI_MAJOR {
+            return Err(ViewError::WrongMajor(raw.abi_major));
+        }
+        if raw.struct_size < need {
+            return Err(ViewError::StructTooSmall { got: raw.struct_size, need });
+        }
+        // SAFETY (each call below): the caller guarantees the pairs are valid for 'a.
+        unsafe {
+            Ok(View {
+                hook: raw.hook,
+                now_ms: raw.now_ms,
+                cycle: raw.cycle,
+                seed: raw.seed,
+                cluster: raw.cluster,
+                strings: raw_slice(raw.strings, raw.strings_len, "strings")?,
+                labels: raw_slice(raw.labels, raw.labels_len, "labels")?,
+                nodes: raw_slice(raw.nodes, raw.nodes_len, "nodes")?,
+                gpus: raw_slice(raw.gpus, raw.gpus_len, "gpus")?,
+                queues: raw_slice(raw.queues, raw.queues_len, "queues")?,
+                apps: raw_slice(raw.apps, raw.apps_len, "apps")?,
+                requests: raw_slice(raw.requests, raw.requests_len, "requests")?,
+                containers: raw_slice(raw.containers, raw.containers_len, "containers")?,
+                reservations: raw_slice(raw.reservations, raw.reservations_len, "reservations")?,
+                pending: raw_slice(raw.pending, raw.pending_len, "pending")?,
+            })
+        }
+    }
+
+    /// The text of a string reference; empty if it is out of range or not UTF-8.
+    pub fn str(&self, s: GantryStrRef) -> &'a str {
+        let start = s.offset as usize;
+        let end = start.saturating_add(s.len as usize);
+        self.strings
+            .get(start..end)
+            .and_then(|b| core::str::from_utf8(b).ok())
+            .unwrap_or("")
+    }
+
+    /// The records of a range in one of the view's arrays; empty if the range is out of bounds.
+    pub fn range<T>(slice: &'a [T], range: GantryRange) -> &'a [T] {
+        let start = range.start as usize;
+        slice.get(start..start.saturating_add(range.len as usize)).unwrap_or(&[])
+    }
+
+    /// The labels of a node.
+    pub fn node_labels(&self, node: &GantryNode) -> &'a [GantryLabel] {
+        Self::range(self.labels, node.labels)
+    }
+
+    /// The GPUs of a node.
+    pub fn node_gpus(&self, node: &GantryNode) -> &'a [GantryGpu] {
+        Self::range(self.gpus, node.gpus)
+    }
+
+    /// Whether `node` carries every label of `selector` (a range in `labels`). Strings are
+    /// interned, so labels compare by reference.
+    pub fn node_matches(&self, node: &GantryNode, selector: GantryRange) -> bool {
+        let have = self.node_labels(node);
+        Self::range(self.labels, selector).iter().all(|want| have.contains(want))
+    }
+
+    /// Whether `node` is schedulable and has room for `res` on top of what it has allocated.
+    pub fn node_fits(node: &GantryNode, res: &GantryResources) -> bool {
+        node.state == GANTRY_NODE_RUNNING && node.allocated.plus(res).fits_in(&node.capacity)
+    }
+}
+
+impl GantryResources {
+    /// Resources with the given CPU (millicores), memory (bytes) and GPUs.
+    pub const fn new(cpu_millis: u64, memory_bytes: u64, gpus: u32) -> Self {
+        GantryResources { cpu_millis, memory_bytes, gpus, reserved: 0 }
+    }
+
+    /// Whether every dimension of `self` is at most that of `other`.
+    pub const fn fits_in(&self, other: &GantryResources) -> bool {
+        self.cpu_millis <= other.cpu_millis
+            && self.memory_bytes <= other.memory_bytes
+            && self.gpus <= other.gpus
+    }
+
+    /// Sum, saturating at the type's maximum.
+    pub const fn plus(&self, other: &GantryResources) -> GantryResources {
+        GantryResources {
+            cpu_millis: self.cpu_millis.saturating_add(other.cpu_millis),
+            memory_bytes: self.memory_bytes.saturating_add(other.memory_bytes),
+            gpus: self.gpus.saturating_add(other.gpus),
+            reserved: 0,
+        }
+    }
+
+    /// Difference, saturating at zero.
+    pub const fn minus(&self, other: &GantryResources) -> GantryResources {
+        GantryResources {
+            cpu_millis: self.cpu_millis.saturating_sub(other.cpu_millis),
+            memory_bytes: self.memory_bytes.saturating_sub(other.memory_bytes),
+            gpus: self.gpus.saturating_sub(other.gpus),
+            reserved: 0,
+        }
+    }
+
+    /// `self` times `n`, saturating.
+    pub const fn times(&self, n: u32) -> GantryResources {
+        GantryResources {
+            cpu_millis: self.cpu_millis.saturating_mul(n as u64),
+            memory_bytes: self.memory_bytes.saturating_mul(n as u64),
+            gpus: self.gpus.saturating_mul(n),
+            reserved: 0,
+        }
+    }
+
+    /// Whether every dimension is zero.
+    pub const fn is_zero(&self) -> bool {
+        self.cpu_millis == 0 && self.memory_bytes == 0 && self.gpus == 0
+    }
+}
