@@ -1,0 +1,65 @@
+//! # gantry-scheduler
+//!
+//! The scheduler around the [`gantry_engine`]: its configuration ([`config`]), the plugin host
+//! that loads policy plugins from shared libraries ([`plugin_host`]), and the code that turns a
+//! configuration into a running engine ([`build_engine`]). The binaries `gantry` (CLI) and
+//! `gantry-scheduler` (daemon) live in `src/bin/`.
+
+pub mod config;
+pub mod plugin_host;
+
+use config::SchedulerConfig;
+use gantry_engine::{Engine, EngineError, Policy, Profile};
+use plugin_host::{DynamicPlugin, LoadError};
+use thiserror::Error;
+
+/// Why an engine could not be built from a configuration.
+#[derive(Debug, Error)]
+pub enum BuildError {
+    /// A plugin failed to load or to create its instance.
+    #[error("plugin `{name}`: {source}")]
+    Plugin {
+        /// Local name of the plugin in the config.
+        name: String,
+        /// Why.
+        source: LoadError,
+    },
+    /// A plugin's config table could not be turned into JSON.
+    #[error("plugin `{name}`: its config table cannot be passed on: {message}")]
+    PluginConfig {
+        /// Local name.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// The engine refused the configuration or profile.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// Loads every configured plugin, maps the profile onto them, and builds the engine.
+pub fn build_engine(config: &SchedulerConfig) -> Result<Engine, BuildError> {
+    let mut policies: Vec<Box<dyn Policy>> = Vec::with_capacity(config.plugins.len());
+    for p in &config.plugins {
+        let json = serde_json::to_string(&p.config)
+            .map_err(|e| BuildError::PluginConfig { name: p.name.clone(), message: e.to_string() })?;
+        let plugin = DynamicPlugin::load(&config.plugin_path(p), &json)
+            .map_err(|source| BuildError::Plugin { name: p.name.clone(), source })?;
+        tracing::info!(
+            plugin = %p.name,
+            library = %plugin.info().name,
+            version = %plugin.info().version,
+            hooks = ?plugin.info().hook_names(),
+            "plugin loaded"
+        );
+        policies.push(Box::new(plugin));
+    }
+    let index = |name: &Option<String>| name.as_ref().and_then(|n| config.plugins.iter().position(|p| &p.name == n));
+    let profile = Profile {
+        admit: index(&config.profile.admit),
+        order: index(&config.profile.order),
+        place: index(&config.profile.place),
+        rebalance: index(&config.profile.rebalance),
+    };
+    Ok(Engine::new(config.engine_config(), policies, profile)?)
+}

@@ -479,8 +479,9 @@ pub struct GantryDecision {
 pub struct GantryOutput {
     /// `size_of::<GantryOutput>()` as the host built it.
     pub struct_size: u32,
-    /// Reserved, zero in v1.
-    pub reserved: u32,
+    /// 0 on the first call for a view; 1 when the host calls again with the same view after
+    /// `GANTRY_BUFFER_FULL` (the plugin may then return what it computed the first time).
+    pub attempt: u32,
     /// Decision records, owned by the host.
     pub decisions: *mut GantryDecision,
     /// Room in `decisions`.

@@ -125,6 +125,11 @@ impl Decisions {
         self.push_kind(GANTRY_DECISION_SET_QUEUE_CAPACITY, queue, GANTRY_NONE, 0, ppm);
     }
 
+    /// Appends raw decision records (what a host does with a shared library's output).
+    pub fn extend_from_slice(&mut self, decisions: &[GantryDecision]) {
+        self.records.extend_from_slice(decisions);
+    }
+
     /// The decisions so far.
     pub fn as_slice(&self) -> &[GantryDecision] {
         &self.records
@@ -273,8 +278,9 @@ pub mod __private {
     pub struct Instance<P> {
         plugin: P,
         scratch: Decisions,
-        /// (cycle, hook, now_ms) of the view whose decisions are in `scratch` awaiting a retry.
-        pending_retry: Option<(u64, u32, u64)>,
+        /// Hook whose decisions are in `scratch`, awaiting the host's retry after
+        /// `GANTRY_BUFFER_FULL`.
+        pending_retry: Option<u32>,
     }
 
     /// The vtable for `P`.
@@ -440,8 +446,9 @@ pub mod __private {
         };
         // SAFETY: `instance` came from create::<P>; the host calls one instance from one thread.
         let inst = unsafe { &mut *instance.cast::<Instance<P>>() };
-        let key = (view.cycle, HOOK, view.now_ms);
-        if inst.pending_retry != Some(key) {
+        // Answer a retry from the first call's decisions, so the hook runs once per view.
+        let key = HOOK;
+        if out.attempt == 0 || inst.pending_retry != Some(key) {
             inst.scratch.clear();
             inst.pending_retry = None;
             let Instance { plugin, scratch, .. } = inst;

@@ -1,1 +1,63 @@
-fn main(){}
+//! `gantry-scheduler`: the scheduler daemon. This build loads and checks a configuration —
+//! queues, plugins, profile — and reports what it would run; the network services (agent
+//! streams, REST API, store) arrive with the scheduler-daemon work and are refused clearly until
+//! then.
+
+use anyhow::Context;
+use clap::Parser;
+use gantry_scheduler::{build_engine, config::SchedulerConfig};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The gantry scheduler daemon.
+#[derive(Debug, Parser)]
+#[command(name = "gantry-scheduler", version, about)]
+struct Args {
+    /// Configuration file (TOML). Without one, embedded defaults are used.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Load the configuration and plugins, print the resulting setup, and exit.
+    #[arg(long)]
+    check: bool,
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let config = match &args.config {
+        Some(path) => SchedulerConfig::from_file(path)?,
+        None => SchedulerConfig::default(),
+    };
+    let engine = build_engine(&config).context("building the engine")?;
+    println!("queues:");
+    let st = engine.state();
+    for q in st.queues() {
+        println!("  {:<24} guaranteed {:>5.1}%  maximum {:>5.1}%", st.str(q.name), q.guaranteed * 100.0, q.maximum * 100.0);
+    }
+    println!("plugins:");
+    for p in engine.policy_status() {
+        println!("  {}", p.name);
+    }
+    let hook = |h: &Option<String>| h.clone().unwrap_or_else(|| "(built-in)".into());
+    println!("profile:");
+    println!("  admit     {}", hook(&config.profile.admit));
+    println!("  order     {}", hook(&config.profile.order));
+    println!("  place     {}", hook(&config.profile.place));
+    println!("  rebalance {}", hook(&config.profile.rebalance));
+    if !args.check {
+        anyhow::bail!("serving (agent streams, REST API) is not implemented in this build; use --check");
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gantry-scheduler: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,84 @@
-fn main(){}
+//! `gantry`: the command-line interface.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use gantry_scheduler::plugin_host;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// gantry: a cluster resource manager with policy plugins.
+#[derive(Debug, Parser)]
+#[command(name = "gantry", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Work with policy plugins.
+    Plugin {
+        #[command(subcommand)]
+        command: PluginCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PluginCommand {
+    /// Print a plugin's name, version, ABI version and hooks; fail with a reason for anything
+    /// that is not a gantry ABI v1 plugin.
+    Inspect {
+        /// Path of the shared library.
+        path: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn inspect(path: PathBuf, json: bool) -> anyhow::Result<()> {
+    // dlopen resolves bare names through the library search path; a path is what is meant here.
+    let path = if path.components().count() == 1 { PathBuf::from(".").join(&path) } else { path };
+    if !path.exists() {
+        anyhow::bail!("{}: no such file", path.display());
+    }
+    let info = plugin_host::inspect(&path)?;
+    if json {
+        let v = serde_json::json!({
+            "path": info.path,
+            "name": info.name,
+            "version": info.version,
+            "abi": format!("{}.{}", info.abi_major, info.abi_minor),
+            "abi_major": info.abi_major,
+            "abi_minor": info.abi_minor,
+            "vtable_size": info.struct_size,
+            "capabilities": info.capabilities,
+            "hooks": info.hook_names(),
+            "has_create": info.has_create,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).context("encoding JSON")?);
+    } else {
+        println!("name:     {}", info.name);
+        println!("version:  {}", info.version);
+        println!("abi:      {}.{} (vtable {} bytes)", info.abi_major, info.abi_minor, info.struct_size);
+        let hooks = info.hook_names();
+        println!("hooks:    {}", if hooks.is_empty() { "(none)".to_owned() } else { hooks.join(", ") });
+        println!("create:   {}", if info.has_create { "yes" } else { "no (stateless)" });
+        println!("path:     {}", info.path.display());
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Plugin { command: PluginCommand::Inspect { path, json } } => inspect(path, json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gantry: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

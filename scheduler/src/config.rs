@@ -1,0 +1,280 @@
+//! The scheduler's TOML configuration: engine tunables, the queue hierarchy, the plugins to load
+//! (each with its own config table) and the profile mapping extension points to plugins.
+//!
+//! ```toml
+//! [engine]
+//! seed = 42                    # seed of the engine's randomness (default 0)
+//!
+//! [[queues]]
+//! path = "root.prod"           # full dotted path below root
+//! guaranteed = 0.7             # share of the parent guaranteed (0..=1)
+//! maximum = 1.0                # share of the parent it may grow to (guaranteed..=1)
+//!
+//! [[plugins]]
+//! name = "firstfit"            # local name used by [profile]
+//! path = "target/release/libgantry_minimal.so"   # relative to this file
+//! [plugins.config]             # passed to the plugin's create() as JSON
+//!
+//! [profile]
+//! place = "firstfit"           # admit / order / place / rebalance
+//! ```
+
+use gantry_engine::{EngineConfig, QueueSpec};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// Largest configuration file read, in bytes.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Why a configuration could not be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is larger than [`MAX_CONFIG_BYTES`].
+    #[error("{path}: {size} bytes is larger than the {MAX_CONFIG_BYTES}-byte limit")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+    },
+    /// The TOML is malformed or has unknown or mistyped fields.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file (or `<string>`).
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// The content is well-formed but inconsistent.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file (or `<string>`).
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Engine tunables; every field is optional.
+#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineSection {
+    /// Seed of the engine's randomness.
+    pub seed: Option<u64>,
+    /// Attempts an application gets when it does not say (default 3).
+    pub default_max_attempts: Option<u32>,
+    /// Consecutive failed calls before a plugin is quarantined (default 3).
+    pub quarantine_after: Option<u32>,
+    /// Quarantine length in ms (default 60000).
+    pub quarantine_ms: Option<u64>,
+    /// Time between rebalance calls in ms (default 3000).
+    pub rebalance_interval_ms: Option<u64>,
+}
+
+/// A queue definition.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSection {
+    /// Full dotted path, e.g. `root.prod`.
+    pub path: String,
+    /// Guaranteed share of the parent.
+    pub guaranteed: f64,
+    /// Maximum share of the parent (default 1.0).
+    #[serde(default = "one")]
+    pub maximum: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// A plugin to load.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PluginSection {
+    /// Local name, used by `[profile]`.
+    pub name: String,
+    /// Path of the shared library; relative paths are relative to the config file.
+    pub path: PathBuf,
+    /// The plugin's own configuration, handed to its `create` as JSON.
+    #[serde(default)]
+    pub config: toml::Table,
+}
+
+/// Which plugin answers each extension point (by local name); absent = built-in.
+#[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProfileSection {
+    /// Plugin answering `admit`.
+    pub admit: Option<String>,
+    /// Plugin answering `order`.
+    pub order: Option<String>,
+    /// Plugin answering `place`.
+    pub place: Option<String>,
+    /// Plugin answering `rebalance`.
+    pub rebalance: Option<String>,
+}
+
+/// The whole scheduler configuration.
+#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerConfig {
+    /// Engine tunables.
+    pub engine: EngineSection,
+    /// Queue hierarchy below `root` (default: one queue `root.default`).
+    pub queues: Vec<QueueSection>,
+    /// Plugins to load.
+    pub plugins: Vec<PluginSection>,
+    /// Extension point → plugin.
+    pub profile: ProfileSection,
+    /// Directory that relative plugin paths are resolved against (the config file's).
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+impl SchedulerConfig {
+    /// Reads and checks a configuration file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let meta = std::fs::metadata(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        if meta.len() > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge { path: path.to_owned(), size: meta.len() });
+        }
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Self::from_str_at(&text, path, base)
+    }
+
+    /// Parses and checks configuration text; `origin` names it in errors, `base_dir` resolves
+    /// relative plugin paths.
+    pub fn from_str_at(text: &str, origin: &Path, base_dir: PathBuf) -> Result<Self, ConfigError> {
+        let mut cfg: SchedulerConfig = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: origin.to_owned(), message: e.to_string() })?;
+        cfg.base_dir = base_dir;
+        cfg.check().map_err(|message| ConfigError::Invalid { path: origin.to_owned(), message })?;
+        Ok(cfg)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let mut names = std::collections::HashSet::new();
+        for p in &self.plugins {
+            if p.name.is_empty() || p.name.len() > 64 {
+                return Err(format!("plugin name `{}` must be 1..=64 bytes", p.name));
+            }
+            if !names.insert(p.name.as_str()) {
+                return Err(format!("plugin `{}` is defined twice", p.name));
+            }
+        }
+        let profile = [
+            ("admit", &self.profile.admit),
+            ("order", &self.profile.order),
+            ("place", &self.profile.place),
+            ("rebalance", &self.profile.rebalance),
+        ];
+        for (hook, name) in profile {
+            if let Some(n) = name {
+                if !names.contains(n.as_str()) {
+                    return Err(format!("profile.{hook} names plugin `{n}`, which is not in [[plugins]]"));
+                }
+            }
+        }
+        // Let the engine validate queues and tunables now, so a bad file fails at load time.
+        gantry_engine::Engine::builtin(self.engine_config()).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// The engine's configuration.
+    pub fn engine_config(&self) -> EngineConfig {
+        let d = EngineConfig::default();
+        let e = &self.engine;
+        EngineConfig {
+            seed: e.seed.unwrap_or(d.seed),
+            queues: self
+                .queues
+                .iter()
+                .map(|q| QueueSpec { path: q.path.clone(), guaranteed: q.guaranteed, maximum: q.maximum })
+                .collect(),
+            default_max_attempts: e.default_max_attempts.unwrap_or(d.default_max_attempts),
+            quarantine_after: e.quarantine_after.unwrap_or(d.quarantine_after),
+            quarantine_ms: e.quarantine_ms.unwrap_or(d.quarantine_ms),
+            rebalance_interval_ms: e.rebalance_interval_ms.unwrap_or(d.rebalance_interval_ms),
+            history_len: d.history_len,
+        }
+    }
+
+    /// Where a plugin's library is, resolved against the config file's directory.
+    pub fn plugin_path(&self, plugin: &PluginSection) -> PathBuf {
+        if plugin.path.is_absolute() { plugin.path.clone() } else { self.base_dir.join(&plugin.path) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<SchedulerConfig, ConfigError> {
+        SchedulerConfig::from_str_at(text, Path::new("<test>"), PathBuf::from("/etc/gantry"))
+    }
+
+    #[test]
+    fn empty_config_is_all_defaults() {
+        let c = parse("").expect("empty config");
+        assert_eq!(c.engine_config(), EngineConfig::default());
+    }
+
+    #[test]
+    fn full_config_parses_and_resolves_paths() {
+        let c = parse(
+            r#"
+            [engine]
+            seed = 9
+            [[queues]]
+            path = "root.prod"
+            guaranteed = 0.6
+            [[queues]]
+            path = "root.dev"
+            guaranteed = 0.4
+            maximum = 0.5
+            [[plugins]]
+            name = "ff"
+            path = "plugins/libgantry_minimal.so"
+            [plugins.config]
+            threshold = 0.6
+            [profile]
+            place = "ff"
+            "#,
+        )
+        .expect("valid config");
+        assert_eq!(c.engine_config().seed, 9);
+        assert_eq!(c.engine_config().queues.len(), 2);
+        assert_eq!(c.plugin_path(&c.plugins[0]), PathBuf::from("/etc/gantry/plugins/libgantry_minimal.so"));
+        assert_eq!(c.plugins[0].config.get("threshold").and_then(|v| v.as_float()), Some(0.6));
+    }
+
+    #[test]
+    fn bad_configs_are_refused_with_reasons() {
+        let cases = [
+            ("[engine]\nsede = 1\n", "unknown field"),
+            ("[profile]\nplace = \"nope\"\n", "not in [[plugins]]"),
+            ("[[queues]]\npath = \"root.a\"\nguaranteed = 0.7\n[[queues]]\npath = \"root.b\"\nguaranteed = 0.7\n", "more than 1"),
+            ("[[queues]]\npath = \"root.a.b\"\nguaranteed = 0.5\n", "parent `root.a` is not defined"),
+            ("[[queues]]\npath = \"root.a\"\nguaranteed = 0.5\nmaximum = 0.2\n", "maximum"),
+            ("[engine]\nquarantine_after = 0\n", "at least 1"),
+            ("[[plugins]]\nname = \"a\"\npath = \"x.so\"\n[[plugins]]\nname = \"a\"\npath = \"y.so\"\n", "defined twice"),
+            ("[engine\n", "TOML"),
+        ];
+        for (text, want) in cases {
+            let err = parse(text).expect_err(text).to_string();
+            assert!(err.contains(want) || (want == "TOML" && err.contains("<test>")), "{text:?}: {err}");
+        }
+    }
+}
