@@ -144,12 +144,13 @@ pub struct SchedulerConfig {
 impl SchedulerConfig {
     /// Reads and checks a configuration file.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let meta = std::fs::metadata(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let meta =
+            std::fs::metadata(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         if meta.len() > MAX_CONFIG_BYTES {
             return Err(ConfigError::TooLarge { path: path.to_owned(), size: meta.len() });
         }
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Self::from_str_at(&text, path, base)
     }
@@ -265,11 +266,17 @@ mod tests {
         let cases = [
             ("[engine]\nsede = 1\n", "unknown field"),
             ("[profile]\nplace = \"nope\"\n", "not in [[plugins]]"),
-            ("[[queues]]\npath = \"root.a\"\nguaranteed = 0.7\n[[queues]]\npath = \"root.b\"\nguaranteed = 0.7\n", "more than 1"),
+            (
+                "[[queues]]\npath = \"root.a\"\nguaranteed = 0.7\n[[queues]]\npath = \"root.b\"\nguaranteed = 0.7\n",
+                "more than 1",
+            ),
             ("[[queues]]\npath = \"root.a.b\"\nguaranteed = 0.5\n", "parent `root.a` is not defined"),
             ("[[queues]]\npath = \"root.a\"\nguaranteed = 0.5\nmaximum = 0.2\n", "maximum"),
             ("[engine]\nquarantine_after = 0\n", "at least 1"),
-            ("[[plugins]]\nname = \"a\"\npath = \"x.so\"\n[[plugins]]\nname = \"a\"\npath = \"y.so\"\n", "defined twice"),
+            (
+                "[[plugins]]\nname = \"a\"\npath = \"x.so\"\n[[plugins]]\nname = \"a\"\npath = \"y.so\"\n",
+                "defined twice",
+            ),
             ("[engine\n", "TOML"),
         ];
         for (text, want) in cases {

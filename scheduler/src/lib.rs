@@ -54,7 +54,8 @@ pub fn build_engine(config: &SchedulerConfig) -> Result<Engine, BuildError> {
         );
         policies.push(Box::new(plugin));
     }
-    let index = |name: &Option<String>| name.as_ref().and_then(|n| config.plugins.iter().position(|p| &p.name == n));
+    let index =
+        |name: &Option<String>| name.as_ref().and_then(|n| config.plugins.iter().position(|p| &p.name == n));
     let profile = Profile {
         admit: index(&config.profile.admit),
         order: index(&config.profile.order),

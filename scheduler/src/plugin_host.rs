@@ -35,7 +35,9 @@ pub enum LoadError {
         reason: String,
     },
     /// The library exports another major version's entry symbol.
-    #[error("{path}: is a gantry ABI v{major} plugin (exports `gantry_plugin_v{major}`); this host speaks ABI v1")]
+    #[error(
+        "{path}: is a gantry ABI v{major} plugin (exports `gantry_plugin_v{major}`); this host speaks ABI v1"
+    )]
     OtherMajor {
         /// The file.
         path: PathBuf,
@@ -49,7 +51,9 @@ pub enum LoadError {
         path: PathBuf,
     },
     /// The entry symbol returned null.
-    #[error("{path}: the plugin refused this host (gantry_plugin_v1 returned NULL for ABI {host_major}.{host_minor})")]
+    #[error(
+        "{path}: the plugin refused this host (gantry_plugin_v1 returned NULL for ABI {host_major}.{host_minor})"
+    )]
     Refused {
         /// The file.
         path: PathBuf,
@@ -364,9 +368,7 @@ impl DynamicPlugin {
             })?;
             let mut out = output(&mut [], &mut message, 0);
             // SAFETY: per the ABI: config bytes + NUL, a slot for the instance, a valid output.
-            let rc = unsafe {
-                create(config.as_ptr(), config_json.len() as u64, &mut instance, &mut out)
-            };
+            let rc = unsafe { create(config.as_ptr(), config_json.len() as u64, &mut instance, &mut out) };
             if rc != GANTRY_OK {
                 return Err(LoadError::Create {
                     path: path.to_owned(),
@@ -457,7 +459,10 @@ impl Policy for DynamicPlugin {
                 }
                 GANTRY_ERR_PANIC => return Err(PolicyError::Panicked(message_text(&self.message, &o))),
                 code if code < 0 => {
-                    return Err(PolicyError::Failed(format!("code {code}: {}", message_text(&self.message, &o))));
+                    return Err(PolicyError::Failed(format!(
+                        "code {code}: {}",
+                        message_text(&self.message, &o)
+                    )));
                 }
                 code => return Err(PolicyError::Protocol(format!("unknown return code {code}"))),
             }

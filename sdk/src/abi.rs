@@ -511,11 +511,8 @@ pub type GantryCreateFn = unsafe extern "C" fn(
 pub type GantryDestroyFn = unsafe extern "C" fn(instance: *mut c_void);
 
 /// `admit`, `order`, `place`, `rebalance`: look at the view, write decisions.
-pub type GantryHookFn = unsafe extern "C" fn(
-    instance: *mut c_void,
-    view: *const GantryView,
-    out: *mut GantryOutput,
-) -> i32;
+pub type GantryHookFn =
+    unsafe extern "C" fn(instance: *mut c_void, view: *const GantryView, out: *mut GantryOutput) -> i32;
 
 /// The plugin's vtable, returned by the entry symbol `gantry_plugin_v1`. Static for the life of
 /// the process.
@@ -556,8 +553,7 @@ unsafe impl Send for GantryPluginV1 {}
 
 /// The entry symbol's type. The host passes its own ABI version; the plugin returns its static
 /// vtable, or null if it cannot work with that host.
-pub type GantryEntryV1 =
-    unsafe extern "C" fn(host_major: u16, host_minor: u16) -> *const GantryPluginV1;
+pub type GantryEntryV1 = unsafe extern "C" fn(host_major: u16, host_minor: u16) -> *const GantryPluginV1;
 
 /// Name of the entry symbol of ABI v1, NUL-terminated, as looked up by the host.
 pub const GANTRY_ENTRY_SYMBOL_V1: &[u8] = b"gantry_plugin_v1\0";

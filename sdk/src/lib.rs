@@ -54,5 +54,5 @@ pub mod abi;
 mod plugin;
 mod view;
 
-pub use plugin::{Decisions, Hooks, Plugin, PluginError, __private};
+pub use plugin::{__private, Decisions, Hooks, Plugin, PluginError};
 pub use view::{View, ViewError};

@@ -307,7 +307,11 @@ pub mod __private {
     }
 
     /// The entry symbol's body: refuse hosts of another major version.
-    pub fn entry(vtable: &'static GantryPluginV1, host_major: u16, _host_minor: u16) -> *const GantryPluginV1 {
+    pub fn entry(
+        vtable: &'static GantryPluginV1,
+        host_major: u16,
+        _host_minor: u16,
+    ) -> *const GantryPluginV1 {
         if host_major != GANTRY_ABI_MAJOR {
             return core::ptr::null();
         }

@@ -164,10 +164,7 @@ impl<'a> View<'a> {
     pub fn str(&self, s: GantryStrRef) -> &'a str {
         let start = s.offset as usize;
         let end = start.saturating_add(s.len as usize);
-        self.strings
-            .get(start..end)
-            .and_then(|b| core::str::from_utf8(b).ok())
-            .unwrap_or("")
+        self.strings.get(start..end).and_then(|b| core::str::from_utf8(b).ok()).unwrap_or("")
     }
 
     /// The records of a range in one of the view's arrays; empty if the range is out of bounds.

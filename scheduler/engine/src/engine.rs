@@ -90,7 +90,11 @@ impl std::fmt::Debug for Engine {
 
 impl Engine {
     /// An engine with `policies` serving the extension points named by `profile`.
-    pub fn new(config: EngineConfig, policies: Vec<Box<dyn Policy>>, profile: Profile) -> Result<Self, EngineError> {
+    pub fn new(
+        config: EngineConfig,
+        policies: Vec<Box<dyn Policy>>,
+        profile: Profile,
+    ) -> Result<Self, EngineError> {
         let hooks = [
             ("admit", profile.admit, GANTRY_HOOK_ADMIT),
             ("order", profile.order, GANTRY_HOOK_ORDER),
@@ -99,9 +103,9 @@ impl Engine {
         ];
         for (name, slot, hook) in hooks {
             if let Some(i) = slot {
-                let p = policies
-                    .get(i)
-                    .ok_or_else(|| EngineError::Profile(format!("{name} names policy #{i}, which is not loaded")))?;
+                let p = policies.get(i).ok_or_else(|| {
+                    EngineError::Profile(format!("{name} names policy #{i}, which is not loaded"))
+                })?;
                 if !p.hooks().has(hook) {
                     return Err(EngineError::Profile(format!(
                         "{name} is assigned to `{}`, which does not implement it",
@@ -111,7 +115,10 @@ impl Engine {
             }
         }
         if config.quarantine_after == 0 {
-            return Err(EngineError::Invalid { what: "quarantine_after", reason: "must be at least 1".into() });
+            return Err(EngineError::Invalid {
+                what: "quarantine_after",
+                reason: "must be at least 1".into(),
+            });
         }
         let state = ClusterState::new(&config)?;
         Ok(Engine {
@@ -270,7 +277,8 @@ impl Engine {
             requests: GantryRange { start, len: spec.requests.len() as u32 },
             used: GantryResources::default(),
         });
-        let max_attempts = if spec.max_attempts == 0 { self.config.default_max_attempts } else { spec.max_attempts };
+        let max_attempts =
+            if spec.max_attempts == 0 { self.config.default_max_attempts } else { spec.max_attempts };
         st.app_meta.push(AppMeta { name: spec.name, max_attempts, failures: 0, diagnostics: String::new() });
         st.app_index.insert(id, app_idx);
         self.commands.push(Command::AppAccepted { app: AppId(id) });
@@ -346,7 +354,12 @@ impl Engine {
         }
         let meta = &mut self.state.container_meta[i as usize];
         meta.kill_reason.get_or_insert(reason);
-        self.commands.push(Command::Kill { container: ContainerId(c.id), node: NodeId(c.node), grace_ms, reason });
+        self.commands.push(Command::Kill {
+            container: ContainerId(c.id),
+            node: NodeId(c.node),
+            grace_ms,
+            reason,
+        });
     }
 
     /// Ends an app: records the state and stops all its live containers.
@@ -544,7 +557,12 @@ impl Engine {
         let Some(i) = slot else { return };
         if rej.total() > 0 {
             for (reason, n) in rej.iter() {
-                tracing::warn!(policy = self.policies[i].policy.name(), reason = reason.as_str(), n, "decisions rejected");
+                tracing::warn!(
+                    policy = self.policies[i].policy.name(),
+                    reason = reason.as_str(),
+                    n,
+                    "decisions rejected"
+                );
             }
         }
         if rej.any_malformed() {

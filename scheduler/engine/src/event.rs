@@ -1,6 +1,8 @@
 //! The engine's interface: events in, commands out (see DESIGN.md, "The engine is sans-IO").
 
-use crate::model::{AppId, AppSpec, ContainerId, NodeId, NodeSpec, ReservationId, ReservationSpec, Resources};
+use crate::model::{
+    AppId, AppSpec, ContainerId, NodeId, NodeSpec, ReservationId, ReservationSpec, Resources,
+};
 
 /// Something that happened, as a driver (the daemon or the simulator) reports it.
 #[derive(Debug, Clone, PartialEq)]

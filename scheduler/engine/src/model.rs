@@ -254,10 +254,7 @@ impl AppSpec {
         if self.requests.is_empty() || self.requests.len() > MAX_REQUESTS_PER_APP {
             return Err(EngineError::Invalid {
                 what: "app",
-                reason: format!(
-                    "has {} requests; it needs 1..={MAX_REQUESTS_PER_APP}",
-                    self.requests.len()
-                ),
+                reason: format!("has {} requests; it needs 1..={MAX_REQUESTS_PER_APP}", self.requests.len()),
             });
         }
         if self.max_attempts > MAX_ATTEMPTS {

@@ -65,7 +65,9 @@ impl<P: Plugin> Policy for StaticPolicy<P> {
             return Err(PolicyError::Unsupported);
         }
         let plugin = &mut self.plugin;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| plugin.call_hook(view.hook, view, out))) {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            plugin.call_hook(view.hook, view, out)
+        })) {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(PolicyError::Failed(e.message)),
             Err(payload) => {

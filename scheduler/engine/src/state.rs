@@ -89,10 +89,7 @@ pub fn container_is_live(state: u32) -> bool {
 
 /// Whether an application state is final.
 pub fn app_is_terminal(state: u32) -> bool {
-    matches!(
-        state,
-        GANTRY_APP_FINISHED | GANTRY_APP_FAILED | GANTRY_APP_KILLED | GANTRY_APP_REJECTED
-    )
+    matches!(state, GANTRY_APP_FINISHED | GANTRY_APP_FAILED | GANTRY_APP_KILLED | GANTRY_APP_REJECTED)
 }
 
 fn scale(r: &GantryResources, f: f64) -> GantryResources {
@@ -169,12 +166,7 @@ impl ClusterState {
             self.queue_index.insert(q.path.clone(), idx);
         }
         for (p, _) in self.queues.iter().enumerate() {
-            let sum: f64 = self
-                .queues
-                .iter()
-                .filter(|c| c.parent == p as u32)
-                .map(|c| c.guaranteed)
-                .sum();
+            let sum: f64 = self.queues.iter().filter(|c| c.parent == p as u32).map(|c| c.guaranteed).sum();
             if sum > 1.0 + 1e-9 {
                 return Err(EngineError::QueueConfig(format!(
                     "children of `{}` are guaranteed {:.3} of it, more than 1",
@@ -409,9 +401,8 @@ impl ClusterState {
             }
             n.gpus = GantryRange { start, len: new_gpus.len() as u32 - start };
         }
-        self.reservations.retain(|r| {
-            !matches!(r.state, GANTRY_RESERVATION_REJECTED | GANTRY_RESERVATION_EXPIRED)
-        });
+        self.reservations
+            .retain(|r| !matches!(r.state, GANTRY_RESERVATION_REJECTED | GANTRY_RESERVATION_EXPIRED));
         self.apps = kept_apps;
         self.app_meta = kept_meta;
         self.requests = kept_reqs;
@@ -420,8 +411,7 @@ impl ClusterState {
         self.labels = new_labels;
         self.gpus = new_gpus;
         self.app_index = self.apps.iter().enumerate().map(|(i, a)| (a.id, i as u32)).collect();
-        self.container_index =
-            self.containers.iter().enumerate().map(|(i, c)| (c.id, i as u32)).collect();
+        self.container_index = self.containers.iter().enumerate().map(|(i, c)| (c.id, i as u32)).collect();
     }
 
     /// Checks the bookkeeping against the records: every node's and queue's allocation equals the
@@ -453,7 +443,10 @@ impl ClusterState {
         }
         for (i, n) in self.nodes.iter().enumerate() {
             if n.allocated != node_alloc[i] {
-                return Err(format!("node {i} allocated {:?} but containers sum to {:?}", n.allocated, node_alloc[i]));
+                return Err(format!(
+                    "node {i} allocated {:?} but containers sum to {:?}",
+                    n.allocated, node_alloc[i]
+                ));
             }
             if !n.allocated.fits_in(&n.capacity) {
                 return Err(format!("node {i} over-allocated: {:?} > {:?}", n.allocated, n.capacity));
@@ -466,7 +459,10 @@ impl ClusterState {
         }
         for (i, a) in self.apps.iter().enumerate() {
             if a.used != app_used[i] {
-                return Err(format!("app {} used {:?} but containers sum to {:?}", a.id, a.used, app_used[i]));
+                return Err(format!(
+                    "app {} used {:?} but containers sum to {:?}",
+                    a.id, a.used, app_used[i]
+                ));
             }
             for r in View::range(&self.requests, a.requests) {
                 if r.app != i as u32 {
@@ -481,7 +477,10 @@ impl ClusterState {
             if g.container != GANTRY_NONE {
                 let c = self.containers.get(g.container as usize).ok_or("GPU held by bad container")?;
                 if c.node != g.node || !container_is_live(c.state) {
-                    return Err(format!("GPU on node {} held by container {} on node {}", g.node, c.id, c.node));
+                    return Err(format!(
+                        "GPU on node {} held by container {} on node {}",
+                        g.node, c.id, c.node
+                    ));
                 }
             }
         }

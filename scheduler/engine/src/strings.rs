@@ -37,10 +37,7 @@ impl StringArena {
     /// The text of a reference made by this arena.
     pub fn get(&self, r: GantryStrRef) -> &str {
         let start = r.offset as usize;
-        self.bytes
-            .get(start..start + r.len as usize)
-            .and_then(|b| std::str::from_utf8(b).ok())
-            .unwrap_or("")
+        self.bytes.get(start..start + r.len as usize).and_then(|b| std::str::from_utf8(b).ok()).unwrap_or("")
     }
 
     /// The arena's bytes, as the view exposes them.

@@ -303,7 +303,8 @@ pub fn place(state: &ClusterState, decisions: &[GantryDecision], rej: &mut Rejec
             _ => rej.add(RejectReason::BadKind, 1),
         }
     }
-    let mut tent = Tentative { nodes: HashMap::new(), queues: vec![GantryResources::default(); state.queues.len()] };
+    let mut tent =
+        Tentative { nodes: HashMap::new(), queues: vec![GantryResources::default(); state.queues.len()] };
     let mut accepted = Vec::new();
     for (request, nodes) in groups {
         let n = nodes.len() as u64;
@@ -416,7 +417,11 @@ pub enum RebalanceAction {
 }
 
 /// Checks `rebalance` decisions.
-pub fn rebalance(state: &ClusterState, decisions: &[GantryDecision], rej: &mut Rejections) -> Vec<RebalanceAction> {
+pub fn rebalance(
+    state: &ClusterState,
+    decisions: &[GantryDecision],
+    rej: &mut Rejections,
+) -> Vec<RebalanceAction> {
     let mut out = Vec::new();
     let mut seen = vec![false; state.containers.len()];
     let mut guaranteed: Vec<f64> = state.queues.iter().map(|q| q.guaranteed).collect();

@@ -30,7 +30,12 @@ fn run(args: Args) -> anyhow::Result<()> {
     println!("queues:");
     let st = engine.state();
     for q in st.queues() {
-        println!("  {:<24} guaranteed {:>5.1}%  maximum {:>5.1}%", st.str(q.name), q.guaranteed * 100.0, q.maximum * 100.0);
+        println!(
+            "  {:<24} guaranteed {:>5.1}%  maximum {:>5.1}%",
+            st.str(q.name),
+            q.guaranteed * 100.0,
+            q.maximum * 100.0
+        );
     }
     println!("plugins:");
     for p in engine.policy_status() {
@@ -50,7 +55,9 @@ fn run(args: Args) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     match run(Args::parse()) {

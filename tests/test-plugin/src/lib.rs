@@ -23,8 +23,7 @@
 
 use core::ffi::CStr;
 use gantry_sdk::abi::{
-    GANTRY_NODE_RUNNING, GANTRY_NONE, GANTRY_REQUEST_GANG, GantryDecision, GantryRequest,
-    GantryResources,
+    GANTRY_NODE_RUNNING, GANTRY_NONE, GANTRY_REQUEST_GANG, GantryDecision, GantryRequest, GantryResources,
 };
 use gantry_sdk::{Decisions, Hooks, Plugin, PluginError, View};
 
@@ -143,8 +142,7 @@ impl TestMisbehave {
     /// Copies this call's node allocations into the scratch buffer.
     fn load_allocations(&mut self, view: &View<'_>) {
         self.allocated.clear();
-        self.allocated
-            .extend(view.nodes.iter().map(|n| n.allocated));
+        self.allocated.extend(view.nodes.iter().map(|n| n.allocated));
     }
 
     /// The first node (at or after `from`) that is running, matches `req`'s selector and has
@@ -212,23 +210,14 @@ impl TestMisbehave {
 impl Plugin for TestMisbehave {
     const NAME: &'static CStr = c"test-misbehave";
     const VERSION: &'static CStr = c"0.1.0";
-    const HOOKS: Hooks = Hooks {
-        admit: true,
-        order: true,
-        place: true,
-        rebalance: true,
-    };
+    const HOOKS: Hooks = Hooks { admit: true, order: true, place: true, rebalance: true };
 
     fn create(config: &str) -> Result<Self, PluginError> {
         let mode = parse_mode(config)?;
         if mode == Mode::PanicCreate {
             panic!("test plugin panic in create");
         }
-        Ok(TestMisbehave {
-            mode,
-            place_calls: 0,
-            allocated: Vec::new(),
-        })
+        Ok(TestMisbehave { mode, place_calls: 0, allocated: Vec::new() })
     }
 
     fn admit(&mut self, _view: &View<'_>, _out: &mut Decisions) -> Result<(), PluginError> {
@@ -241,11 +230,7 @@ impl Plugin for TestMisbehave {
                 out.order(first);
                 out.order(first);
             }
-            out.order(
-                u32::try_from(view.requests.len())
-                    .unwrap_or(u32::MAX)
-                    .saturating_add(3),
-            );
+            out.order(u32::try_from(view.requests.len()).unwrap_or(u32::MAX).saturating_add(3));
         }
         Ok(())
     }
@@ -301,11 +286,9 @@ impl Plugin for TestMisbehave {
                     }
                 }
             }
-            Mode::Ok
-            | Mode::PanicCreate
-            | Mode::OrderGarbage
-            | Mode::RebalanceKillAll
-            | Mode::FailThenOk => self.first_fit(view, out),
+            Mode::Ok | Mode::PanicCreate | Mode::OrderGarbage | Mode::RebalanceKillAll | Mode::FailThenOk => {
+                self.first_fit(view, out)
+            }
         }
         Ok(())
     }
@@ -328,9 +311,8 @@ gantry_sdk::export_plugin!(TestMisbehave);
 mod tests {
     use super::*;
     use gantry_sdk::abi::{
-        GANTRY_DECISION_KILL, GANTRY_DECISION_ORDER, GANTRY_DECISION_PLACE,
-        GANTRY_DECISION_PREEMPT, GANTRY_DECISION_WAIT, GANTRY_HOOK_PLACE, GantryContainer,
-        GantryNode,
+        GANTRY_DECISION_KILL, GANTRY_DECISION_ORDER, GANTRY_DECISION_PLACE, GANTRY_DECISION_PREEMPT,
+        GANTRY_DECISION_WAIT, GANTRY_HOOK_PLACE, GantryContainer, GantryNode,
     };
 
     fn cfg(mode: &str) -> String {
@@ -407,10 +389,7 @@ mod tests {
     }
 
     fn places(d: &[GantryDecision]) -> Vec<(u32, u32)> {
-        d.iter()
-            .filter(|d| d.kind == GANTRY_DECISION_PLACE)
-            .map(|d| (d.subject, d.target))
-            .collect()
+        d.iter().filter(|d| d.kind == GANTRY_DECISION_PLACE).map(|d| (d.subject, d.target)).collect()
     }
 
     #[test]
@@ -418,10 +397,7 @@ mod tests {
         for (name, mode) in Mode::ALL {
             assert_eq!(parse_mode(&cfg(name)), Ok(mode));
         }
-        assert_eq!(
-            parse_mode(" {\"other\": 1, \"mode\" :\"flood\" } "),
-            Ok(Mode::Flood)
-        );
+        assert_eq!(parse_mode(" {\"other\": 1, \"mode\" :\"flood\" } "), Ok(Mode::Flood));
         assert_eq!(parse_mode("{\"mode\":\"ok\",\"x\":2}"), Ok(Mode::Ok));
         for bad in [
             "",
@@ -459,9 +435,7 @@ mod tests {
     #[test]
     fn panic_and_error() {
         let mut p = plugin("panic");
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            run(TestMisbehave::place, &mut p)
-        }));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(TestMisbehave::place, &mut p)));
         let payload = r.unwrap_err();
         assert_eq!(payload.downcast_ref::<&str>(), Some(&"test plugin panic"));
         assert!(run(TestMisbehave::order, &mut plugin("panic")).is_ok());
@@ -477,10 +451,7 @@ mod tests {
         let d = run(TestMisbehave::place, &mut plugin("unknown-request")).unwrap();
         assert_eq!(places(&d), vec![(2 + 7, 0)]);
         let d = run(TestMisbehave::place, &mut plugin("double-alloc")).unwrap();
-        assert_eq!(
-            places(&d),
-            vec![(0, 0), (0, 0), (0, 0), (1, 0), (1, 0), (1, 0)]
-        );
+        assert_eq!(places(&d), vec![(0, 0), (0, 0), (0, 0), (1, 0), (1, 0), (1, 0)]);
         let d = run(TestMisbehave::place, &mut plugin("partial-gang")).unwrap();
         assert_eq!(places(&d), vec![(1, 0), (1, 0)]);
         let d = run(TestMisbehave::place, &mut plugin("bad-kind")).unwrap();
@@ -492,16 +463,9 @@ mod tests {
     fn flood() {
         let d = run(TestMisbehave::place, &mut plugin("flood")).unwrap();
         assert_eq!(places(&d), vec![(0, 0), (0, 0), (0, 1)]);
-        let waits: Vec<_> = d
-            .iter()
-            .filter(|d| d.kind == GANTRY_DECISION_WAIT)
-            .collect();
+        let waits: Vec<_> = d.iter().filter(|d| d.kind == GANTRY_DECISION_WAIT).collect();
         assert_eq!(waits.len(), 3 * (2 + 1));
-        assert!(
-            waits
-                .iter()
-                .all(|w| w.subject < 2 && w.reason == FLOOD_REASON)
-        );
+        assert!(waits.iter().all(|w| w.subject < 2 && w.reason == FLOOD_REASON));
     }
 
     #[test]
@@ -509,10 +473,7 @@ mod tests {
         let mut p = plugin("order-garbage");
         let d = run(TestMisbehave::order, &mut p).unwrap();
         assert!(d.iter().all(|d| d.kind == GANTRY_DECISION_ORDER));
-        assert_eq!(
-            d.iter().map(|d| d.subject).collect::<Vec<_>>(),
-            vec![0, 0, 2 + 3]
-        );
+        assert_eq!(d.iter().map(|d| d.subject).collect::<Vec<_>>(), vec![0, 0, 2 + 3]);
         assert_eq!(places(&run(TestMisbehave::place, &mut p).unwrap()).len(), 3);
     }
 
@@ -520,16 +481,10 @@ mod tests {
     fn rebalance_kill_all() {
         let mut p = plugin("rebalance-kill-all");
         let d = run(TestMisbehave::rebalance, &mut p).unwrap();
-        let kills: Vec<u32> = d
-            .iter()
-            .filter(|d| d.kind == GANTRY_DECISION_KILL)
-            .map(|d| d.subject)
-            .collect();
+        let kills: Vec<u32> =
+            d.iter().filter(|d| d.kind == GANTRY_DECISION_KILL).map(|d| d.subject).collect();
         assert_eq!(kills, vec![0, 1, 2, 3]);
-        let preempts: Vec<_> = d
-            .iter()
-            .filter(|d| d.kind == GANTRY_DECISION_PREEMPT)
-            .collect();
+        let preempts: Vec<_> = d.iter().filter(|d| d.kind == GANTRY_DECISION_PREEMPT).collect();
         assert_eq!(preempts.len(), 1);
         assert_eq!(preempts[0].subject, 4 + 1);
     }

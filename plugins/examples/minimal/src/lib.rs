@@ -29,11 +29,10 @@ use gantry_sdk::abi::{
 use gantry_sdk::{Decisions, Hooks, Plugin, PluginError, View};
 
 /// The crate version as a NUL-terminated string, checked at compile time.
-const VERSION: &CStr =
-    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
-        Ok(v) => v,
-        Err(_) => panic!("CARGO_PKG_VERSION contains a NUL byte"),
-    };
+const VERSION: &CStr = match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+    Ok(v) => v,
+    Err(_) => panic!("CARGO_PKG_VERSION contains a NUL byte"),
+};
 
 /// How many container sizes the cursor cache remembers per call.
 const CURSOR_CACHE: usize = 32;
@@ -149,8 +148,7 @@ impl MinimalFirstFit {
             start = end;
         }
         // Racks in the order of their first node, for a first-fit choice of rack.
-        self.racks
-            .sort_by_key(|g| by_rack.get(g.start).copied().unwrap_or(u32::MAX));
+        self.racks.sort_by_key(|g| by_rack.get(g.start).copied().unwrap_or(u32::MAX));
         for (gi, g) in self.racks.iter().enumerate() {
             for &pos in by_rack.get(g.start..g.end).unwrap_or(&[]) {
                 if let Some(slot) = self.rack_of.get_mut(pos as usize) {
@@ -163,12 +161,7 @@ impl MinimalFirstFit {
 
     /// Where a scan for `shape` may start: past the longest prefix known too full for it.
     fn cursor_for(&self, shape: &GantryResources) -> usize {
-        self.cursors
-            .iter()
-            .filter(|c| c.shape.fits_in(shape))
-            .map(|c| c.prefix)
-            .max()
-            .unwrap_or(0)
+        self.cursors.iter().filter(|c| c.shape.fits_in(shape)).map(|c| c.prefix).max().unwrap_or(0)
     }
 
     /// Records that no position before `prefix` has room for `shape`.
@@ -187,9 +180,7 @@ impl MinimalFirstFit {
 
     /// Whether position `pos` has room for one container of `req` and matches its selector.
     fn fits(&self, view: &View<'_>, pos: usize, req: &GantryRequest) -> bool {
-        self.free
-            .get(pos)
-            .is_some_and(|free| req.resources.fits_in(free))
+        self.free.get(pos).is_some_and(|free| req.resources.fits_in(free))
             && (req.selector.len == 0 || self.matches(view, pos, req))
     }
 
@@ -203,13 +194,7 @@ impl MinimalFirstFit {
 
     /// The first position at or after `from` that takes one container of `req`. Advances
     /// `prefix` over positions without room that directly follow it.
-    fn scan(
-        &self,
-        view: &View<'_>,
-        from: usize,
-        req: &GantryRequest,
-        prefix: &mut usize,
-    ) -> Option<usize> {
+    fn scan(&self, view: &View<'_>, from: usize, req: &GantryRequest, prefix: &mut usize) -> Option<usize> {
         let free = self.free.get(from..)?;
         let has_selector = req.selector.len != 0;
         for (pos, room) in (from..).zip(free) {
@@ -264,14 +249,7 @@ impl MinimalFirstFit {
     }
 
     /// Plain request, any node: up to `want` containers, first fit.
-    fn place_some(
-        &mut self,
-        view: &View<'_>,
-        r: u32,
-        req: &GantryRequest,
-        want: u32,
-        out: &mut Decisions,
-    ) {
+    fn place_some(&mut self, view: &View<'_>, r: u32, req: &GantryRequest, want: u32, out: &mut Decisions) {
         let start = self.cursor_for(&req.resources);
         let mut prefix = start;
         let mut pos = start;
@@ -330,10 +308,7 @@ impl MinimalFirstFit {
             }
             // The selector matched; keep filling this node while it has room.
             while self.tentative.len() < want
-                && self
-                    .free
-                    .get(pos)
-                    .is_some_and(|free| req.resources.fits_in(free))
+                && self.free.get(pos).is_some_and(|free| req.resources.fits_in(free))
             {
                 self.take(pos, &req.resources);
                 self.tentative.push(pos as u32);
@@ -342,13 +317,7 @@ impl MinimalFirstFit {
     }
 
     /// Gang in one rack: each rack in turn until one takes all `count` containers.
-    fn place_gang_same_rack(
-        &mut self,
-        view: &View<'_>,
-        r: u32,
-        req: &GantryRequest,
-        out: &mut Decisions,
-    ) {
+    fn place_gang_same_rack(&mut self, view: &View<'_>, r: u32, req: &GantryRequest, out: &mut Decisions) {
         self.build_racks(view);
         let want = req.count as usize;
         self.tentative.clear();
@@ -389,8 +358,7 @@ impl MinimalFirstFit {
         } else {
             (0..self.free.len())
                 .find(|&pos| {
-                    self.rack_of.get(pos).is_some_and(|&g| g != NO_RACK)
-                        && self.fits(view, pos, req)
+                    self.rack_of.get(pos).is_some_and(|&g| g != NO_RACK) && self.fits(view, pos, req)
                 })
                 .and_then(|pos| self.rack_of.get(pos))
                 .map(|&g| g as usize)
@@ -420,10 +388,7 @@ fn check_config(config: &str) -> Result<(), PluginError> {
 impl Plugin for MinimalFirstFit {
     const NAME: &'static CStr = c"minimal-first-fit";
     const VERSION: &'static CStr = VERSION;
-    const HOOKS: Hooks = Hooks {
-        place: true,
-        ..Hooks::NONE
-    };
+    const HOOKS: Hooks = Hooks { place: true, ..Hooks::NONE };
 
     fn create(config: &str) -> Result<Self, PluginError> {
         check_config(config)?;
@@ -496,10 +461,7 @@ mod tests {
             if let Some((_, r)) = self.interned.iter().find(|(t, _)| t == s) {
                 return *r;
             }
-            let r = GantryStrRef {
-                offset: self.strings.len() as u32,
-                len: s.len() as u32,
-            };
+            let r = GantryStrRef { offset: self.strings.len() as u32, len: s.len() as u32 };
             self.strings.extend_from_slice(s.as_bytes());
             self.interned.push((s.to_owned(), r));
             r
@@ -508,16 +470,10 @@ mod tests {
         fn label_range(&mut self, labels: &[(&str, &str)]) -> GantryRange {
             let start = self.labels.len() as u32;
             for (k, v) in labels {
-                let label = GantryLabel {
-                    key: self.intern(k),
-                    value: self.intern(v),
-                };
+                let label = GantryLabel { key: self.intern(k), value: self.intern(v) };
                 self.labels.push(label);
             }
-            GantryRange {
-                start,
-                len: labels.len() as u32,
-            }
+            GantryRange { start, len: labels.len() as u32 }
         }
 
         fn node(&mut self, rack: &str, capacity: GantryResources, labels: &[(&str, &str)]) -> u32 {
@@ -601,17 +557,10 @@ mod tests {
             assert_eq!(d.kind, GANTRY_DECISION_PLACE);
             let req = &c.requests[d.subject as usize];
             let node = &c.nodes[d.target as usize];
-            assert_eq!(
-                node.state, GANTRY_NODE_RUNNING,
-                "placed on a node that is not running"
-            );
+            assert_eq!(node.state, GANTRY_NODE_RUNNING, "placed on a node that is not running");
             assert!(view.node_matches(node, req.selector), "selector violated");
             alloc[d.target as usize] = alloc[d.target as usize].plus(&req.resources);
-            assert!(
-                alloc[d.target as usize].fits_in(&node.capacity),
-                "node {} over-allocated",
-                d.target
-            );
+            assert!(alloc[d.target as usize].fits_in(&node.capacity), "node {} over-allocated", d.target);
             per_request[d.subject as usize].push(d.target);
         }
         for (r, targets) in per_request.iter().enumerate() {
@@ -619,20 +568,14 @@ mod tests {
             if targets.is_empty() {
                 continue;
             }
-            assert!(
-                targets.len() as u32 <= req.count - req.placed,
-                "request {r} over-placed"
-            );
+            assert!(targets.len() as u32 <= req.count - req.placed, "request {r} over-placed");
             if req.flags & GANTRY_REQUEST_GANG != 0 {
                 assert_eq!(targets.len() as u32, req.count, "gang {r} partly placed");
             }
             if req.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0 {
                 let rack = c.nodes[targets[0] as usize].rack;
                 assert_ne!(rack.len, 0);
-                assert!(
-                    targets.iter().all(|&t| c.nodes[t as usize].rack == rack),
-                    "request {r} spans racks"
-                );
+                assert!(targets.iter().all(|&t| c.nodes[t as usize].rack == rack), "request {r} spans racks");
             }
         }
         decisions.len()
@@ -641,11 +584,7 @@ mod tests {
     /// The obvious quadratic first fit with the same rules, to check the fast one against.
     fn reference(c: &Cluster) -> Vec<(u32, u32)> {
         let view = c.view();
-        let mut free: Vec<GantryResources> = c
-            .nodes
-            .iter()
-            .map(|n| n.capacity.minus(&n.allocated))
-            .collect();
+        let mut free: Vec<GantryResources> = c.nodes.iter().map(|n| n.capacity.minus(&n.allocated)).collect();
         let ok = |free: &[GantryResources], n: usize, req: &GantryRequest| {
             c.nodes[n].state == GANTRY_NODE_RUNNING
                 && req.resources.fits_in(&free[n])
@@ -666,10 +605,7 @@ mod tests {
             let want = (req.count - req.placed) as usize;
             let candidates: Vec<Vec<usize>> = if same_rack {
                 let fixed = if req.placed > 0 {
-                    c.containers
-                        .iter()
-                        .find(|k| k.request == r)
-                        .map(|k| c.nodes[k.node as usize].rack)
+                    c.containers.iter().find(|k| k.request == r).map(|k| c.nodes[k.node as usize].rack)
                 } else if gang {
                     None
                 } else {
@@ -683,11 +619,7 @@ mod tests {
                     None => vec![],
                 };
                 rs.iter()
-                    .map(|rack| {
-                        (0..c.nodes.len())
-                            .filter(|&n| c.nodes[n].rack == *rack)
-                            .collect()
-                    })
+                    .map(|rack| (0..c.nodes.len()).filter(|&n| c.nodes[n].rack == *rack).collect())
                     .collect()
             } else {
                 vec![(0..c.nodes.len()).collect()]
@@ -726,17 +658,8 @@ mod tests {
     #[test]
     fn metadata() {
         assert_eq!(MinimalFirstFit::NAME, c"minimal-first-fit");
-        assert_eq!(
-            MinimalFirstFit::VERSION.to_str().unwrap(),
-            env!("CARGO_PKG_VERSION")
-        );
-        assert_eq!(
-            MinimalFirstFit::HOOKS,
-            Hooks {
-                place: true,
-                ..Hooks::NONE
-            }
-        );
+        assert_eq!(MinimalFirstFit::VERSION.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
+        assert_eq!(MinimalFirstFit::HOOKS, Hooks { place: true, ..Hooks::NONE });
     }
 
     #[test]
@@ -798,10 +721,7 @@ mod tests {
         let d = c.place(&mut MinimalFirstFit::new());
         // The big gang takes nothing, and its rolled-back tentative placements are free again.
         assert!(d.iter().all(|d| d.subject != big));
-        assert_eq!(
-            placements(&d),
-            vec![(fits, 0), (fits, 0), (fits, 1), (after, 1)]
-        );
+        assert_eq!(placements(&d), vec![(fits, 0), (fits, 0), (fits, 1), (after, 1)]);
         check_valid(&c, &d);
     }
 
@@ -833,27 +753,12 @@ mod tests {
         // Without the constraint, the gang spreads from the first node on.
         assert_eq!(
             placements(&c.place(&mut p)),
-            vec![
-                (spread, 0),
-                (spread, 0),
-                (spread, 1),
-                (spread, 1),
-                (spread, 2)
-            ]
+            vec![(spread, 0), (spread, 0), (spread, 1), (spread, 1), (spread, 2)]
         );
         // With it, rack a (4 slots) is too small, so all five go to rack b.
         c.requests[spread as usize].flags |= GANTRY_REQUEST_SAME_RACK_REQUIRED;
         let d = c.place(&mut p);
-        assert_eq!(
-            placements(&d),
-            vec![
-                (spread, 2),
-                (spread, 2),
-                (spread, 4),
-                (spread, 4),
-                (spread, 5)
-            ]
-        );
+        assert_eq!(placements(&d), vec![(spread, 2), (spread, 2), (spread, 4), (spread, 4), (spread, 5)]);
         check_valid(&c, &d);
         // Seven fit in no rack: nothing at all.
         c.requests[spread as usize].count = 7;
@@ -872,10 +777,7 @@ mod tests {
         let g2 = c.request(res(2, 1), 3, flags, &[]);
         let g3 = c.request(res(2, 1), 3, flags, &[]);
         let d = c.place(&mut MinimalFirstFit::new());
-        assert_eq!(
-            placements(&d),
-            vec![(g1, 0), (g1, 0), (g1, 2), (g2, 1), (g2, 1), (g2, 3)]
-        );
+        assert_eq!(placements(&d), vec![(g1, 0), (g1, 0), (g1, 2), (g2, 1), (g2, 1), (g2, 3)]);
         assert!(d.iter().all(|d| d.subject != g3));
         check_valid(&c, &d);
     }
@@ -983,11 +885,7 @@ mod tests {
                 };
                 let n = c.node(
                     rack,
-                    GantryResources::new(
-                        1000 * (2 + rand(14)),
-                        GIB * (4 + rand(60)),
-                        rand(3) as u32,
-                    ),
+                    GantryResources::new(1000 * (2 + rand(14)), GIB * (4 + rand(60)), rand(3) as u32),
                     labels,
                 ) as usize;
                 match rand(8) {
@@ -1039,12 +937,7 @@ mod tests {
                 _ => 0,
             };
             let selector: &[(&str, &str)] = if i % 7 == 0 { &[("gpu", "a100")] } else { &[] };
-            c.request(
-                res(1 + i % 8, 1 + i % 16),
-                1 + (i % 50) as u32,
-                flags,
-                selector,
-            );
+            c.request(res(1 + i % 8, 1 + i % 16), 1 + (i % 50) as u32, flags, selector);
         }
         let mut plugin = MinimalFirstFit::new();
         let mut time = |c: &Cluster, what: &str| {
@@ -1062,11 +955,7 @@ mod tests {
         time(&c, "empty cluster");
         // Nearly full: most nodes have 2 cores left, one in 97 has plenty.
         for (i, n) in c.nodes.iter_mut().enumerate() {
-            n.allocated = if i % 97 == 0 {
-                res(8, 32)
-            } else {
-                res(30, 100)
-            };
+            n.allocated = if i % 97 == 0 { res(8, 32) } else { res(30, 100) };
         }
         time(&c, "nearly full cluster");
     }

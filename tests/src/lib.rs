@@ -1,0 +1,257 @@
+//! Helpers for gantry's end-to-end tests and benchmarks: building the real plugin shared
+//! libraries and binaries, compiling the C plugins with the system compiler, and synthetic
+//! clusters.
+
+use anyhow::{Context, bail};
+use gantry_engine::{AppSpec, Engine, Event, GpuSpec, NodeSpec, RackAffinity, RequestSpec, Resources};
+use gantry_sdk::View;
+use gantry_sdk::abi::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// One GiB.
+pub const GIB: u64 = 1 << 30;
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// The cargo target directory.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// Builds (once per process) the `gantry` binary and the Rust plugin libraries in the debug
+/// profile, and returns the profile's output directory. Cargo makes this a no-op when they are
+/// up to date.
+pub fn build_artifacts() -> anyhow::Result<PathBuf> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let out = Command::new(cargo)
+                .current_dir(workspace_root())
+                .args([
+                    "build",
+                    "--quiet",
+                    "-p",
+                    "gantry-scheduler",
+                    "--bin",
+                    "gantry",
+                    "-p",
+                    "gantry-example-minimal",
+                    "-p",
+                    "gantry-test-plugin",
+                ])
+                .output()
+                .map_err(|e| format!("running cargo: {e}"))?;
+            if !out.status.success() {
+                return Err(format!("cargo build failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+            }
+            Ok(target_dir().join("debug"))
+        })
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+/// Path of the `gantry` CLI binary (built on demand).
+pub fn gantry_bin() -> anyhow::Result<PathBuf> {
+    Ok(build_artifacts()?.join("gantry"))
+}
+
+/// Path of a Rust plugin library by its library name (e.g. `gantry_minimal`), built on demand.
+pub fn rust_plugin(lib: &str) -> anyhow::Result<PathBuf> {
+    let p = build_artifacts()?.join(format!("lib{lib}.so"));
+    if !p.exists() {
+        bail!("{} was not built", p.display());
+    }
+    Ok(p)
+}
+
+/// Compiles a C plugin source (path relative to the workspace root) into
+/// `target/c-plugins/lib<stem>.so` with the system C compiler, and returns the library's path.
+/// Each process writes to a temporary name and renames, so parallel tests do not collide.
+pub fn c_plugin(source: &str) -> anyhow::Result<PathBuf> {
+    let root = workspace_root();
+    let src = root.join(source);
+    let stem = src.file_stem().and_then(|s| s.to_str()).context("C source has no file name")?;
+    let dir = target_dir().join("c-plugins");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let out = dir.join(format!("libgantry_{stem}.so"));
+    let tmp = dir.join(format!(".libgantry_{stem}.{}.so", std::process::id()));
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let status = Command::new(cc)
+        .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-I"])
+        .arg(root.join("sdk/include"))
+        .arg(&src)
+        .arg("-o")
+        .arg(&tmp)
+        .status()
+        .context("running the C compiler (cc)")?;
+    if !status.success() {
+        bail!("compiling {} failed", src.display());
+    }
+    std::fs::rename(&tmp, &out).with_context(|| format!("renaming to {}", out.display()))?;
+    Ok(out)
+}
+
+/// A node spec with `cpu_cores` cores, `mem_gib` GiB and `gpus` GPUs of `model`.
+pub fn node(name: &str, rack: &str, cpu_cores: u64, mem_gib: u64, gpus: u32, model: &str) -> NodeSpec {
+    NodeSpec {
+        name: name.to_owned(),
+        rack: rack.to_owned(),
+        labels: if gpus > 0 { vec![("gpu".into(), model.to_owned())] } else { Vec::new() },
+        capacity: Resources::new(cpu_cores * 1000, mem_gib * GIB, gpus),
+        gpu_list: (0..gpus)
+            .map(|index| GpuSpec { index, model: model.to_owned(), memory_bytes: 80 * GIB })
+            .collect(),
+    }
+}
+
+/// A one-request application in `root.default`.
+pub fn app(name: &str, cpu_millis: u64, mem_gib: u64, gpus: u32, count: u32, gang: bool) -> AppSpec {
+    AppSpec {
+        name: name.to_owned(),
+        queue: "root.default".into(),
+        user: "alice".into(),
+        requests: vec![RequestSpec {
+            resources: Resources::new(cpu_millis, mem_gib * GIB, gpus),
+            count,
+            gang,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Registers `nodes` with an engine at time 0.
+pub fn register_all(engine: &mut Engine, nodes: &[NodeSpec]) -> anyhow::Result<()> {
+    for n in nodes {
+        engine.handle(0, Event::NodeRegistered(n.clone()))?;
+    }
+    Ok(())
+}
+
+/// Owned arrays from which a [`View`] can be borrowed: a synthetic cluster for benchmarks and
+/// plugin tests that do not need an engine.
+#[derive(Debug, Default, Clone)]
+pub struct SyntheticCluster {
+    /// String arena.
+    pub strings: Vec<u8>,
+    /// Labels.
+    pub labels: Vec<GantryLabel>,
+    /// Nodes.
+    pub nodes: Vec<GantryNode>,
+    /// Queues.
+    pub queues: Vec<GantryQueue>,
+    /// Apps.
+    pub apps: Vec<GantryApp>,
+    /// Requests.
+    pub requests: Vec<GantryRequest>,
+    /// Pending request indexes.
+    pub pending: Vec<u32>,
+}
+
+impl SyntheticCluster {
+    /// `nodes` nodes (16 cores, 64 GiB, in racks of 40) and `pending` one-container requests of
+    /// 1–4 cores and 2–8 GiB, every tenth a gang of 4, in one unbounded queue.
+    pub fn new(nodes: usize, pending: usize) -> Self {
+        let mut c = SyntheticCluster::default();
+        let intern = |s: &str, bytes: &mut Vec<u8>| {
+            let r = GantryStrRef { offset: bytes.len() as u32, len: s.len() as u32 };
+            bytes.extend_from_slice(s.as_bytes());
+            r
+        };
+        let root = intern("root", &mut c.strings);
+        let cap = Resources::new(16_000 * nodes as u64, 64 * GIB * nodes as u64, 0);
+        c.queues.push(GantryQueue {
+            name: root,
+            parent: GANTRY_NONE,
+            flags: GANTRY_QUEUE_LEAF,
+            guaranteed: 1.0,
+            maximum: 1.0,
+            absolute_guaranteed: cap,
+            absolute_maximum: cap,
+            ..Default::default()
+        });
+        let racks: Vec<GantryStrRef> =
+            (0..nodes.div_ceil(40)).map(|r| intern(&format!("rack-{r}"), &mut c.strings)).collect();
+        for i in 0..nodes {
+            let name = intern(&format!("node-{i:05}"), &mut c.strings);
+            c.nodes.push(GantryNode {
+                name,
+                rack: racks[i / 40],
+                capacity: Resources::new(16_000, 64 * GIB, 0),
+                state: GANTRY_NODE_RUNNING,
+                ..Default::default()
+            });
+        }
+        for k in 0..pending {
+            let gang = k % 10 == 9;
+            c.apps.push(GantryApp {
+                id: k as u64 + 1,
+                queue: 0,
+                state: GANTRY_APP_ACCEPTED,
+                attempt: 1,
+                requests: GantryRange { start: k as u32, len: 1 },
+                ..Default::default()
+            });
+            c.requests.push(GantryRequest {
+                id: k as u64 + 1,
+                app: k as u32,
+                flags: if gang { GANTRY_REQUEST_GANG } else { 0 },
+                resources: Resources::new(1000 * (1 + k as u64 % 4), 2 * GIB * (1 + k as u64 % 4), 0),
+                count: if gang { 4 } else { 1 },
+                ..Default::default()
+            });
+            c.pending.push(k as u32);
+        }
+        c
+    }
+
+    /// A place-hook view of the cluster.
+    pub fn view(&self) -> View<'_> {
+        View {
+            hook: GANTRY_HOOK_PLACE,
+            now_ms: 0,
+            cycle: 1,
+            seed: 1,
+            cluster: self.queues.first().map(|q| q.absolute_maximum).unwrap_or_default(),
+            strings: &self.strings,
+            labels: &self.labels,
+            nodes: &self.nodes,
+            gpus: &[],
+            queues: &self.queues,
+            apps: &self.apps,
+            requests: &self.requests,
+            containers: &[],
+            reservations: &[],
+            pending: &self.pending,
+        }
+    }
+}
+
+/// A two-rack cluster with GPU and plain nodes, used by several tests.
+pub fn small_cluster() -> Vec<NodeSpec> {
+    let mut v = Vec::new();
+    for i in 0..4 {
+        v.push(node(&format!("gpu-{i}"), "rack-gpu", 16, 64, 4, "A100"));
+    }
+    for i in 0..6 {
+        v.push(node(&format!("cpu-{i}"), "rack-a", 8, 32, 0, ""));
+    }
+    v
+}
+
+/// Shorthand for a same-rack gang request spec.
+pub fn same_rack_gang(cpu_millis: u64, mem_gib: u64, count: u32) -> RequestSpec {
+    RequestSpec {
+        resources: Resources::new(cpu_millis, mem_gib * GIB, 0),
+        count,
+        gang: true,
+        rack_affinity: RackAffinity::Required,
+        ..Default::default()
+    }
+}
