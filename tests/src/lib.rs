@@ -70,6 +70,21 @@ pub fn rust_plugin(lib: &str) -> anyhow::Result<PathBuf> {
     Ok(p)
 }
 
+/// Builds a Rust plugin package in the release profile (for benchmarks) and returns the path of
+/// its library `lib<lib>.so`.
+pub fn release_rust_plugin(package: &str, lib: &str) -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(workspace_root())
+        .args(["build", "--quiet", "--release", "-p", package])
+        .status()
+        .context("running cargo")?;
+    if !status.success() {
+        bail!("cargo build --release -p {package} failed");
+    }
+    Ok(target_dir().join("release").join(format!("lib{lib}.so")))
+}
+
 /// Compiles a C plugin source (path relative to the workspace root) into
 /// `target/c-plugins/lib<stem>.so` with the system C compiler, and returns the library's path.
 /// Each process writes to a temporary name and renames, so parallel tests do not collide.

@@ -279,7 +279,13 @@ impl Engine {
         });
         let max_attempts =
             if spec.max_attempts == 0 { self.config.default_max_attempts } else { spec.max_attempts };
-        st.app_meta.push(AppMeta { name: spec.name, max_attempts, failures: 0, diagnostics: String::new() });
+        st.app_meta.push(AppMeta {
+            name: spec.name,
+            max_attempts,
+            failures: 0,
+            live_containers: 0,
+            diagnostics: String::new(),
+        });
         st.app_index.insert(id, app_idx);
         self.commands.push(Command::AppAccepted { app: AppId(id) });
         Ok(())
@@ -399,6 +405,8 @@ impl Engine {
         let c = self.state.containers[i as usize];
         let was_stopping = c.state == GANTRY_CONTAINER_STOPPING;
         self.release(i);
+        let meta = &mut self.state.app_meta[c.app as usize];
+        meta.live_containers = meta.live_containers.saturating_sub(1);
         let new_state = if lost {
             GANTRY_CONTAINER_LOST
         } else if was_stopping {
@@ -445,8 +453,7 @@ impl Engine {
     fn finish_if_done(&mut self, app: u32) {
         let a = self.state.apps[app as usize];
         let all_placed = View::range(&self.state.requests, a.requests).iter().all(|r| r.placed == r.count);
-        let any_live = self.state.containers.iter().any(|c| c.app == app && container_is_live(c.state));
-        if all_placed && !any_live {
+        if all_placed && self.state.app_meta[app as usize].live_containers == 0 {
             self.state.apps[app as usize].state = GANTRY_APP_FINISHED;
             self.state.dirty = true;
             self.app_changed(app, "all containers completed".into());
@@ -469,6 +476,8 @@ impl Engine {
     fn run_cycle(&mut self) {
         self.cycle += 1;
         self.stats.cycles += 1;
+        // Last cycle's pending indexes are stale once compaction renumbers requests.
+        self.pending.clear();
         self.state.compact();
         for r in &mut self.state.reservations {
             if r.state == GANTRY_RESERVATION_ACCEPTED && r.end_ms <= self.now_ms {
@@ -489,6 +498,10 @@ impl Engine {
         }
         if self.now_ms >= self.next_rebalance_ms {
             self.next_rebalance_ms = self.now_ms.saturating_add(self.config.rebalance_interval_ms);
+            if self.profile.rebalance.is_some() {
+                // Show rebalance what is still pending after this cycle's placements.
+                self.compute_pending();
+            }
             self.rebalance_phase();
         }
     }
@@ -730,6 +743,7 @@ impl Engine {
             }
         }
         st.requests[request as usize].placed += 1;
+        st.app_meta[req.app as usize].live_containers += 1;
         let app = &mut st.apps[req.app as usize];
         app.used = app.used.plus(&req.resources);
         let (app_id, queue) = (app.id, app.queue);
@@ -761,7 +775,7 @@ impl Engine {
 
     fn rebalance_phase(&mut self) {
         let slot = self.profile.rebalance;
-        if slot.is_none() || self.state.containers.is_empty() {
+        if slot.is_none() {
             return;
         }
         if let CallResult::Decisions = self.call(GANTRY_HOOK_REBALANCE, slot) {

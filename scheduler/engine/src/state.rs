@@ -23,6 +23,8 @@ pub struct AppMeta {
     pub max_attempts: u32,
     /// Failed containers so far (node losses and preemptions do not count).
     pub failures: u32,
+    /// Containers holding resources (allocated, running or stopping).
+    pub live_containers: u32,
     /// Why it is in its state.
     pub diagnostics: String,
 }
@@ -458,6 +460,14 @@ impl ClusterState {
             }
         }
         for (i, a) in self.apps.iter().enumerate() {
+            let live =
+                self.containers.iter().filter(|c| c.app == i as u32 && container_is_live(c.state)).count();
+            if self.app_meta[i].live_containers as usize != live {
+                return Err(format!(
+                    "app {} counts {} live containers, has {live}",
+                    a.id, self.app_meta[i].live_containers
+                ));
+            }
             if a.used != app_used[i] {
                 return Err(format!(
                     "app {} used {:?} but containers sum to {:?}",
