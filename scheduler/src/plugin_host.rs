@@ -428,7 +428,6 @@ impl Policy for DynamicPlugin {
         }
         .ok_or(PolicyError::Unsupported)?;
         let raw = view.to_raw();
-        let limit = decision_limit(view);
         for attempt in 0..2 {
             let mut o = output(&mut self.decisions, &mut self.message, attempt);
             // SAFETY: the instance came from this vtable's `create` (or is null for a plugin
@@ -448,6 +447,7 @@ impl Policy for DynamicPlugin {
                     return Ok(());
                 }
                 GANTRY_BUFFER_FULL => {
+                    let limit = decision_limit(view);
                     if attempt > 0 || o.needed <= self.decisions.len() as u64 || o.needed > limit {
                         return Err(PolicyError::Protocol(format!(
                             "asked for {} decision slots (offered {}, limit {limit})",

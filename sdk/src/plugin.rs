@@ -126,6 +126,7 @@ impl Decisions {
     }
 
     /// Appends raw decision records (what a host does with a shared library's output).
+    #[inline]
     pub fn extend_from_slice(&mut self, decisions: &[GantryDecision]) {
         self.records.extend_from_slice(decisions);
     }
@@ -349,6 +350,7 @@ pub mod __private {
     ///
     /// # Safety
     /// `out` must be null or point at a `GantryOutput` valid for writes for the call.
+    #[inline]
     unsafe fn output<'o>(out: *mut GantryOutput) -> Option<&'o mut GantryOutput> {
         // SAFETY: the caller guarantees `out` is null or valid.
         let out = unsafe { out.as_mut()? };

@@ -72,25 +72,26 @@ pub struct View<'a> {
     pub pending: &'a [u32],
 }
 
-/// Turns a (pointer, length) pair of the raw view into a slice.
+/// Turns a (pointer, length) pair of the raw view into a slice; the pair was checked by
+/// [`View::from_raw`] (non-null unless empty).
 ///
 /// # Safety
-/// `ptr` must point at `len` initialised `T`s that stay valid and unmodified for `'a`.
-unsafe fn raw_slice<'a, T>(ptr: *const T, len: u64, name: &'static str) -> Result<&'a [T], ViewError> {
+/// `ptr` must be null with `len == 0`, or point at `len` initialised `T`s that stay valid and
+/// unmodified for `'a`.
+#[inline(always)]
+unsafe fn raw_slice<'a, T>(ptr: *const T, len: u64) -> &'a [T] {
     if len == 0 {
-        return Ok(&[]);
+        return &[];
     }
-    if ptr.is_null() {
-        return Err(ViewError::NullArray(name));
-    }
-    // SAFETY: non-null, and the caller promises `len` valid records for `'a`. `len` fits in usize
-    // because ABI v1 is 64-bit only.
-    Ok(unsafe { core::slice::from_raw_parts(ptr, len as usize) })
+    // SAFETY: non-null (checked by the caller), and the caller promises `len` valid records for
+    // 'a. `len` fits in usize because ABI v1 is 64-bit only.
+    unsafe { core::slice::from_raw_parts(ptr, len as usize) }
 }
 
 impl<'a> View<'a> {
     /// Describes this view as a raw [`GantryView`] whose pointers borrow from `self`'s slices.
     /// The result must not outlive `'a`.
+    #[inline]
     pub fn to_raw(&self) -> GantryView {
         GantryView {
             struct_size: core::mem::size_of::<GantryView>() as u32,
@@ -130,6 +131,7 @@ impl<'a> View<'a> {
     /// # Safety
     /// Every (pointer, length) pair of `raw` must describe initialised records that stay valid and
     /// unmodified for `'a` — which the host guarantees for the duration of one hook call.
+    #[inline]
     pub unsafe fn from_raw(raw: &'a GantryView) -> Result<View<'a>, ViewError> {
         let need = core::mem::size_of::<GantryView>() as u32;
         if raw.abi_major != GANTRY_ABI_MAJOR {
@@ -138,7 +140,22 @@ impl<'a> View<'a> {
         if raw.struct_size < need {
             return Err(ViewError::StructTooSmall { got: raw.struct_size, need });
         }
-        // SAFETY (each call below): the caller guarantees the pairs are valid for 'a.
+        let null = |p: bool, len: u64| p & (len != 0);
+        let any_null = null(raw.strings.is_null(), raw.strings_len)
+            | null(raw.labels.is_null(), raw.labels_len)
+            | null(raw.nodes.is_null(), raw.nodes_len)
+            | null(raw.gpus.is_null(), raw.gpus_len)
+            | null(raw.queues.is_null(), raw.queues_len)
+            | null(raw.apps.is_null(), raw.apps_len)
+            | null(raw.requests.is_null(), raw.requests_len)
+            | null(raw.containers.is_null(), raw.containers_len)
+            | null(raw.reservations.is_null(), raw.reservations_len)
+            | null(raw.pending.is_null(), raw.pending_len);
+        if any_null {
+            return Err(Self::first_null_array(raw));
+        }
+        // SAFETY (each call below): non-null unless empty (checked above), and the caller
+        // guarantees the pairs are valid for 'a.
         unsafe {
             Ok(View {
                 hook: raw.hook,
@@ -146,18 +163,37 @@ impl<'a> View<'a> {
                 cycle: raw.cycle,
                 seed: raw.seed,
                 cluster: raw.cluster,
-                strings: raw_slice(raw.strings, raw.strings_len, "strings")?,
-                labels: raw_slice(raw.labels, raw.labels_len, "labels")?,
-                nodes: raw_slice(raw.nodes, raw.nodes_len, "nodes")?,
-                gpus: raw_slice(raw.gpus, raw.gpus_len, "gpus")?,
-                queues: raw_slice(raw.queues, raw.queues_len, "queues")?,
-                apps: raw_slice(raw.apps, raw.apps_len, "apps")?,
-                requests: raw_slice(raw.requests, raw.requests_len, "requests")?,
-                containers: raw_slice(raw.containers, raw.containers_len, "containers")?,
-                reservations: raw_slice(raw.reservations, raw.reservations_len, "reservations")?,
-                pending: raw_slice(raw.pending, raw.pending_len, "pending")?,
+                strings: raw_slice(raw.strings, raw.strings_len),
+                labels: raw_slice(raw.labels, raw.labels_len),
+                nodes: raw_slice(raw.nodes, raw.nodes_len),
+                gpus: raw_slice(raw.gpus, raw.gpus_len),
+                queues: raw_slice(raw.queues, raw.queues_len),
+                apps: raw_slice(raw.apps, raw.apps_len),
+                requests: raw_slice(raw.requests, raw.requests_len),
+                containers: raw_slice(raw.containers, raw.containers_len),
+                reservations: raw_slice(raw.reservations, raw.reservations_len),
+                pending: raw_slice(raw.pending, raw.pending_len),
             })
         }
+    }
+
+    /// Names the first array of `raw` that is null but not empty (the cold path of `from_raw`).
+    #[cold]
+    fn first_null_array(raw: &GantryView) -> ViewError {
+        let pairs = [
+            (raw.strings.is_null(), raw.strings_len, "strings"),
+            (raw.labels.is_null(), raw.labels_len, "labels"),
+            (raw.nodes.is_null(), raw.nodes_len, "nodes"),
+            (raw.gpus.is_null(), raw.gpus_len, "gpus"),
+            (raw.queues.is_null(), raw.queues_len, "queues"),
+            (raw.apps.is_null(), raw.apps_len, "apps"),
+            (raw.requests.is_null(), raw.requests_len, "requests"),
+            (raw.containers.is_null(), raw.containers_len, "containers"),
+            (raw.reservations.is_null(), raw.reservations_len, "reservations"),
+            (raw.pending.is_null(), raw.pending_len, "pending"),
+        ];
+        let name = pairs.iter().find(|(null, len, _)| *null && *len != 0).map_or("?", |p| p.2);
+        ViewError::NullArray(name)
     }
 
     /// The text of a string reference; empty if it is out of range or not UTF-8.

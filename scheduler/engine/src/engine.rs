@@ -149,8 +149,19 @@ impl Engine {
     /// Applies one event at time `now_ms` (clamped to be monotonic) and returns the commands it
     /// causes. A refused event returns an error and changes nothing.
     pub fn handle(&mut self, now_ms: u64, event: Event) -> Result<Vec<Command>, EngineError> {
+        let before = self.now_ms;
         self.now_ms = self.now_ms.max(now_ms);
         self.commands.clear();
+        let result = self.apply(event);
+        if result.is_err() {
+            // A refused event changes nothing, not even the clock.
+            self.now_ms = before;
+            self.commands.clear();
+        }
+        result.map(|()| std::mem::take(&mut self.commands))
+    }
+
+    fn apply(&mut self, event: Event) -> Result<(), EngineError> {
         match event {
             Event::NodeRegistered(spec) => {
                 self.state.register_node(&spec)?;
@@ -199,7 +210,7 @@ impl Engine {
             }
             Event::Tick => self.run_cycle(),
         }
-        Ok(std::mem::take(&mut self.commands))
+        Ok(())
     }
 
     // ----- lookups ------------------------------------------------------------------------
@@ -336,11 +347,16 @@ impl Engine {
                 g.container = GANTRY_NONE;
             }
         }
+        let node_state = node.state;
         let app = &mut st.apps[c.app as usize];
         app.used = app.used.minus(&c.resources);
         let queue = app.queue;
         st.charge_queue(queue, &c.resources, false);
         st.dirty = true;
+        if !matches!(node_state, GANTRY_NODE_RUNNING | GANTRY_NODE_LOST) {
+            // What a draining node holds is part of the queues' base (see recompute_capacity).
+            st.recompute_capacity();
+        }
     }
 
     /// Asks a live container to stop; it stays live (and holds resources) until its exit.
@@ -423,11 +439,9 @@ impl Engine {
             return;
         }
         if was_stopping {
-            // Its request was already put back when it was asked to stop; a preempted gang member
-            // restarts its gang now.
-            if self.state.container_meta[i as usize].kill_reason == Some(KillReason::Preempted) {
-                self.repend(i);
-            }
+            // Its request was put back (a gang restarted) when it was asked to stop; it may have
+            // been the app's last live container.
+            self.finish_if_done(app);
         } else if new_state == GANTRY_CONTAINER_COMPLETED {
             self.finish_if_done(app);
         } else {
@@ -454,9 +468,11 @@ impl Engine {
         let a = self.state.apps[app as usize];
         let all_placed = View::range(&self.state.requests, a.requests).iter().all(|r| r.placed == r.count);
         if all_placed && self.state.app_meta[app as usize].live_containers == 0 {
+            let msg = "all containers completed".to_owned();
             self.state.apps[app as usize].state = GANTRY_APP_FINISHED;
+            self.state.app_meta[app as usize].diagnostics.clone_from(&msg);
             self.state.dirty = true;
-            self.app_changed(app, "all containers completed".into());
+            self.app_changed(app, msg);
         }
     }
 
@@ -786,9 +802,11 @@ impl Engine {
                 match a {
                     RebalanceAction::Preempt { container, grace_ms } => {
                         self.stop_container(container, grace_ms, KillReason::Preempted);
+                        self.repend(container);
                     }
                     RebalanceAction::Kill { container } => {
                         self.stop_container(container, 0, KillReason::PolicyKill);
+                        self.repend(container);
                     }
                     RebalanceAction::SetQueueCapacity { queue, guaranteed } => {
                         self.state.queues[queue as usize].guaranteed = guaranteed;

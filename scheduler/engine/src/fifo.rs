@@ -120,16 +120,34 @@ impl Plugin for FirstFitFifo {
                 }
                 continue;
             }
+            // A same-rack request stays on the rack of its placed containers (or of its first
+            // placement now).
+            let same_rack = req.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0;
+            let mut rack = if same_rack {
+                view.containers
+                    .iter()
+                    .find(|c| {
+                        c.request == r
+                            && matches!(c.state, GANTRY_CONTAINER_ALLOCATED | GANTRY_CONTAINER_RUNNING)
+                    })
+                    .and_then(|c| view.nodes.get(c.node as usize))
+                    .map(|n| n.rack)
+            } else {
+                None
+            };
             let mut placed = 0;
             let mut i = 0;
             while placed < remaining && i < view.nodes.len() {
                 if !self.queue_has_room(view, app.queue, &req.resources) {
                     break;
                 }
-                if self.node_ok(view, i, req, None) {
+                if self.node_ok(view, i, req, rack) {
                     self.node_alloc[i] = self.node_alloc[i].plus(&req.resources);
                     self.charge_queue(view, app.queue, &req.resources);
                     out.place(r, i as u32);
+                    if same_rack {
+                        rack = Some(view.nodes[i].rack);
+                    }
                     placed += 1;
                 } else {
                     i += 1;

@@ -182,17 +182,28 @@ impl ClusterState {
 
     /// Recomputes the cluster total and each queue's absolute capacities. Parents come before
     /// children in the queue array, so one pass suffices.
+    ///
+    /// Queue capacities are shares of the schedulable capacity *plus* what draining and unhealthy
+    /// nodes still hold: their containers still count against their queues, so leaving them out
+    /// of the base would let a drained node's work block idle capacity elsewhere.
     pub(crate) fn recompute_capacity(&mut self) {
-        self.cluster = self
-            .nodes
-            .iter()
-            .filter(|n| n.state == GANTRY_NODE_RUNNING)
-            .fold(GantryResources::default(), |acc, n| acc.plus(&n.capacity));
+        let mut base = GantryResources::default();
+        self.cluster = GantryResources::default();
+        for n in &self.nodes {
+            match n.state {
+                GANTRY_NODE_RUNNING => {
+                    self.cluster = self.cluster.plus(&n.capacity);
+                    base = base.plus(&n.capacity);
+                }
+                GANTRY_NODE_LOST => {}
+                _ => base = base.plus(&n.allocated),
+            }
+        }
         for i in 0..self.queues.len() {
             let q = self.queues[i];
             let (pg, pm) = match self.queues.get(q.parent as usize) {
                 Some(p) => (p.absolute_guaranteed, p.absolute_maximum),
-                None => (self.cluster, self.cluster),
+                None => (base, base),
             };
             self.queues[i].absolute_guaranteed = scale(&pg, q.guaranteed);
             self.queues[i].absolute_maximum = scale(&pm, q.maximum);
@@ -218,6 +229,18 @@ impl ClusterState {
         }
     }
 
+    /// The rack of a request's placed (allocated or running) containers, if it has any.
+    pub(crate) fn request_rack(&self, request: u32) -> Option<GantryStrRef> {
+        self.containers
+            .iter()
+            .find(|c| {
+                c.request == request
+                    && matches!(c.state, GANTRY_CONTAINER_ALLOCATED | GANTRY_CONTAINER_RUNNING)
+            })
+            .and_then(|c| self.nodes.get(c.node as usize))
+            .map(|n| n.rack)
+    }
+
     /// The queue path of a queue index.
     pub fn queue_path(&self, queue: u32) -> &str {
         self.queues.get(queue as usize).map(|q| self.strings.get(q.name)).unwrap_or("")
@@ -226,15 +249,13 @@ impl ClusterState {
     /// Registers a node, or updates a known one (keeping its live containers).
     pub(crate) fn register_node(&mut self, spec: &NodeSpec) -> Result<NodeId, EngineError> {
         spec.validate()?;
-        let name = self.strings.intern(&spec.name);
-        let rack = self.strings.intern(&spec.rack);
         let mut gpu_specs: Vec<GpuSpec> = spec.gpu_list.clone();
         if gpu_specs.is_empty() {
             gpu_specs = (0..spec.capacity.gpus)
                 .map(|index| GpuSpec { index, model: String::new(), memory_bytes: 0 })
                 .collect();
         }
-        let gpu_model = self.strings.intern(gpu_specs.first().map(|g| g.model.as_str()).unwrap_or(""));
+        let model_name = gpu_specs.first().map(|g| g.model.clone()).unwrap_or_default();
         if let Some(&idx) = self.node_index.get(&spec.name) {
             let node = self.nodes[idx as usize];
             let old_gpus = View::range(&self.gpus, node.gpus);
@@ -252,6 +273,9 @@ impl ClusterState {
                     spec.name
                 )));
             }
+            // Checks passed: only now touch the arena and the records.
+            let rack = self.strings.intern(&spec.rack);
+            let gpu_model = self.strings.intern(&model_name);
             let labels = self.intern_labels(&spec.labels);
             let gpus = self.place_gpus(idx, node.gpus, &gpu_specs);
             let n = &mut self.nodes[idx as usize];
@@ -260,11 +284,18 @@ impl ClusterState {
             n.labels = labels;
             n.gpus = gpus;
             n.capacity = spec.capacity;
-            n.state = GANTRY_NODE_RUNNING;
+            // An agent that comes back (lost, unhealthy) is schedulable again; an operator's
+            // drain outlives agent restarts.
+            if n.state != GANTRY_NODE_DRAINING {
+                n.state = GANTRY_NODE_RUNNING;
+            }
             self.recompute_capacity();
             return Ok(NodeId(idx));
         }
         let idx = self.nodes.len() as u32;
+        let name = self.strings.intern(&spec.name);
+        let rack = self.strings.intern(&spec.rack);
+        let gpu_model = self.strings.intern(&model_name);
         let labels = self.intern_labels(&spec.labels);
         let gpus = self.place_gpus(idx, GantryRange { start: self.gpus.len() as u32, len: 0 }, &gpu_specs);
         self.nodes.push(GantryNode {

@@ -349,13 +349,26 @@ pub fn place(state: &ClusterState, decisions: &[GantryDecision], rej: &mut Rejec
             continue;
         }
         let remaining = req.count - req.placed;
+        // A same-rack request stays on the rack its running containers use, or else the rack of
+        // its first placement in this batch.
+        let mut rack = (req.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0)
+            .then(|| state.request_rack(request))
+            .flatten();
         for (k, &node) in nodes.iter().enumerate() {
             if k as u32 >= remaining {
                 rej.add(RejectReason::TooMany, 1);
                 continue;
             }
+            let on_rack = match (rack, state.nodes.get(node as usize)) {
+                (Some(r), Some(n)) => r == n.rack,
+                _ => true,
+            };
             match check_one(state, &tent, req, app.queue, node) {
+                Ok(()) if !on_rack => rej.add(RejectReason::RackConstraint, 1),
                 Ok(()) => {
+                    if req.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0 {
+                        rack = Some(state.nodes[node as usize].rack);
+                    }
                     tent.charge(state, node, app.queue, &req.resources);
                     accepted.push(Placement { request, node });
                 }
