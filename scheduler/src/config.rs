@@ -151,7 +151,12 @@ impl SchedulerConfig {
         }
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        // `--config scheduler.toml` has an empty parent; "." keeps plugin paths relative to the
+        // working directory instead of handing dlopen a bare name to search the library path for.
+        let base = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
         Self::from_str_at(&text, path, base)
     }
 

@@ -17,12 +17,22 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum BuildError {
     /// A plugin failed to load or to create its instance.
-    #[error("plugin `{name}`: {source}")]
+    #[error("plugin `{name}`: {error}")]
     Plugin {
         /// Local name of the plugin in the config.
         name: String,
         /// Why.
-        source: LoadError,
+        error: LoadError,
+    },
+    /// The profile assigns a hook to a plugin that does not implement it.
+    #[error("profile.{hook} names plugin `{name}`, which does not implement {hook} (it has: {has})")]
+    Profile {
+        /// The extension point.
+        hook: &'static str,
+        /// Local name of the plugin.
+        name: String,
+        /// The hooks it does implement.
+        has: String,
     },
     /// A plugin's config table could not be turned into JSON.
     #[error("plugin `{name}`: its config table cannot be passed on: {message}")]
@@ -44,7 +54,7 @@ pub fn build_engine(config: &SchedulerConfig) -> Result<Engine, BuildError> {
         let json = serde_json::to_string(&p.config)
             .map_err(|e| BuildError::PluginConfig { name: p.name.clone(), message: e.to_string() })?;
         let plugin = DynamicPlugin::load(&config.plugin_path(p), &json)
-            .map_err(|source| BuildError::Plugin { name: p.name.clone(), source })?;
+            .map_err(|error| BuildError::Plugin { name: p.name.clone(), error })?;
         tracing::info!(
             plugin = %p.name,
             library = %plugin.info().name,
@@ -52,6 +62,21 @@ pub fn build_engine(config: &SchedulerConfig) -> Result<Engine, BuildError> {
             hooks = ?plugin.info().hook_names(),
             "plugin loaded"
         );
+        let hooks = plugin.info().hooks;
+        for (hook, id, assigned) in [
+            ("admit", gantry_sdk::abi::GANTRY_HOOK_ADMIT, &config.profile.admit),
+            ("order", gantry_sdk::abi::GANTRY_HOOK_ORDER, &config.profile.order),
+            ("place", gantry_sdk::abi::GANTRY_HOOK_PLACE, &config.profile.place),
+            ("rebalance", gantry_sdk::abi::GANTRY_HOOK_REBALANCE, &config.profile.rebalance),
+        ] {
+            if assigned.as_deref() == Some(p.name.as_str()) && !hooks.has(id) {
+                return Err(BuildError::Profile {
+                    hook,
+                    name: p.name.clone(),
+                    has: plugin.info().hook_names().join(", "),
+                });
+            }
+        }
         policies.push(Box::new(plugin));
     }
     let index =

@@ -33,8 +33,8 @@
 #define GANTRY_ABI_MINOR UINT16_C(0)
 
 /**
- * "No index": used in `u32` cross references that point at nothing (a node without a parent
- * rack, a GPU that no container holds, a root queue's parent).
+ * "No index": used in `u32` cross references that point at nothing (a GPU that no container
+ * holds, the root queue's parent, a target that does not apply to a decision).
  */
 #define GANTRY_NONE UINT32_MAX
 

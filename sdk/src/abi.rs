@@ -17,8 +17,8 @@ use core::ffi::{c_char, c_void};
 pub const GANTRY_ABI_MAJOR: u16 = 1;
 /// The minor version of this ABI: minor versions only append fields.
 pub const GANTRY_ABI_MINOR: u16 = 0;
-/// "No index": used in `u32` cross references that point at nothing (a node without a parent
-/// rack, a GPU that no container holds, a root queue's parent).
+/// "No index": used in `u32` cross references that point at nothing (a GPU that no container
+/// holds, the root queue's parent, a target that does not apply to a decision).
 pub const GANTRY_NONE: u32 = u32::MAX;
 
 // ---------------------------------------------------------------------------------------------

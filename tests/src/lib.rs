@@ -40,6 +40,8 @@ pub fn build_artifacts() -> anyhow::Result<PathBuf> {
                     "gantry-scheduler",
                     "--bin",
                     "gantry",
+                    "--bin",
+                    "gantry-scheduler",
                     "-p",
                     "gantry-example-minimal",
                     "-p",
@@ -59,6 +61,11 @@ pub fn build_artifacts() -> anyhow::Result<PathBuf> {
 /// Path of the `gantry` CLI binary (built on demand).
 pub fn gantry_bin() -> anyhow::Result<PathBuf> {
     Ok(build_artifacts()?.join("gantry"))
+}
+
+/// Path of the `gantry-scheduler` binary (built on demand).
+pub fn scheduler_bin() -> anyhow::Result<PathBuf> {
+    Ok(build_artifacts()?.join("gantry-scheduler"))
 }
 
 /// Path of a Rust plugin library by its library name (e.g. `gantry_minimal`), built on demand.

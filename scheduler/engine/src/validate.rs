@@ -42,11 +42,13 @@ pub enum RejectReason {
     TooMany,
     /// Sibling queues would be guaranteed more than their parent.
     QueueCapacity,
+    /// The container is already stopping (e.g. preempted again during its grace period).
+    AlreadyStopping,
 }
 
 impl RejectReason {
     /// Every reason, in a fixed order (for metrics).
-    pub const ALL: [RejectReason; 14] = [
+    pub const ALL: [RejectReason; 15] = [
         RejectReason::BadKind,
         RejectReason::UnknownSubject,
         RejectReason::UnknownNode,
@@ -61,6 +63,7 @@ impl RejectReason {
         RejectReason::RackConstraint,
         RejectReason::TooMany,
         RejectReason::QueueCapacity,
+        RejectReason::AlreadyStopping,
     ];
 
     /// A short snake_case name for logs and metric labels.
@@ -80,6 +83,7 @@ impl RejectReason {
             RejectReason::RackConstraint => "rack_constraint",
             RejectReason::TooMany => "too_many",
             RejectReason::QueueCapacity => "queue_capacity",
+            RejectReason::AlreadyStopping => "already_stopping",
         }
     }
 
@@ -458,7 +462,7 @@ pub fn rebalance(
                 if d.kind == GANTRY_DECISION_KILL {
                     out.push(RebalanceAction::Kill { container: d.subject });
                 } else if c.state == GANTRY_CONTAINER_STOPPING {
-                    rej.add(RejectReason::WrongState, 1);
+                    rej.add(RejectReason::AlreadyStopping, 1);
                 } else if d.value > MAX_GRACE_MS {
                     rej.add(RejectReason::InvalidValue, 1);
                 } else {

@@ -919,18 +919,17 @@ mod tests {
         }
     }
 
-    /// Not a benchmark, but a guard against quadratic behaviour: 10,000 nodes and 1,000 pending
-    /// requests of mixed sizes. Run with `--release -- --ignored` to see the time.
+    /// A large mixed cluster, empty and then nearly full, checked against the reference first
+    /// fit and the validity rules. (Speed is measured by `cargo bench`, not here.)
     #[test]
-    #[ignore = "timing check; run in release"]
-    fn large_cluster() {
+    fn large_cluster_matches_reference() {
         let mut c = Cluster::default();
-        for i in 0..10_000 {
+        for i in 0..2_000 {
             let labels: &[(&str, &str)] = if i % 10 == 0 { &[("gpu", "a100")] } else { &[] };
             let rack = format!("rack-{}", i / 40);
             c.node(&rack, res(32, 128), labels);
         }
-        for i in 0..1_000u64 {
+        for i in 0..200u64 {
             let flags = match i % 10 {
                 0 => GANTRY_REQUEST_GANG,
                 1 => GANTRY_REQUEST_GANG | GANTRY_REQUEST_SAME_RACK_REQUIRED,
@@ -940,23 +939,16 @@ mod tests {
             c.request(res(1 + i % 8, 1 + i % 16), 1 + (i % 50) as u32, flags, selector);
         }
         let mut plugin = MinimalFirstFit::new();
-        let mut time = |c: &Cluster, what: &str| {
-            let mut total = 0;
-            let start = std::time::Instant::now();
-            for _ in 0..10 {
-                total += c.place(&mut plugin).len();
-            }
-            let per_call = start.elapsed() / 10;
-            eprintln!("{what}: {} placements, {per_call:?} per call", total / 10);
-            let d = c.place(&mut plugin);
+        let check = |c: &Cluster, plugin: &mut MinimalFirstFit| {
+            let d = c.place(plugin);
             check_valid(c, &d);
             assert_eq!(placements(&d), reference(c));
         };
-        time(&c, "empty cluster");
+        check(&c, &mut plugin);
         // Nearly full: most nodes have 2 cores left, one in 97 has plenty.
         for (i, n) in c.nodes.iter_mut().enumerate() {
             n.allocated = if i % 97 == 0 { res(8, 32) } else { res(30, 100) };
         }
-        time(&c, "nearly full cluster");
+        check(&c, &mut plugin);
     }
 }

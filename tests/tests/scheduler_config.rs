@@ -1,0 +1,119 @@
+//! The scheduler's configuration drives real plugin loading: `gantry-scheduler --check` loads the
+//! Rust and C plugins named in a TOML file and maps them onto extension points; bad files and
+//! bad profiles are refused with the local plugin name and a reason.
+
+use gantry_scheduler::config::SchedulerConfig;
+use gantry_scheduler::{BuildError, build_engine};
+use gantry_tests::{c_plugin, rust_plugin, scheduler_bin};
+use std::process::Command;
+
+fn write_config(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
+    let p = dir.join("scheduler.toml");
+    std::fs::write(&p, text).expect("write config");
+    p
+}
+
+#[test]
+fn check_loads_rust_and_c_plugins_from_the_config() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Plugins next to the config, named relative to it.
+    std::fs::copy(rust_plugin("gantry_minimal").expect("build"), dir.path().join("libgantry_minimal.so"))
+        .expect("copy");
+    std::fs::copy(c_plugin("plugins/examples/c/first_fit.c").expect("cc"), dir.path().join("libgantry_c.so"))
+        .expect("copy");
+    let cfg = write_config(
+        dir.path(),
+        r#"
+        [[queues]]
+        path = "root.prod"
+        guaranteed = 0.7
+        [[queues]]
+        path = "root.dev"
+        guaranteed = 0.3
+        maximum = 0.5
+        [[plugins]]
+        name = "rusty"
+        path = "libgantry_minimal.so"
+        [[plugins]]
+        name = "cee"
+        path = "libgantry_c.so"
+        [plugins.config]
+        anything = "goes"
+        [profile]
+        place = "cee"
+        "#,
+    );
+    let out = Command::new(scheduler_bin().expect("build"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--check")
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("minimal-first-fit"), "{stdout}");
+    assert!(stdout.contains("c-first-fit"), "{stdout}");
+    assert!(stdout.contains("place     cee"), "{stdout}");
+    assert!(stdout.contains("root.dev"), "{stdout}");
+    // Run from the config's directory with a bare file name: plugin paths still resolve.
+    let out = Command::new(scheduler_bin().expect("build"))
+        .current_dir(dir.path())
+        .args(["--config", "scheduler.toml", "--check"])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn embedded_defaults_check_and_serving_is_refused_honestly() {
+    let out = Command::new(scheduler_bin().expect("build")).arg("--check").output().expect("run");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("root.default"));
+    let out = Command::new(scheduler_bin().expect("build")).output().expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not implemented"));
+}
+
+#[test]
+fn profile_naming_a_hook_the_plugin_lacks_is_refused_with_its_local_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lib = rust_plugin("gantry_minimal").expect("build");
+    let text = format!(
+        "[[plugins]]\nname = \"ff\"\npath = {:?}\n[profile]\norder = \"ff\"\n",
+        lib.display().to_string()
+    );
+    let cfg = SchedulerConfig::from_file(&write_config(dir.path(), &text)).expect("parses");
+    let err = build_engine(&cfg).expect_err("order is not implemented by the minimal plugin");
+    assert!(matches!(err, BuildError::Profile { hook: "order", .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("`ff`") && msg.contains("it has: place"), "{msg}");
+}
+
+#[test]
+fn bad_plugin_in_the_config_names_the_plugin_and_the_reason_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = c_plugin("tests/c/wrong_major.c").expect("cc");
+    let text = format!("[[plugins]]\nname = \"future\"\npath = {:?}\n", bad.display().to_string());
+    let cfg = write_config(dir.path(), &text);
+    let out = Command::new(scheduler_bin().expect("build"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--check")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("plugin `future`"), "{stderr}");
+    assert_eq!(stderr.matches("ABI v2 plugin").count(), 1, "the reason appears once: {stderr}");
+    // A malformed file is refused before anything is loaded, with its line.
+    let cfg = write_config(dir.path(), "[[plugins]]\nname = \"x\"\n");
+    let out = Command::new(scheduler_bin().expect("build"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--check")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("missing field `path`"), "{stderr}");
+}
