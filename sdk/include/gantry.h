@@ -675,7 +675,8 @@ typedef struct GantryReservation {
 
 /**
  * Everything a hook may look at, borrowed for the duration of one call. Arrays are the engine's
- * own arrays (zero-copy); indexes into them are valid for this call only.
+ * own arrays (zero-copy); indexes into them are valid for this call only. Array pointers are
+ * never null: an empty array has a non-null, suitably aligned pointer that must not be read.
  */
 typedef struct GantryView {
     /**

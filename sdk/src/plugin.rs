@@ -442,14 +442,14 @@ pub mod __private {
             write_message(out, "instance or view pointer is null");
             return GANTRY_ERR_INVALID_VIEW;
         }
-        // SAFETY: non-null, and the host keeps the view and its arrays valid for the call.
-        let view = match unsafe { View::from_raw(&*view) } {
-            Ok(v) => v,
-            Err(e) => {
-                write_message(out, &e.to_string());
-                return GANTRY_ERR_INVALID_VIEW;
-            }
-        };
+        // SAFETY: non-null, and the host keeps the view valid for the call.
+        let raw = unsafe { &*view };
+        if let Err(e) = View::check_raw(raw) {
+            write_message(out, &e.to_string());
+            return GANTRY_ERR_INVALID_VIEW;
+        }
+        // SAFETY: checked just above; the host keeps the arrays valid for the call.
+        let view = unsafe { View::from_checked_raw(raw) };
         // SAFETY: `instance` came from create::<P>; the host calls one instance from one thread.
         let inst = unsafe { &mut *instance.cast::<Instance<P>>() };
         // Answer a retry from the first call's decisions, so the hook runs once per view.

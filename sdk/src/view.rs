@@ -18,7 +18,7 @@ pub enum ViewError {
     },
     /// The host speaks another major version.
     WrongMajor(u16),
-    /// An array pointer was null while its length was not zero.
+    /// An array pointer was null (empty arrays have a non-null, dangling pointer).
     NullArray(&'static str),
 }
 
@@ -29,7 +29,7 @@ impl core::fmt::Display for ViewError {
                 write!(f, "view struct_size {got} is smaller than {need}")
             }
             ViewError::WrongMajor(m) => write!(f, "view is ABI major {m}, plugin speaks 1"),
-            ViewError::NullArray(name) => write!(f, "view array `{name}` is null but not empty"),
+            ViewError::NullArray(name) => write!(f, "view array `{name}` has a null pointer"),
         }
     }
 }
@@ -72,19 +72,14 @@ pub struct View<'a> {
     pub pending: &'a [u32],
 }
 
-/// Turns a (pointer, length) pair of the raw view into a slice; the pair was checked by
-/// [`View::from_raw`] (non-null unless empty).
+/// Turns a (pointer, length) pair of the raw view into a slice.
 ///
 /// # Safety
-/// `ptr` must be null with `len == 0`, or point at `len` initialised `T`s that stay valid and
-/// unmodified for `'a`.
+/// `ptr` must be non-null and aligned, and point at `len` initialised `T`s that stay valid and
+/// unmodified for `'a` (any non-null aligned pointer when `len == 0`).
 #[inline(always)]
 unsafe fn raw_slice<'a, T>(ptr: *const T, len: u64) -> &'a [T] {
-    if len == 0 {
-        return &[];
-    }
-    // SAFETY: non-null (checked by the caller), and the caller promises `len` valid records for
-    // 'a. `len` fits in usize because ABI v1 is 64-bit only.
+    // SAFETY: the caller's promise; `len` fits in usize because ABI v1 is 64-bit only.
     unsafe { core::slice::from_raw_parts(ptr, len as usize) }
 }
 
@@ -133,6 +128,14 @@ impl<'a> View<'a> {
     /// unmodified for `'a` — which the host guarantees for the duration of one hook call.
     #[inline]
     pub unsafe fn from_raw(raw: &'a GantryView) -> Result<View<'a>, ViewError> {
+        Self::check_raw(raw)?;
+        // SAFETY: checked above; validity for 'a is the caller's promise.
+        Ok(unsafe { Self::from_checked_raw(raw) })
+    }
+
+    /// Checks what can be checked of a raw view: version, size, and no null array pointer.
+    #[inline]
+    pub fn check_raw(raw: &GantryView) -> Result<(), ViewError> {
         let need = core::mem::size_of::<GantryView>() as u32;
         if raw.abi_major != GANTRY_ABI_MAJOR {
             return Err(ViewError::WrongMajor(raw.abi_major));
@@ -140,24 +143,34 @@ impl<'a> View<'a> {
         if raw.struct_size < need {
             return Err(ViewError::StructTooSmall { got: raw.struct_size, need });
         }
-        let null = |p: bool, len: u64| p & (len != 0);
-        let any_null = null(raw.strings.is_null(), raw.strings_len)
-            | null(raw.labels.is_null(), raw.labels_len)
-            | null(raw.nodes.is_null(), raw.nodes_len)
-            | null(raw.gpus.is_null(), raw.gpus_len)
-            | null(raw.queues.is_null(), raw.queues_len)
-            | null(raw.apps.is_null(), raw.apps_len)
-            | null(raw.requests.is_null(), raw.requests_len)
-            | null(raw.containers.is_null(), raw.containers_len)
-            | null(raw.reservations.is_null(), raw.reservations_len)
-            | null(raw.pending.is_null(), raw.pending_len);
+        // Array pointers are never null (an empty array has a dangling, aligned pointer), so one
+        // branch-free test covers all ten.
+        let any_null = raw.strings.is_null()
+            | raw.labels.is_null()
+            | raw.nodes.is_null()
+            | raw.gpus.is_null()
+            | raw.queues.is_null()
+            | raw.apps.is_null()
+            | raw.requests.is_null()
+            | raw.containers.is_null()
+            | raw.reservations.is_null()
+            | raw.pending.is_null();
         if any_null {
             return Err(Self::first_null_array(raw));
         }
-        // SAFETY (each call below): non-null unless empty (checked above), and the caller
-        // guarantees the pairs are valid for 'a.
+        Ok(())
+    }
+
+    /// Reads a raw view that passed [`View::check_raw`], without checking again.
+    ///
+    /// # Safety
+    /// `raw` must have passed `check_raw`, and every (pointer, length) pair must describe
+    /// initialised records that stay valid and unmodified for `'a`.
+    #[inline(always)]
+    pub unsafe fn from_checked_raw(raw: &'a GantryView) -> View<'a> {
+        // SAFETY (each call below): non-null (check_raw), valid for 'a (the caller).
         unsafe {
-            Ok(View {
+            View {
                 hook: raw.hook,
                 now_ms: raw.now_ms,
                 cycle: raw.cycle,
@@ -173,27 +186,26 @@ impl<'a> View<'a> {
                 containers: raw_slice(raw.containers, raw.containers_len),
                 reservations: raw_slice(raw.reservations, raw.reservations_len),
                 pending: raw_slice(raw.pending, raw.pending_len),
-            })
+            }
         }
     }
 
-    /// Names the first array of `raw` that is null but not empty (the cold path of `from_raw`).
+    /// Names the first array of `raw` whose pointer is null (the cold path of `check_raw`).
     #[cold]
     fn first_null_array(raw: &GantryView) -> ViewError {
-        let pairs = [
-            (raw.strings.is_null(), raw.strings_len, "strings"),
-            (raw.labels.is_null(), raw.labels_len, "labels"),
-            (raw.nodes.is_null(), raw.nodes_len, "nodes"),
-            (raw.gpus.is_null(), raw.gpus_len, "gpus"),
-            (raw.queues.is_null(), raw.queues_len, "queues"),
-            (raw.apps.is_null(), raw.apps_len, "apps"),
-            (raw.requests.is_null(), raw.requests_len, "requests"),
-            (raw.containers.is_null(), raw.containers_len, "containers"),
-            (raw.reservations.is_null(), raw.reservations_len, "reservations"),
-            (raw.pending.is_null(), raw.pending_len, "pending"),
+        let pointers = [
+            (raw.strings.is_null(), "strings"),
+            (raw.labels.is_null(), "labels"),
+            (raw.nodes.is_null(), "nodes"),
+            (raw.gpus.is_null(), "gpus"),
+            (raw.queues.is_null(), "queues"),
+            (raw.apps.is_null(), "apps"),
+            (raw.requests.is_null(), "requests"),
+            (raw.containers.is_null(), "containers"),
+            (raw.reservations.is_null(), "reservations"),
+            (raw.pending.is_null(), "pending"),
         ];
-        let name = pairs.iter().find(|(null, len, _)| *null && *len != 0).map_or("?", |p| p.2);
-        ViewError::NullArray(name)
+        ViewError::NullArray(pointers.iter().find(|p| p.0).map_or("?", |p| p.1))
     }
 
     /// The text of a string reference; empty if it is out of range or not UTF-8.
