@@ -123,18 +123,8 @@ impl Plugin for FirstFitFifo {
             // A same-rack request stays on the rack of its placed containers (or of its first
             // placement now).
             let same_rack = req.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0;
-            let mut rack = if same_rack {
-                view.containers
-                    .iter()
-                    .find(|c| {
-                        c.request == r
-                            && matches!(c.state, GANTRY_CONTAINER_ALLOCATED | GANTRY_CONTAINER_RUNNING)
-                    })
-                    .and_then(|c| view.nodes.get(c.node as usize))
-                    .map(|n| n.rack)
-            } else {
-                None
-            };
+            let mut rack =
+                if same_rack { crate::state::placed_rack(view.containers, view.nodes, r) } else { None };
             let mut placed = 0;
             let mut i = 0;
             while placed < remaining && i < view.nodes.len() {

@@ -94,6 +94,22 @@ pub fn app_is_terminal(state: u32) -> bool {
     matches!(state, GANTRY_APP_FINISHED | GANTRY_APP_FAILED | GANTRY_APP_KILLED | GANTRY_APP_REJECTED)
 }
 
+/// The rack of request `request`'s placed (allocated or running) containers, if it has any.
+/// Works on the engine's arrays and on a plugin view's alike.
+pub fn placed_rack(
+    containers: &[GantryContainer],
+    nodes: &[GantryNode],
+    request: u32,
+) -> Option<GantryStrRef> {
+    containers
+        .iter()
+        .find(|c| {
+            c.request == request && matches!(c.state, GANTRY_CONTAINER_ALLOCATED | GANTRY_CONTAINER_RUNNING)
+        })
+        .and_then(|c| nodes.get(c.node as usize))
+        .map(|n| n.rack)
+}
+
 fn scale(r: &GantryResources, f: f64) -> GantryResources {
     GantryResources {
         cpu_millis: (r.cpu_millis as f64 * f).floor() as u64,
@@ -231,14 +247,7 @@ impl ClusterState {
 
     /// The rack of a request's placed (allocated or running) containers, if it has any.
     pub(crate) fn request_rack(&self, request: u32) -> Option<GantryStrRef> {
-        self.containers
-            .iter()
-            .find(|c| {
-                c.request == request
-                    && matches!(c.state, GANTRY_CONTAINER_ALLOCATED | GANTRY_CONTAINER_RUNNING)
-            })
-            .and_then(|c| self.nodes.get(c.node as usize))
-            .map(|n| n.rack)
+        placed_rack(&self.containers, &self.nodes, request)
     }
 
     /// The queue path of a queue index.

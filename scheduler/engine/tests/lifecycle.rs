@@ -6,12 +6,15 @@
 
 use gantry_engine::state::{AppMeta, AppSummary};
 use gantry_engine::{
-    APP_KILL_GRACE_MS, AppId, AppSpec, Command, ContainerId, Engine, EngineConfig, EngineError, EngineStats,
-    Event, GpuSpec, KillReason, NodeCondition, NodeId, NodeSpec, Policy, Profile, QueueSpec, RackAffinity,
+    APP_KILL_GRACE_MS, AppId, AppSpec, Command, ContainerId, Engine, EngineConfig, EngineError, Event,
+    GpuSpec, KillReason, NodeCondition, NodeId, NodeSpec, Policy, Profile, QueueSpec, RackAffinity,
     RejectReason, RequestSpec, Resources, StaticPolicy,
 };
 use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, Hooks, Plugin, PluginError, View};
+
+mod common;
+use common::snapshot;
 
 const GIB: u64 = 1 << 30;
 
@@ -110,40 +113,6 @@ fn changes_of(cmds: &[Command], id: AppId) -> Vec<u32> {
 }
 
 // ----- snapshots of everything observable -----------------------------------------------------
-
-#[derive(Debug, PartialEq)]
-struct Snapshot {
-    nodes: Vec<GantryNode>,
-    node_names: Vec<(String, String)>,
-    gpus: Vec<GantryGpu>,
-    queues: Vec<GantryQueue>,
-    apps: Vec<GantryApp>,
-    metas: Vec<AppMeta>,
-    requests: Vec<GantryRequest>,
-    containers: Vec<GantryContainer>,
-    reservations: Vec<GantryReservation>,
-    cluster: GantryResources,
-    history: Vec<AppSummary>,
-    stats: EngineStats,
-}
-
-fn snapshot(e: &Engine) -> Snapshot {
-    let s = e.state();
-    Snapshot {
-        nodes: s.nodes().to_vec(),
-        node_names: s.nodes().iter().map(|n| (s.str(n.name).to_owned(), s.str(n.rack).to_owned())).collect(),
-        gpus: s.gpus().to_vec(),
-        queues: s.queues().to_vec(),
-        apps: s.apps().to_vec(),
-        metas: (0..s.apps().len() as u32).map(|i| s.app_meta(i).cloned().expect("meta")).collect(),
-        requests: s.requests().to_vec(),
-        containers: s.containers().to_vec(),
-        reservations: s.reservations().to_vec(),
-        cluster: s.cluster(),
-        history: e.history().cloned().collect(),
-        stats: e.stats().clone(),
-    }
-}
 
 // ----- the harness ----------------------------------------------------------------------------
 

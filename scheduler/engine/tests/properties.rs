@@ -6,16 +6,18 @@
 //! The runs are deterministic: a fixed proptest seed, no failure persistence, and the plugin draws
 //! only from the view's seed and a salt from the strategy.
 
-use gantry_engine::state::{AppMeta, AppSummary};
 use gantry_engine::{
-    AppId, AppSpec, Command, ContainerId, Engine, EngineConfig, EngineError, EngineStats, Event, GpuSpec,
-    NodeCondition, NodeSpec, Policy, Profile, QueueSpec, RackAffinity, RequestSpec, Resources, StaticPolicy,
+    AppId, AppSpec, Command, ContainerId, Engine, EngineConfig, EngineError, Event, GpuSpec, NodeCondition,
+    NodeSpec, Policy, Profile, QueueSpec, RackAffinity, RequestSpec, Resources, StaticPolicy,
 };
 use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, Hooks, Plugin, PluginError, View};
 use proptest::prelude::*;
 use proptest::test_runner::{RngSeed, TestCaseError};
 use std::collections::{BTreeMap, BTreeSet};
+
+mod common;
+use common::snapshot;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -443,38 +445,6 @@ impl Plugin for ChaosPlacer {
 // =============================================================================================
 // The simulation and its checks
 // =============================================================================================
-
-#[derive(Debug, PartialEq)]
-struct Snapshot {
-    nodes: Vec<GantryNode>,
-    gpus: Vec<GantryGpu>,
-    queues: Vec<GantryQueue>,
-    apps: Vec<GantryApp>,
-    metas: Vec<AppMeta>,
-    requests: Vec<GantryRequest>,
-    containers: Vec<GantryContainer>,
-    reservations: Vec<GantryReservation>,
-    cluster: GantryResources,
-    history: Vec<AppSummary>,
-    stats: EngineStats,
-}
-
-fn snapshot(e: &Engine) -> Snapshot {
-    let s = e.state();
-    Snapshot {
-        nodes: s.nodes().to_vec(),
-        gpus: s.gpus().to_vec(),
-        queues: s.queues().to_vec(),
-        apps: s.apps().to_vec(),
-        metas: (0..s.apps().len() as u32).filter_map(|i| s.app_meta(i).cloned()).collect(),
-        requests: s.requests().to_vec(),
-        containers: s.containers().to_vec(),
-        reservations: s.reservations().to_vec(),
-        cluster: s.cluster(),
-        history: e.history().cloned().collect(),
-        stats: e.stats().clone(),
-    }
-}
 
 /// What the event is expected to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
