@@ -249,11 +249,8 @@ pub trait Plugin: Sized + Send + 'static {
 }
 
 /// Exports a [`Plugin`] type as a gantry ABI v1 shared library: defines the entry symbol
-/// `gantry_plugin_v1` and its static vtable. Use once per `cdylib`.
-///
-/// ```ignore
-/// gantry_sdk::export_plugin!(MyPlugin);
-/// ```
+/// `gantry_plugin_v1` and its static vtable. Use once per `cdylib`, as in the crate-level example:
+/// `gantry_sdk::export_plugin!(MyPlugin);`.
 #[macro_export]
 macro_rules! export_plugin {
     ($plugin:ty) => {
