@@ -14,7 +14,7 @@ use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, Hooks, Plugin, PluginError, View};
 
 mod common;
-use common::snapshot;
+use common::{Rng, snapshot};
 
 const GIB: u64 = 1 << 30;
 
@@ -294,22 +294,6 @@ impl Plugin for FnPlugin {
 fn engine_with(config: EngineConfig, profile: Profile, hook: HookFn) -> Engine {
     let policy: Box<dyn Policy> = Box::new(StaticPolicy::new(FnPlugin { hook }));
     Engine::new(config, vec![policy], profile).expect("engine with plugin")
-}
-
-/// SplitMix64, for plugins that draw from the view's seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
 }
 
 // =============================================================================================
@@ -1243,7 +1227,7 @@ fn gpus_are_handed_out_by_index_and_returned_on_exit() {
 fn scatter_hook(seeds: std::sync::Arc<std::sync::Mutex<Vec<u64>>>) -> HookFn {
     Box::new(move |view, out| {
         seeds.lock().expect("seeds").push(view.seed);
-        let mut rng = Rng(view.seed);
+        let mut rng = Rng::new(view.seed);
         let n = view.nodes.len() as u64;
         for &r in view.pending {
             let req = &view.requests[r as usize];

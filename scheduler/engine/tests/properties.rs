@@ -17,7 +17,7 @@ use proptest::test_runner::{RngSeed, TestCaseError};
 use std::collections::{BTreeMap, BTreeSet};
 
 mod common;
-use common::snapshot;
+use common::{Rng, snapshot};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -300,28 +300,6 @@ fn scenario() -> impl Strategy<Value = Scenario> {
 // A random placement plugin
 // =============================================================================================
 
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-    fn below32(&mut self, n: usize) -> u32 {
-        self.below(n as u64) as u32
-    }
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.below(one_in) == 0
-    }
-}
-
 /// Places at random: sometimes sensibly (fit-aware), sometimes blindly, sometimes for requests
 /// that are not pending or do not exist, on nodes that do not exist, repeated, with garbage kinds;
 /// now and then it fails outright.
@@ -373,7 +351,7 @@ impl Plugin for ChaosPlacer {
     }
 
     fn place(&mut self, view: &View<'_>, out: &mut Decisions) -> Result<(), PluginError> {
-        let mut rng = Rng(view.seed ^ self.salt);
+        let mut rng = Rng::new(view.seed ^ self.salt);
         if rng.chance(25) {
             return Err(PluginError::new("chaos: no placement this cycle"));
         }
@@ -973,7 +951,7 @@ proptest! {
             sim.apply(Event::NodeRegistered(spec), Expect::Accept)?;
             sim.apply(Event::NodeStateChanged { node, state: NodeCondition::Running }, Expect::Accept)?;
         }
-        let mut rng = Rng(s.salt);
+        let mut rng = Rng::new(s.salt);
         for _ in 0..20 {
             if sim.all_apps_ended() && sim.live().is_empty() {
                 break;

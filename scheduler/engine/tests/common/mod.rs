@@ -1,5 +1,6 @@
 //! Test support shared by the engine's integration tests.
 
+use gantry_engine::rng::SplitMix64;
 use gantry_engine::state::{AppMeta, AppSummary};
 use gantry_engine::{Engine, EngineStats};
 use gantry_sdk::abi::*;
@@ -37,5 +38,32 @@ pub fn snapshot(e: &Engine) -> Snapshot {
         cluster: s.cluster(),
         history: e.history().cloned().collect(),
         stats: e.stats().clone(),
+    }
+}
+
+/// Random numbers for test plugins and scenarios: the engine's own SplitMix64.
+pub struct Rng(SplitMix64);
+
+#[allow(dead_code)] // each test binary uses a different subset
+impl Rng {
+    /// A generator from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Rng(SplitMix64::new(seed))
+    }
+    /// The next 64 bits.
+    pub fn next(&mut self) -> u64 {
+        self.0.next_u64()
+    }
+    /// Uniform-ish in `0..n` (0 when `n == 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next() % n }
+    }
+    /// As `below`, for `usize` bounds.
+    pub fn below32(&mut self, n: usize) -> u32 {
+        self.below(n as u64) as u32
+    }
+    /// True once in `one_in` draws.
+    pub fn chance(&mut self, one_in: u64) -> bool {
+        self.below(one_in) == 0
     }
 }
