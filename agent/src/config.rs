@@ -1,0 +1,233 @@
+//! The agent's configuration: a TOML file, every field optional with a documented default, and
+//! command-line flags that override the file.
+//!
+//! ```toml
+//! node_name = "rack3-node07"          # default: the host name
+//! rack = "rack3"                      # default: empty (unknown)
+//! labels = { gpu = "a100", zone = "b" }
+//! scheduler = "http://127.0.0.1:7070" # the scheduler's agent endpoint
+//! work_root = "/var/lib/gantry-agent" # container directories and the state directory live here
+//! metrics_listen = "127.0.0.1:9101"   # /metrics
+//! container_user = "nobody"           # account containers run as unless the spec names one
+//! allow_root = false                  # containers may run as root only if true
+//! kill_grace_ms = 10000               # SIGTERM → SIGKILL grace period
+//! sample_interval_ms = 1000           # usage sampling / enforcement interval
+//! cgroup_name = "gantry"              # parent cgroup of all containers
+//! [reserve]                           # kept back for the system (capacity − reserve = allocatable)
+//! cpu_millis = 500
+//! memory_bytes = 1073741824
+//! gpus = 0
+//! ```
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// Largest configuration file read, in bytes.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Why a configuration could not be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is too large, malformed, or has unknown fields.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (with line and column for syntax errors).
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("invalid {field}: {message}")]
+    Invalid {
+        /// The field.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Resources kept back for the system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Reserve {
+    /// Millicores (default 500).
+    pub cpu_millis: u64,
+    /// Bytes (default 1 GiB).
+    pub memory_bytes: u64,
+    /// GPUs (default 0).
+    pub gpus: u32,
+}
+
+impl Default for Reserve {
+    fn default() -> Self {
+        Reserve { cpu_millis: 500, memory_bytes: 1 << 30, gpus: 0 }
+    }
+}
+
+/// The agent's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// Node name (default: the host name).
+    pub node_name: Option<String>,
+    /// Rack name (default: empty).
+    pub rack: String,
+    /// Node labels.
+    pub labels: BTreeMap<String, String>,
+    /// Scheduler endpoint for the agent stream.
+    pub scheduler: String,
+    /// Directory for container directories and the agent's state.
+    pub work_root: PathBuf,
+    /// Address of the metrics endpoint.
+    pub metrics_listen: String,
+    /// Account containers run as by default.
+    pub container_user: String,
+    /// Whether containers may run as root.
+    pub allow_root: bool,
+    /// Grace period between SIGTERM and SIGKILL, ms.
+    pub kill_grace_ms: u64,
+    /// Sampling interval, ms.
+    pub sample_interval_ms: u64,
+    /// Name of the parent cgroup of all containers.
+    pub cgroup_name: String,
+    /// Resources kept back for the system.
+    pub reserve: Reserve,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            node_name: None,
+            rack: String::new(),
+            labels: BTreeMap::new(),
+            scheduler: "http://127.0.0.1:7070".into(),
+            work_root: PathBuf::from("/var/lib/gantry-agent"),
+            metrics_listen: "127.0.0.1:9101".into(),
+            container_user: "nobody".into(),
+            allow_root: false,
+            kill_grace_ms: 10_000,
+            sample_interval_ms: 1_000,
+            cgroup_name: "gantry".into(),
+            reserve: Reserve::default(),
+        }
+    }
+}
+
+impl AgentConfig {
+    /// Reads a configuration file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let read = |source| ConfigError::Read { path: path.to_owned(), source };
+        let meta = std::fs::metadata(path).map_err(read)?;
+        if meta.len() > MAX_CONFIG_BYTES {
+            return Err(ConfigError::Parse {
+                path: path.to_owned(),
+                message: format!("{} bytes is larger than the {MAX_CONFIG_BYTES}-byte limit", meta.len()),
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(read)?;
+        let cfg: AgentConfig = toml::from_str(&text)
+            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks ranges and names.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field, message: String| Err(ConfigError::Invalid { field, message });
+        if let Some(n) = &self.node_name {
+            if n.is_empty() || n.len() > 253 || n.chars().any(|c| c.is_control() || c.is_whitespace()) {
+                return bad("node_name", format!("`{n}` must be 1..=253 printable characters without spaces"));
+            }
+        }
+        if self.labels.len() > 64 {
+            return bad("labels", format!("{} labels, more than 64", self.labels.len()));
+        }
+        if !(10..=60_000).contains(&self.sample_interval_ms) {
+            return bad("sample_interval_ms", format!("{} is not in 10..=60000", self.sample_interval_ms));
+        }
+        if self.kill_grace_ms > 3_600_000 {
+            return bad("kill_grace_ms", format!("{} is more than an hour", self.kill_grace_ms));
+        }
+        if self.cgroup_name.is_empty()
+            || !self.cgroup_name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return bad("cgroup_name", format!("`{}` must be [A-Za-z0-9_-]+", self.cgroup_name));
+        }
+        if self.container_user.is_empty() {
+            return bad("container_user", "must not be empty".into());
+        }
+        if !self.work_root.is_absolute() {
+            return bad("work_root", format!("{} must be an absolute path", self.work_root.display()));
+        }
+        Ok(())
+    }
+
+    /// The node name: configured, or the host name.
+    pub fn node_name(&self) -> String {
+        self.node_name.clone().unwrap_or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+                .unwrap_or_else(|| "localhost".to_owned())
+        })
+    }
+
+    /// Directory holding one subdirectory per container.
+    pub fn containers_dir(&self) -> PathBuf {
+        self.work_root.join("containers")
+    }
+
+    /// Directory holding the agent's own state (what it must remember across restarts).
+    pub fn state_dir(&self) -> PathBuf {
+        self.work_root.join("state")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_files_override_them() {
+        AgentConfig::default().validate().expect("defaults");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("agent.toml");
+        std::fs::write(
+            &p,
+            "node_name = \"n1\"\nrack = \"r1\"\nlabels = { gpu = \"a100\" }\nwork_root = \"/tmp/x\"\n[reserve]\ncpu_millis = 1000\n",
+        )
+        .expect("write");
+        let c = AgentConfig::from_file(&p).expect("parses");
+        assert_eq!(c.node_name(), "n1");
+        assert_eq!(c.labels.get("gpu").map(String::as_str), Some("a100"));
+        assert_eq!(c.reserve.cpu_millis, 1000);
+        assert_eq!(c.reserve.memory_bytes, 1 << 30, "unset reserve fields keep their defaults");
+    }
+
+    #[test]
+    fn bad_files_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("agent.toml");
+        for (text, want) in [
+            ("nod_name = \"x\"\n", "unknown field"),
+            ("sample_interval_ms = 1\n", "sample_interval_ms"),
+            ("work_root = \"relative\"\n", "absolute"),
+            ("cgroup_name = \"../x\"\n", "cgroup_name"),
+            ("node_name = \"a b\"\n", "node_name"),
+        ] {
+            std::fs::write(&p, text).expect("write");
+            let err = AgentConfig::from_file(&p).expect_err(text).to_string();
+            assert!(err.contains(want), "{text}: {err}");
+        }
+    }
+}

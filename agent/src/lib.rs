@@ -1,0 +1,18 @@
+//! # gantry-agent
+//!
+//! The node agent: one per machine. It measures the machine ([`probe`]), launches containers —
+//! process trees in their own session and cgroup, with CPU and memory limits — through a small
+//! per-container supervisor ([`shim`], [`executor`], [`cgroup`]), enforces limits and samples
+//! usage ([`monitor`]), remembers its containers across its own restarts ([`state`]), exposes
+//! `/metrics` ([`metrics`]) and talks to the scheduler over one gRPC stream ([`client`]).
+
+pub mod cgroup;
+pub mod client;
+pub mod config;
+pub mod executor;
+pub mod metrics;
+pub mod model;
+pub mod monitor;
+pub mod probe;
+pub mod shim;
+pub mod state;
