@@ -146,7 +146,10 @@ impl AgentConfig {
         let bad = |field, message: String| Err(ConfigError::Invalid { field, message });
         if let Some(n) = &self.node_name {
             if n.is_empty() || n.len() > 253 || n.chars().any(|c| c.is_control() || c.is_whitespace()) {
-                return bad("node_name", format!("`{n}` must be 1..=253 printable characters without spaces"));
+                return bad(
+                    "node_name",
+                    format!("`{n}` must be 1..=253 printable characters without spaces"),
+                );
             }
         }
         if self.labels.len() > 64 {

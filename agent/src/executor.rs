@@ -1,1 +1,1192 @@
-//! (being written)
+//! The executor: turns launch specs into supervised process trees, kills them, collects how
+//! they ended, and re-adopts them after an agent restart.
+//!
+//! Each container has a *control directory* `<containers>/<id>/`, owned by the agent and not
+//! writable by the container, holding what must survive the agent: `spec.json` (the resolved
+//! [`ShimSpec`]), `pid` (pids and start times), `exit.json` (written by the shim), `kill-reason`
+//! (why the agent killed it), `reported` (after [`Executor::forget`]) and `shim.log`. Inside it,
+//! `work/` is the *container directory*: owned by the container's user, the default working
+//! directory, the base of every path in the spec, and where stdout/stderr land. Keeping the
+//! control files out of the user's reach means a container cannot forge the pid file the agent
+//! signals, or the exit record it reports.
+//!
+//! Every container runs under its own [shim](crate::shim), which is the command's parent; the
+//! executor talks to a container only through files, signals and its cgroup, so a restarted
+//! agent can pick up where the old one stopped ([`Executor::adopt`]).
+
+use crate::cgroup::{
+    CgroupError, CgroupUsage, ContainerCgroup, Layout, Limits, descendants, live_start_time, tree_usage,
+};
+use crate::config::AgentConfig;
+use crate::model::{ContainerExit, ContainerUsage, ExitReason, LaunchSpec};
+use crate::shim::{
+    self, DEFAULT_PATH, EXIT_FILE, ExitRecord, ExitStatus, LAUNCH_ERROR_FILE, PID_FILE, PidRecord,
+    SHIM_LOG_FILE, SPEC_FILE, ShimError, ShimSpec,
+};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use std::collections::{HashMap, HashSet};
+use std::ffi::CString;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Component, Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// The container directory's name inside the control directory.
+pub const WORK_DIR: &str = "work";
+/// Why the agent killed a container (`request` or `memory-limit`); the first writer wins.
+pub const KILL_REASON_FILE: &str = "kill-reason";
+/// Written once the container's exit has been reported; adoption skips such directories.
+pub const REPORTED_FILE: &str = "reported";
+/// Largest argv plus environment accepted, bytes (the kernel's own limit is near 2 MiB).
+pub const MAX_ARGS_BYTES: usize = 1 << 20;
+/// Smallest CPU limit, millicores: the kernel's minimum CFS quota is 1 ms per 100 ms period.
+pub const MIN_CPU_MILLIS: u64 = 10;
+/// Largest CPU limit, millicores (10 000 cores): anything above is a mistake.
+pub const MAX_CPU_MILLIS: u64 = 10_000_000;
+/// Smallest memory limit, bytes: below this not even a shell starts.
+pub const MIN_MEMORY_BYTES: u64 = 1 << 20;
+/// Largest memory limit, bytes (1 PiB): anything above is a mistake.
+pub const MAX_MEMORY_BYTES: u64 = 1 << 50;
+
+/// How long a shim may take to start the command.
+const LAUNCH_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a container may take to end after SIGKILL (the shim's own cleanup deadline is 15 s).
+const KILL_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Whether containers get cgroups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CgroupMode {
+    /// Use v2 or v1 when available and writable, else fall back to rlimits.
+    #[default]
+    Auto,
+    /// Never use cgroups: rlimits for memory, the process tree for kills and usage.
+    Off,
+}
+
+/// What the executor needs from the agent's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorSettings {
+    /// Directory holding one control directory per container.
+    pub containers_dir: PathBuf,
+    /// Account containers run as unless the spec names one.
+    pub default_user: String,
+    /// Whether containers may run as root.
+    pub allow_root: bool,
+    /// Default SIGTERM → SIGKILL grace period.
+    pub kill_grace: Duration,
+    /// Name of the parent cgroup of all containers.
+    pub cgroup_name: String,
+    /// GPUs on this node (valid indexes are `0..gpu_count`).
+    pub gpu_count: u32,
+    /// The program run as `<program> shim <dir>`: the agent's own binary.
+    pub shim_program: PathBuf,
+    /// Whether to use cgroups.
+    pub cgroups: CgroupMode,
+}
+
+impl ExecutorSettings {
+    /// Settings from the agent's configuration.
+    pub fn from_config(cfg: &AgentConfig, gpu_count: u32, shim_program: PathBuf) -> ExecutorSettings {
+        ExecutorSettings {
+            containers_dir: cfg.containers_dir(),
+            default_user: cfg.container_user.clone(),
+            allow_root: cfg.allow_root,
+            kill_grace: Duration::from_millis(cfg.kill_grace_ms),
+            cgroup_name: cfg.cgroup_name.clone(),
+            gpu_count,
+            shim_program,
+            cgroups: CgroupMode::Auto,
+        }
+    }
+}
+
+/// Why a launch spec was refused. Nothing was launched.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum SpecError {
+    /// No program.
+    #[error("argv is empty: a container needs a program to run")]
+    EmptyArgv,
+    /// `argv[0]` is the empty string.
+    #[error("argv[0] is empty: a container needs a program to run")]
+    EmptyProgram,
+    /// A string holds a NUL byte, which no process can be given.
+    #[error("{field} contains a NUL byte")]
+    Nul {
+        /// Which part of the spec.
+        field: String,
+    },
+    /// An environment variable name is empty or holds `=`.
+    #[error("environment variable name {name:?} is invalid: it must be non-empty and contain no '='")]
+    EnvName {
+        /// The name.
+        name: String,
+    },
+    /// argv and environment are too large.
+    #[error("argv and environment are {bytes} bytes, more than the {MAX_ARGS_BYTES}-byte limit")]
+    TooLarge {
+        /// Their size.
+        bytes: usize,
+    },
+    /// No such account.
+    #[error("unknown user {0:?}")]
+    UnknownUser(String),
+    /// The account database could not be read.
+    #[error("cannot look up user {user:?}: {message}")]
+    UserLookup {
+        /// The user.
+        user: String,
+        /// Why.
+        message: String,
+    },
+    /// uid 0 without `allow_root`.
+    #[error("user {0:?} is root; containers may run as root only when allow_root is set")]
+    RootNotAllowed(String),
+    /// A non-root agent can only start containers as itself.
+    #[error("the agent runs as uid {agent_uid} and cannot start containers as {user:?} (uid {uid})")]
+    CannotSwitchUser {
+        /// The user.
+        user: String,
+        /// Its uid.
+        uid: u32,
+        /// The agent's uid.
+        agent_uid: u32,
+    },
+    /// An absolute path.
+    #[error("{field} {path:?} must be a path relative to the container directory")]
+    AbsolutePath {
+        /// `workdir`, `stdout` or `stderr`.
+        field: &'static str,
+        /// The path.
+        path: String,
+    },
+    /// A path with `..`.
+    #[error("{field} {path:?} escapes the container directory ('..' is not allowed)")]
+    PathEscape {
+        /// `workdir`, `stdout` or `stderr`.
+        field: &'static str,
+        /// The path.
+        path: String,
+    },
+    /// A log path that names no file.
+    #[error("{field} {path:?} does not name a file")]
+    NotAFile {
+        /// `stdout` or `stderr`.
+        field: &'static str,
+        /// The path.
+        path: String,
+    },
+    /// CPU limit out of range.
+    #[error("cpu_millis {0} is out of range: 0 (no limit) or {MIN_CPU_MILLIS}..={MAX_CPU_MILLIS}")]
+    CpuLimit(u64),
+    /// Memory limit out of range.
+    #[error("memory_bytes {0} is out of range: 0 (no limit) or {MIN_MEMORY_BYTES}..={MAX_MEMORY_BYTES}")]
+    MemoryLimit(u64),
+    /// A GPU index the node does not have.
+    #[error("GPU {index} does not exist on this node ({count} GPUs)")]
+    NoSuchGpu {
+        /// The index.
+        index: u32,
+        /// GPUs on the node.
+        count: u32,
+    },
+    /// A GPU index listed twice.
+    #[error("GPU {0} is listed twice")]
+    DuplicateGpu(u32),
+    /// The container id is in use on this node.
+    #[error("container {0} already exists on this node")]
+    AlreadyExists(u64),
+}
+
+/// Why an executor operation failed.
+#[derive(Debug, Error)]
+pub enum ExecError {
+    /// The spec was refused; nothing was launched.
+    #[error("launch refused: {0}")]
+    Spec(#[from] SpecError),
+    /// A file or directory of the executor could not be used.
+    #[error("cannot {what} {path}: {source}")]
+    Io {
+        /// What was attempted.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// A cgroup operation failed.
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    /// A control file could not be read or written.
+    #[error(transparent)]
+    Shim(#[from] ShimError),
+    /// The supervisor could not be started.
+    #[error("cannot start the container supervisor {program}: {source}")]
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The container did not start; nothing is left of it.
+    #[error("container {id} failed to start: {message}")]
+    Start {
+        /// Container id.
+        id: u64,
+        /// Why (from the supervisor).
+        message: String,
+    },
+    /// No such container.
+    #[error("unknown container {0}")]
+    Unknown(u64),
+    /// The container has not ended (so it cannot be forgotten).
+    #[error("container {0} is still running")]
+    StillRunning(u64),
+    /// The container did not end after SIGKILL.
+    #[error("container {id} did not end within {secs} s of SIGKILL")]
+    KillTimeout {
+        /// Container id.
+        id: u64,
+        /// Seconds waited.
+        secs: u64,
+    },
+}
+
+fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> ExecError + 'a {
+    move |source| ExecError::Io { what, path: path.to_owned(), source }
+}
+
+/// Why the agent killed a container, as recorded in its control directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KillReason {
+    /// The scheduler asked.
+    Request,
+    /// The monitor found it over its memory limit.
+    MemoryLimit,
+}
+
+impl KillReason {
+    fn as_str(self) -> &'static str {
+        match self {
+            KillReason::Request => "request",
+            KillReason::MemoryLimit => "memory-limit",
+        }
+    }
+
+    fn parse(s: &str) -> Option<KillReason> {
+        match s.trim() {
+            "request" => Some(KillReason::Request),
+            "memory-limit" => Some(KillReason::MemoryLimit),
+            _ => None,
+        }
+    }
+}
+
+/// How a container ended, from the shim's record, the agent's kill reason and the cgroup's
+/// OOM-kill count. An OOM kill inside a container that still exited 0 is not a memory-limit end
+/// (the job coped); a non-zero or signalled end after an OOM kill is.
+pub fn classify_exit(status: ExitStatus, kill: Option<KillReason>, oom_kills: u64) -> ExitReason {
+    match (kill, status) {
+        (Some(KillReason::Request), _) => ExitReason::KilledByRequest,
+        (Some(KillReason::MemoryLimit), _) => ExitReason::MemoryLimit,
+        (None, ExitStatus::Exited { code: 0 }) => ExitReason::Exited { code: 0 },
+        (None, _) if oom_kills > 0 => ExitReason::MemoryLimit,
+        (None, ExitStatus::Exited { code }) => ExitReason::Exited { code },
+        (None, ExitStatus::Signaled { signal }) => ExitReason::Signaled { signal },
+    }
+}
+
+/// A launched container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerHandle {
+    /// Container id.
+    pub container_id: u64,
+    /// The command's pid (also its process group id).
+    pub pid: u32,
+    /// The supervisor's pid.
+    pub shim_pid: u32,
+    /// The container directory (working directory and logs).
+    pub container_dir: PathBuf,
+    /// Its cgroup, if any.
+    pub cgroup: Option<ContainerCgroup>,
+}
+
+/// One container the executor knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerInfo {
+    /// Container id.
+    pub container_id: u64,
+    /// Whether it is still running (its exit not yet collected).
+    pub running: bool,
+    /// The command's pid.
+    pub pid: u32,
+    /// The supervisor's pid.
+    pub shim_pid: u32,
+}
+
+/// What [`Executor::adopt`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Adopted {
+    /// Containers running again under this executor.
+    pub running: Vec<u64>,
+    /// Containers that ended while the agent was down (or were lost); their exits come out of
+    /// the next [`Executor::collect_exits`].
+    pub ended: Vec<u64>,
+}
+
+/// A process named by pid and start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ProcRef {
+    pid: u32,
+    start_time: u64,
+}
+
+impl ProcRef {
+    fn nix(self) -> Pid {
+        Pid::from_raw(i32::try_from(self.pid).unwrap_or(i32::MAX))
+    }
+}
+
+struct Tracked {
+    control: PathBuf,
+    cgroup: Option<ContainerCgroup>,
+    memory_limit: u64,
+    shim: ProcRef,
+    cmd: ProcRef,
+    /// The shim, when this executor started it (so it must reap it).
+    child: Option<Child>,
+    ended: bool,
+}
+
+#[derive(Default)]
+struct Inner {
+    containers: HashMap<u64, Tracked>,
+    launching: HashSet<u64>,
+    /// Exits found by adoption, not yet collected.
+    pending: Vec<ContainerExit>,
+    /// Shims of forgotten containers still to be reaped.
+    zombies: Vec<Child>,
+}
+
+/// Launches, kills and watches containers. All methods take `&self` and return quickly, except
+/// [`Executor::kill`] (async; it waits the grace period) and [`Executor::launch`] (blocks until
+/// the shim has started the command, normally a few milliseconds). Dropping an executor leaves
+/// its containers running, as the agent's death does.
+pub struct Executor {
+    settings: ExecutorSettings,
+    layout: Layout,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor").field("settings", &self.settings).field("layout", &self.layout).finish()
+    }
+}
+
+impl Executor {
+    /// Creates the containers directory and the parent cgroup. Falls back to rlimits (logged)
+    /// when there are no cgroups or they are not writable.
+    pub fn new(settings: ExecutorSettings) -> Result<Executor, ExecError> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o711)
+            .create(&settings.containers_dir)
+            .map_err(io_err("create", &settings.containers_dir))?;
+        let layout = match settings.cgroups {
+            CgroupMode::Off => Layout::None,
+            CgroupMode::Auto => {
+                let layout = Layout::detect();
+                if layout == Layout::None {
+                    tracing::warn!("no usable cgroup hierarchy; memory limits fall back to RLIMIT_AS");
+                    layout
+                } else if let Err(e) = layout.prepare_parent(&settings.cgroup_name) {
+                    tracing::warn!(
+                        "cgroups ({}) not writable ({e}); memory limits fall back to RLIMIT_AS",
+                        layout.name()
+                    );
+                    Layout::None
+                } else {
+                    tracing::info!("containers get cgroup {} under {}", layout.name(), settings.cgroup_name);
+                    layout
+                }
+            }
+        };
+        Ok(Executor { settings, layout, inner: Mutex::new(Inner::default()) })
+    }
+
+    /// The cgroup layout in use ([`Layout::None`] in the rlimit fallback).
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &ExecutorSettings {
+        &self.settings
+    }
+
+    /// A container's control directory.
+    pub fn control_dir(&self, id: u64) -> PathBuf {
+        self.settings.containers_dir.join(id.to_string())
+    }
+
+    /// A container's directory: its default working directory, holding its logs.
+    pub fn container_dir(&self, id: u64) -> PathBuf {
+        self.control_dir(id).join(WORK_DIR)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Checks a launch spec and resolves it (user, paths, environment) into what the shim
+    /// needs. Refuses with a clear message; has no effect.
+    pub fn validate(&self, spec: &LaunchSpec) -> Result<ShimSpec, SpecError> {
+        let argv0 = spec.argv.first().ok_or(SpecError::EmptyArgv)?;
+        if argv0.is_empty() {
+            return Err(SpecError::EmptyProgram);
+        }
+        for (i, a) in spec.argv.iter().enumerate() {
+            no_nul(&format!("argv[{i}]"), a)?;
+        }
+        for (k, v) in &spec.env {
+            no_nul(&format!("environment variable {k:?}"), k)?;
+            no_nul(&format!("environment variable {k:?}"), v)?;
+            if k.is_empty() || k.contains('=') {
+                return Err(SpecError::EnvName { name: k.clone() });
+            }
+        }
+        let bytes: usize = spec.argv.iter().map(|a| a.len() + 1).sum::<usize>()
+            + spec.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
+        if bytes > MAX_ARGS_BYTES {
+            return Err(SpecError::TooLarge { bytes });
+        }
+        if spec.cpu_millis != 0 && !(MIN_CPU_MILLIS..=MAX_CPU_MILLIS).contains(&spec.cpu_millis) {
+            return Err(SpecError::CpuLimit(spec.cpu_millis));
+        }
+        if spec.memory_bytes != 0 && !(MIN_MEMORY_BYTES..=MAX_MEMORY_BYTES).contains(&spec.memory_bytes) {
+            return Err(SpecError::MemoryLimit(spec.memory_bytes));
+        }
+        let mut seen = HashSet::new();
+        for &index in &spec.gpus {
+            if index >= self.settings.gpu_count {
+                return Err(SpecError::NoSuchGpu { index, count: self.settings.gpu_count });
+            }
+            if !seen.insert(index) {
+                return Err(SpecError::DuplicateGpu(index));
+            }
+        }
+        let workdir = contained("workdir", spec.workdir.as_deref().unwrap_or("."), false)?;
+        let stdout = contained("stdout", spec.stdout.as_deref().unwrap_or("stdout"), true)?;
+        let stderr = contained("stderr", spec.stderr.as_deref().unwrap_or("stderr"), true)?;
+
+        let name = spec.user.as_deref().unwrap_or(&self.settings.default_user);
+        no_nul("user", name)?;
+        let user = match nix::unistd::User::from_name(name) {
+            Ok(Some(u)) if !name.is_empty() => u,
+            Ok(_) => return Err(SpecError::UnknownUser(name.to_owned())),
+            Err(e) => return Err(SpecError::UserLookup { user: name.to_owned(), message: e.to_string() }),
+        };
+        if user.uid.is_root() && !self.settings.allow_root {
+            return Err(SpecError::RootNotAllowed(name.to_owned()));
+        }
+        let agent_uid = nix::unistd::geteuid();
+        if !agent_uid.is_root() && user.uid != agent_uid {
+            return Err(SpecError::CannotSwitchUser {
+                user: name.to_owned(),
+                uid: user.uid.as_raw(),
+                agent_uid: agent_uid.as_raw(),
+            });
+        }
+        let groups = CString::new(name)
+            .ok()
+            .and_then(|c| nix::unistd::getgrouplist(&c, user.gid).ok())
+            .unwrap_or_else(|| vec![user.gid]);
+
+        let id = spec.container_id;
+        if self.is_known(id) || self.control_dir(id).exists() {
+            return Err(SpecError::AlreadyExists(id));
+        }
+
+        let gpu_list = spec.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        let mut env: Vec<(String, String)> = vec![
+            ("PATH".into(), DEFAULT_PATH.into()),
+            ("HOME".into(), user.dir.to_string_lossy().into_owned()),
+            ("USER".into(), user.name.clone()),
+            ("LOGNAME".into(), user.name.clone()),
+        ];
+        env.extend(spec.env.iter().cloned());
+        // The agent's own variables win over the spec's: the GPU hand-over must not be undone.
+        env.extend([
+            ("GANTRY_CONTAINER_ID".into(), id.to_string()),
+            ("GANTRY_APP_ID".into(), spec.app_id.to_string()),
+            ("CUDA_VISIBLE_DEVICES".into(), gpu_list.clone()),
+            ("NVIDIA_VISIBLE_DEVICES".into(), if gpu_list.is_empty() { "void".into() } else { gpu_list }),
+        ]);
+        let container_dir = self.container_dir(id);
+        Ok(ShimSpec {
+            container_id: id,
+            app_id: spec.app_id,
+            argv: spec.argv.clone(),
+            env: last_wins(env),
+            workdir: container_dir.join(workdir),
+            stdout: container_dir.join(stdout),
+            stderr: container_dir.join(stderr),
+            container_dir,
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+            groups: groups.iter().map(|g| g.as_raw()).collect(),
+            cgroup: None,
+            limits: Limits { memory_bytes: spec.memory_bytes, cpu_millis: spec.cpu_millis },
+            rlimit_as_bytes: None,
+            gpus: spec.gpus.clone(),
+        })
+    }
+
+    fn is_known(&self, id: u64) -> bool {
+        let inner = self.lock();
+        inner.containers.contains_key(&id) || inner.launching.contains(&id)
+    }
+
+    /// Launches a container: control and container directories, cgroup with limits, and the
+    /// shim, which starts the command. Returns once the command runs. On any error nothing is
+    /// left behind: no directory, no cgroup, no process.
+    pub fn launch(&self, spec: &LaunchSpec) -> Result<ContainerHandle, ExecError> {
+        let shim_spec = self.validate(spec)?;
+        let id = spec.container_id;
+        {
+            let mut inner = self.lock();
+            if inner.containers.contains_key(&id) || !inner.launching.insert(id) {
+                return Err(SpecError::AlreadyExists(id).into());
+            }
+        }
+        let control = self.control_dir(id);
+        let created = std::fs::DirBuilder::new().mode(0o755).create(&control);
+        let result = match created {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(SpecError::AlreadyExists(id).into()),
+            Err(e) => Err(ExecError::Io { what: "create", path: control.clone(), source: e }),
+            Ok(()) => {
+                let cgroup = self.layout.container(&self.settings.cgroup_name, id);
+                let started = self.start(shim_spec, &control, cgroup.as_ref());
+                if started.is_err() {
+                    if let Some(cg) = &cgroup {
+                        let _ = cg.kill_all();
+                        let _ = cg.remove();
+                    }
+                    let _ = std::fs::remove_dir_all(&control);
+                }
+                started.map(|(child, rec)| (child, rec, cgroup))
+            }
+        };
+        let mut inner = self.lock();
+        inner.launching.remove(&id);
+        let (child, rec, cgroup) = result?;
+        inner.containers.insert(
+            id,
+            Tracked {
+                control: control.clone(),
+                cgroup: cgroup.clone(),
+                memory_limit: spec.memory_bytes,
+                shim: ProcRef { pid: rec.shim_pid, start_time: rec.shim_start_time },
+                cmd: ProcRef { pid: rec.pid, start_time: rec.start_time },
+                child: Some(child),
+                ended: false,
+            },
+        );
+        Ok(ContainerHandle {
+            container_id: id,
+            pid: rec.pid,
+            shim_pid: rec.shim_pid,
+            container_dir: control.join(WORK_DIR),
+            cgroup,
+        })
+    }
+
+    fn start(
+        &self,
+        mut spec: ShimSpec,
+        control: &Path,
+        cgroup: Option<&ContainerCgroup>,
+    ) -> Result<(Child, PidRecord), ExecError> {
+        let id = spec.container_id;
+        std::fs::DirBuilder::new()
+            .mode(0o750)
+            .create(&spec.container_dir)
+            .map_err(io_err("create", &spec.container_dir))?;
+        if nix::unistd::geteuid().is_root() {
+            nix::unistd::chown(
+                &spec.container_dir,
+                Some(nix::unistd::Uid::from_raw(spec.uid)),
+                Some(nix::unistd::Gid::from_raw(spec.gid)),
+            )
+            .map_err(|e| ExecError::Io {
+                what: "chown",
+                path: spec.container_dir.clone(),
+                source: e.into(),
+            })?;
+        }
+        if let Some(cg) = cgroup {
+            cg.create(spec.limits)?;
+        } else if spec.limits.memory_bytes > 0 {
+            spec.rlimit_as_bytes = Some(spec.limits.memory_bytes);
+        }
+        spec.cgroup = cgroup.cloned();
+        shim::write_json(&control.join(SPEC_FILE), &spec)?;
+
+        let log_path = control.join(SHIM_LOG_FILE);
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o640)
+            .open(&log_path)
+            .map_err(io_err("create", &log_path))?;
+        let log2 = log.try_clone().map_err(io_err("open", &log_path))?;
+        let program = &self.settings.shim_program;
+        let mut cmd = Command::new(program);
+        cmd.arg("shim")
+            .arg(control)
+            .env_clear()
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
+        // which is async-signal-safe and allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(io::Error::from));
+        }
+        let mut child =
+            cmd.spawn().map_err(|source| ExecError::Spawn { program: program.clone(), source })?;
+
+        let pid_path = control.join(PID_FILE);
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            if pid_path.exists() {
+                return match shim::read_json(&pid_path) {
+                    Ok(rec) => Ok((child, rec)),
+                    Err(e) => {
+                        abort_shim(&mut child);
+                        Err(e.into())
+                    }
+                };
+            }
+            let exited = match child.try_wait() {
+                Ok(exited) => exited,
+                Err(e) => {
+                    abort_shim(&mut child);
+                    return Err(ExecError::Io { what: "wait for", path: program.clone(), source: e });
+                }
+            };
+            if let Some(status) = exited {
+                if pid_path.exists() {
+                    // It started the command and ended already (the command was quick).
+                    return Ok((child, shim::read_json(&pid_path)?));
+                }
+                let message = std::fs::read_to_string(control.join(LAUNCH_ERROR_FILE))
+                    .or_else(|_| std::fs::read_to_string(&log_path))
+                    .unwrap_or_default();
+                let message = message.trim();
+                let message = if message.is_empty() {
+                    format!("the supervisor exited ({status})")
+                } else {
+                    message.to_owned()
+                };
+                return Err(ExecError::Start { id, message });
+            }
+            if started.elapsed() > LAUNCH_DEADLINE {
+                abort_shim(&mut child);
+                return Err(ExecError::Start {
+                    id,
+                    message: format!(
+                        "the supervisor did not start it within {} s",
+                        LAUNCH_DEADLINE.as_secs()
+                    ),
+                });
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    /// The ids and pids of every container the executor knows (running, or ended and not yet
+    /// forgotten), by id.
+    pub fn list(&self) -> Vec<ContainerInfo> {
+        let inner = self.lock();
+        let mut out: Vec<ContainerInfo> = inner
+            .containers
+            .iter()
+            .map(|(&id, t)| ContainerInfo {
+                container_id: id,
+                running: !t.ended,
+                pid: t.cmd.pid,
+                shim_pid: t.shim.pid,
+            })
+            .collect();
+        out.sort_by_key(|c| c.container_id);
+        out
+    }
+
+    /// Ids of the running containers.
+    pub fn running(&self) -> Vec<u64> {
+        self.list().into_iter().filter(|c| c.running).map(|c| c.container_id).collect()
+    }
+
+    /// A container's cgroup (`None` without cgroups).
+    pub fn cgroup(&self, id: u64) -> Result<Option<ContainerCgroup>, ExecError> {
+        self.lock().containers.get(&id).map(|t| t.cgroup.clone()).ok_or(ExecError::Unknown(id))
+    }
+
+    /// A running container's processes (for attributing GPU processes to containers).
+    pub fn pids(&self, id: u64) -> Result<Vec<u32>, ExecError> {
+        let (cgroup, shim) = self.running_parts(id)?;
+        match cgroup {
+            Some(cg) => Ok(cg.pids()?),
+            None => Ok(shim_tree(shim).into_iter().map(|p| p.pid).collect()),
+        }
+    }
+
+    /// A running container's usage: from its cgroup, or summed over its process tree.
+    pub fn usage(&self, id: u64) -> Result<ContainerUsage, ExecError> {
+        let memory_limit = self.lock().containers.get(&id).map_or(0, |t| t.memory_limit);
+        let (cgroup, shim) = self.running_parts(id)?;
+        match cgroup {
+            Some(cg) => {
+                let u = cg.usage()?;
+                Ok(ContainerUsage {
+                    container_id: id,
+                    cpu_seconds: u.cpu_seconds,
+                    memory_working_set_bytes: u.memory_working_set_bytes,
+                    memory_limit_bytes: u.memory_limit_bytes,
+                    processes: u.processes,
+                })
+            }
+            None => {
+                let procs = shim_tree(shim);
+                let (cpu_seconds, rss) = tree_usage(&procs);
+                Ok(ContainerUsage {
+                    container_id: id,
+                    cpu_seconds,
+                    memory_working_set_bytes: rss,
+                    memory_limit_bytes: memory_limit,
+                    processes: u32::try_from(procs.len()).unwrap_or(u32::MAX),
+                })
+            }
+        }
+    }
+
+    /// The cgroup's full accounting (throttling and OOM kills included); `None` without cgroups.
+    pub fn cgroup_usage(&self, id: u64) -> Result<Option<CgroupUsage>, ExecError> {
+        let (cgroup, _) = self.running_parts(id)?;
+        Ok(match cgroup {
+            Some(cg) => Some(cg.usage()?),
+            None => None,
+        })
+    }
+
+    fn running_parts(&self, id: u64) -> Result<(Option<ContainerCgroup>, ProcRef), ExecError> {
+        let inner = self.lock();
+        let t = inner.containers.get(&id).ok_or(ExecError::Unknown(id))?;
+        Ok((t.cgroup.clone(), t.shim))
+    }
+
+    /// Records why the agent kills a container (the first reason recorded wins), unless it has
+    /// already ended.
+    fn mark(&self, control: &Path, reason: KillReason) -> Result<(), ExecError> {
+        if control.join(EXIT_FILE).exists() {
+            return Ok(());
+        }
+        let path = control.join(KILL_REASON_FILE);
+        match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&path) {
+            Ok(mut f) => {
+                f.write_all(reason.as_str().as_bytes()).map_err(io_err("write", &path))?;
+                f.sync_all().map_err(io_err("sync", &path))
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(ExecError::Io { what: "create", path, source: e }),
+        }
+    }
+
+    /// Whether the container's supervisor still runs: the recorded pid with the recorded start
+    /// time (a pid reused by another process does not count).
+    fn shim_alive(t: &mut Tracked) -> bool {
+        if let Some(child) = &mut t.child {
+            return matches!(child.try_wait(), Ok(None));
+        }
+        if live_start_time(t.shim.pid) == Some(t.shim.start_time) {
+            return true;
+        }
+        reap_if_own_zombie(t.shim);
+        false
+    }
+
+    /// Asks a container to stop: records the kill as requested and sends SIGTERM to its process
+    /// group. The first half of [`Executor::kill`], for callers that run their own timer.
+    pub fn request_kill(&self, id: u64) -> Result<(), ExecError> {
+        self.signal(id, Some(KillReason::Request), Signal::SIGTERM)
+    }
+
+    /// SIGKILLs everything left of a container: cgroup-wide, or — without a cgroup — its process
+    /// group and every descendant of its supervisor. The second half of [`Executor::kill`].
+    pub fn force_kill(&self, id: u64) -> Result<(), ExecError> {
+        self.signal(id, None, Signal::SIGKILL)
+    }
+
+    /// Kills a container for exceeding its memory limit; its exit is reported as
+    /// [`ExitReason::MemoryLimit`]. Returns once SIGKILL is sent.
+    pub fn kill_for_memory(&self, id: u64) -> Result<(), ExecError> {
+        self.signal(id, Some(KillReason::MemoryLimit), Signal::SIGKILL)
+    }
+
+    fn signal(&self, id: u64, reason: Option<KillReason>, signal: Signal) -> Result<(), ExecError> {
+        let (control, cgroup, shim, cmd) = {
+            let mut inner = self.lock();
+            let t = inner.containers.get_mut(&id).ok_or(ExecError::Unknown(id))?;
+            if t.ended || t.control.join(EXIT_FILE).exists() || !Self::shim_alive(t) {
+                return Ok(());
+            }
+            (t.control.clone(), t.cgroup.clone(), t.shim, t.cmd)
+        };
+        if let Some(reason) = reason {
+            self.mark(&control, reason)?;
+        }
+        if signal == Signal::SIGTERM {
+            let _ = nix::sys::signal::killpg(cmd.nix(), Signal::SIGTERM);
+            return Ok(());
+        }
+        match cgroup {
+            Some(cg) => cg.kill_all()?,
+            None => {
+                let _ = nix::sys::signal::killpg(cmd.nix(), Signal::SIGKILL);
+                for p in descendants(shim.pid) {
+                    let _ =
+                        nix::sys::signal::kill(ProcRef { pid: p.pid, start_time: 0 }.nix(), Signal::SIGKILL);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a container has ended (its supervisor recorded the exit, or is gone). Unknown ids
+    /// count as ended.
+    pub fn has_ended(&self, id: u64) -> bool {
+        let mut inner = self.lock();
+        match inner.containers.get_mut(&id) {
+            None => true,
+            Some(t) => t.ended || t.control.join(EXIT_FILE).exists() || !Self::shim_alive(t),
+        }
+    }
+
+    /// Kills a container gracefully: SIGTERM to its process group, up to `grace` for it to end,
+    /// then SIGKILL to everything left. Returns once it has ended; its exit (reported as
+    /// [`ExitReason::KilledByRequest`]) comes out of [`Executor::collect_exits`].
+    pub async fn kill(&self, id: u64, grace: Duration) -> Result<(), ExecError> {
+        self.request_kill(id)?;
+        if !self.wait_ended(id, grace).await {
+            self.force_kill(id)?;
+            if !self.wait_ended(id, KILL_DEADLINE).await {
+                return Err(ExecError::KillTimeout { id, secs: KILL_DEADLINE.as_secs() });
+            }
+        }
+        Ok(())
+    }
+
+    async fn wait_ended(&self, id: u64, limit: Duration) -> bool {
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(5);
+        loop {
+            if self.has_ended(id) {
+                return true;
+            }
+            if start.elapsed() >= limit {
+                return false;
+            }
+            tokio::time::sleep(pause.min(limit.saturating_sub(start.elapsed()))).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// The containers that ended since the last call (non-blocking), with why and when. Each
+    /// exit is returned once per agent run; call [`Executor::forget`] once it is reported.
+    pub fn collect_exits(&self) -> Vec<ContainerExit> {
+        let mut inner = self.lock();
+        let mut out = std::mem::take(&mut inner.pending);
+        inner.zombies.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
+        for (&id, t) in inner.containers.iter_mut() {
+            if t.ended {
+                continue;
+            }
+            let exit_path = t.control.join(EXIT_FILE);
+            let record = if exit_path.exists() {
+                shim::read_json::<ExitRecord>(&exit_path).ok()
+            } else if Self::shim_alive(t) {
+                continue;
+            } else {
+                // The shim may have written its record just before it ended.
+                shim::read_json::<ExitRecord>(&exit_path).ok()
+            };
+            if let Some(child) = &mut t.child {
+                let _ = child.try_wait();
+            }
+            t.ended = true;
+            out.push(match record {
+                Some(rec) => ContainerExit {
+                    container_id: id,
+                    reason: classify(&t.control, &rec, t.cgroup.as_ref()),
+                    finished_at_ms: rec.finished_at_ms,
+                },
+                None => lost(id, t.cgroup.as_ref(), t.cmd),
+            });
+        }
+        out
+    }
+
+    /// Re-adopts the containers of a previous agent run, after a restart: a live supervisor
+    /// (same pid and start time) → running again; a recorded exit → reported with its recorded
+    /// time; neither → [`ExitReason::Lost`] (and whatever is left in its cgroup is killed).
+    /// Ended ones come out of the next [`Executor::collect_exits`].
+    pub fn adopt(&self) -> Result<Adopted, ExecError> {
+        let dir = &self.settings.containers_dir;
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Adopted::default()),
+            Err(e) => return Err(ExecError::Io { what: "list", path: dir.clone(), source: e }),
+        };
+        let mut ids: Vec<u64> =
+            entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok()).collect();
+        ids.sort_unstable();
+        let mut adopted = Adopted::default();
+        for id in ids {
+            if self.is_known(id) {
+                continue;
+            }
+            let control = self.control_dir(id);
+            let spec = shim::read_json::<ShimSpec>(&control.join(SPEC_FILE));
+            let cgroup = match &spec {
+                Ok(s) => s.cgroup.clone(),
+                Err(_) => self.layout.container(&self.settings.cgroup_name, id),
+            };
+            if control.join(REPORTED_FILE).exists() {
+                // A cgroup whose removal failed earlier.
+                if let Some(cg) = cgroup.filter(|cg| cg.exists()) {
+                    let _ = cg.remove();
+                }
+                continue;
+            }
+            let pid = shim::read_json::<PidRecord>(&control.join(PID_FILE)).ok();
+            let mut t = Tracked {
+                control: control.clone(),
+                cgroup: cgroup.clone(),
+                memory_limit: spec.as_ref().map_or(0, |s| s.limits.memory_bytes),
+                shim: pid.map_or(ProcRef { pid: 0, start_time: 0 }, |r| ProcRef {
+                    pid: r.shim_pid,
+                    start_time: r.shim_start_time,
+                }),
+                cmd: pid.map_or(ProcRef { pid: 0, start_time: 0 }, |r| ProcRef {
+                    pid: r.pid,
+                    start_time: r.start_time,
+                }),
+                child: None,
+                ended: true,
+            };
+            let exit = if let Ok(rec) = shim::read_json::<ExitRecord>(&control.join(EXIT_FILE)) {
+                reap_if_own_zombie(t.shim);
+                ContainerExit {
+                    container_id: id,
+                    reason: classify(&control, &rec, cgroup.as_ref()),
+                    finished_at_ms: rec.finished_at_ms,
+                }
+            } else if pid.is_some() && t.shim.pid != 0 && Self::shim_alive(&mut t) {
+                t.ended = false;
+                self.lock().containers.insert(id, t);
+                adopted.running.push(id);
+                continue;
+            } else {
+                tracing::warn!("container {id}: supervisor gone without an exit record; reporting it lost");
+                lost(id, cgroup.as_ref(), t.cmd)
+            };
+            let mut inner = self.lock();
+            inner.containers.insert(id, t);
+            inner.pending.push(exit);
+            adopted.ended.push(id);
+        }
+        Ok(adopted)
+    }
+
+    /// Forgets an ended container once its exit is reported: removes its cgroup and marks its
+    /// control directory reported (the logs stay). Idempotent.
+    pub fn forget(&self, id: u64) -> Result<(), ExecError> {
+        let control = self.control_dir(id);
+        let tracked = {
+            let mut inner = self.lock();
+            match inner.containers.get(&id) {
+                Some(t) if !t.ended => return Err(ExecError::StillRunning(id)),
+                Some(_) => {}
+                None if control.is_dir() => {}
+                None => return Err(ExecError::Unknown(id)),
+            }
+            inner.containers.remove(&id)
+        };
+        let cgroup = match tracked {
+            Some(mut t) => {
+                match t.child.take() {
+                    Some(mut child) => {
+                        if matches!(child.try_wait(), Ok(None)) {
+                            self.lock().zombies.push(child);
+                        }
+                    }
+                    None => reap_if_own_zombie(t.shim),
+                }
+                t.cgroup
+            }
+            None => shim::read_json::<ShimSpec>(&control.join(SPEC_FILE)).ok().and_then(|s| s.cgroup),
+        };
+        let reported = control.join(REPORTED_FILE);
+        shim::write_atomic(&reported, b"").map_err(io_err("write", &reported))?;
+        if let Some(cg) = cgroup {
+            if cg.remove().is_err() {
+                cg.kill_all()?;
+                cg.remove()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the parent cgroup of all containers if it is empty (for uninstalling and tests).
+    pub fn remove_parent_cgroup(&self) -> Result<(), CgroupError> {
+        self.layout.remove_parent(&self.settings.cgroup_name)
+    }
+}
+
+fn classify(control: &Path, rec: &ExitRecord, cgroup: Option<&ContainerCgroup>) -> ExitReason {
+    let kill =
+        std::fs::read_to_string(control.join(KILL_REASON_FILE)).ok().and_then(|s| KillReason::parse(&s));
+    let oom = cgroup.and_then(|cg| cg.oom_kills().ok()).unwrap_or(0).max(rec.oom_kills);
+    classify_exit(rec.status, kill, oom)
+}
+
+/// A container whose supervisor vanished without a record: whatever is left in its cgroup is
+/// killed (no stray processes), and it is reported lost now.
+fn lost(id: u64, cgroup: Option<&ContainerCgroup>, cmd: ProcRef) -> ContainerExit {
+    if let Some(cg) = cgroup.filter(|cg| cg.exists()) {
+        if let Err(e) = cg.kill_all() {
+            tracing::warn!("container {id}: {e}");
+        }
+    }
+    // Without a cgroup, at least the command's process group (only if the pid is still the
+    // command: same start time).
+    if cmd.pid != 0 && live_start_time(cmd.pid) == Some(cmd.start_time) {
+        let _ = nix::sys::signal::killpg(cmd.nix(), Signal::SIGKILL);
+    }
+    ContainerExit { container_id: id, reason: ExitReason::Lost, finished_at_ms: shim::now_ms() }
+}
+
+/// The processes under a supervisor — none once it is gone, so that a reused pid is never
+/// taken for it.
+fn shim_tree(shim: ProcRef) -> Vec<crate::cgroup::ProcStat> {
+    if live_start_time(shim.pid) == Some(shim.start_time) { descendants(shim.pid) } else { Vec::new() }
+}
+
+/// Ends a supervisor that failed to start its container, with whatever it started.
+fn abort_shim(child: &mut Child) {
+    for p in descendants(child.id()) {
+        let _ = nix::sys::signal::kill(ProcRef { pid: p.pid, start_time: 0 }.nix(), Signal::SIGKILL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Reaps a dead supervisor that is this process's child (an executor of the same process that
+/// was dropped started it); only a zombie with the recorded start time is touched, so another
+/// child's status is never taken.
+fn reap_if_own_zombie(shim: ProcRef) {
+    if let Some(stat) = crate::cgroup::ProcStat::read(shim.pid) {
+        if stat.state == 'Z' && stat.start_time == shim.start_time && stat.ppid == std::process::id() {
+            let _ = nix::sys::wait::waitpid(shim.nix(), Some(nix::sys::wait::WaitPidFlag::WNOHANG));
+        }
+    }
+}
+
+fn no_nul(field: &str, s: &str) -> Result<(), SpecError> {
+    if s.contains('\0') { Err(SpecError::Nul { field: field.to_owned() }) } else { Ok(()) }
+}
+
+/// A spec path made relative and normalised; refuses absolute paths and `..`.
+fn contained(field: &'static str, raw: &str, file: bool) -> Result<PathBuf, SpecError> {
+    no_nul(field, raw)?;
+    let path = Path::new(raw);
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(s) => out.push(s),
+            Component::CurDir => {}
+            Component::ParentDir => return Err(SpecError::PathEscape { field, path: raw.to_owned() }),
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(SpecError::AbsolutePath { field, path: raw.to_owned() });
+            }
+        }
+    }
+    if file && out.as_os_str().is_empty() {
+        return Err(SpecError::NotAFile { field, path: raw.to_owned() });
+    }
+    Ok(out)
+}
+
+/// Keeps the last value of each variable, in first-seen order.
+fn last_wins(env: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (k, v) in env {
+        match index.get(&k) {
+            Some(&i) => out[i].1 = v,
+            None => {
+                index.insert(k.clone(), out.len());
+                out.push((k, v));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_stay_inside_the_container_directory() {
+        assert_eq!(contained("workdir", ".", false), Ok(PathBuf::new()));
+        assert_eq!(contained("stdout", "./logs//out.txt", true), Ok(PathBuf::from("logs/out.txt")));
+        assert!(matches!(contained("stdout", "/var/log/x", true), Err(SpecError::AbsolutePath { .. })));
+        assert!(matches!(contained("workdir", "a/../../b", false), Err(SpecError::PathEscape { .. })));
+        assert!(matches!(contained("stderr", ".", true), Err(SpecError::NotAFile { .. })));
+        assert!(matches!(contained("stderr", "a\0b", true), Err(SpecError::Nul { .. })));
+    }
+
+    #[test]
+    fn exits_are_classified_by_kill_reason_then_oom_then_status() {
+        let code = |code| ExitStatus::Exited { code };
+        let sig = ExitStatus::Signaled { signal: 9 };
+        assert_eq!(classify_exit(sig, Some(KillReason::Request), 1), ExitReason::KilledByRequest);
+        assert_eq!(classify_exit(code(0), Some(KillReason::MemoryLimit), 0), ExitReason::MemoryLimit);
+        assert_eq!(classify_exit(code(137), None, 1), ExitReason::MemoryLimit);
+        assert_eq!(classify_exit(sig, None, 2), ExitReason::MemoryLimit);
+        assert_eq!(
+            classify_exit(code(0), None, 1),
+            ExitReason::Exited { code: 0 },
+            "the job coped with the OOM"
+        );
+        assert_eq!(classify_exit(code(3), None, 0), ExitReason::Exited { code: 3 });
+        assert_eq!(classify_exit(sig, None, 0), ExitReason::Signaled { signal: 9 });
+        assert_eq!(KillReason::parse("memory-limit\n"), Some(KillReason::MemoryLimit));
+    }
+
+    #[test]
+    fn later_environment_values_win() {
+        let env = vec![("A".into(), "1".into()), ("B".into(), "2".into()), ("A".into(), "3".into())];
+        assert_eq!(last_wins(env), vec![("A".to_owned(), "3".to_owned()), ("B".to_owned(), "2".to_owned())]);
+    }
+}

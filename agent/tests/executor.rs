@@ -1,0 +1,568 @@
+//! The executor against the real machine: real processes under the real shim (the agent binary),
+//! real cgroups, real users. Needs root (CI runs as root). Every test uses its own work root and
+//! its own parent cgroup, and a guard that kills and removes whatever a test leaves, even when
+//! it fails.
+
+use gantry_agent::cgroup::{ContainerCgroup, Layout, live_start_time};
+use gantry_agent::executor::{CgroupMode, ExecError, Executor, ExecutorSettings, SpecError};
+use gantry_agent::model::{ContainerExit, ExitReason, LaunchSpec};
+use gantry_agent::shim::now_ms;
+use std::collections::HashMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Upper bound for anything to happen (correctness bound, not a timing assertion).
+const PATIENCE: Duration = Duration::from_secs(60);
+const NOBODY_UID: u32 = 65534;
+
+/// A work root and parent cgroup for one test; dropping it kills and removes everything left.
+struct Env {
+    _root: tempfile::TempDir,
+    settings: ExecutorSettings,
+}
+
+impl Env {
+    fn new(tag: &str, cgroups: CgroupMode, gpu_count: u32) -> Env {
+        let root =
+            tempfile::Builder::new().prefix(&format!("gantry-exec-{tag}-")).tempdir().expect("tempdir");
+        // Containers run as nobody, who must be able to reach their directories.
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o711))
+            .expect("chmod work root");
+        let settings = ExecutorSettings {
+            containers_dir: root.path().join("containers"),
+            default_user: "nobody".into(),
+            allow_root: false,
+            kill_grace: Duration::from_secs(10),
+            cgroup_name: format!("gantry-test-{}-{tag}", std::process::id()),
+            gpu_count,
+            shim_program: PathBuf::from(env!("CARGO_BIN_EXE_gantry-agent")),
+            cgroups,
+        };
+        Env { _root: root, settings }
+    }
+
+    fn executor(&self) -> Executor {
+        Executor::new(self.settings.clone()).expect("executor")
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let Ok(exec) = Executor::new(self.settings.clone()) else { return };
+        let _ = exec.adopt();
+        for id in exec.running() {
+            let _ = exec.force_kill(id);
+        }
+        let start = Instant::now();
+        while exec.running().iter().any(|&id| !exec.has_ended(id)) && start.elapsed() < PATIENCE {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = exec.collect_exits();
+        for c in exec.list() {
+            let _ = exec.forget(c.container_id);
+        }
+        let _ = exec.remove_parent_cgroup();
+    }
+}
+
+fn spec(id: u64, argv: &[&str]) -> LaunchSpec {
+    LaunchSpec {
+        container_id: id,
+        app_id: 77,
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        env: vec![],
+        workdir: None,
+        user: None,
+        cpu_millis: 0,
+        memory_bytes: 0,
+        gpus: vec![],
+        stdout: None,
+        stderr: None,
+    }
+}
+
+/// Polls `collect_exits` until every id has ended.
+fn wait_exits(exec: &Executor, ids: &[u64]) -> HashMap<u64, ContainerExit> {
+    let start = Instant::now();
+    let mut got = HashMap::new();
+    while ids.iter().any(|id| !got.contains_key(id)) {
+        for e in exec.collect_exits() {
+            got.insert(e.container_id, e);
+        }
+        assert!(start.elapsed() < PATIENCE, "containers {ids:?} did not all end; ended: {got:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    got
+}
+
+fn wait_exit(exec: &Executor, id: u64) -> ContainerExit {
+    wait_exits(exec, &[id])[&id]
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < PATIENCE, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+fn read_pid(path: &Path) -> u32 {
+    read(path).trim().parse().unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The uid a process runs as (the real uid from /proc/<pid>/status).
+fn uid_of(pid: u32) -> u32 {
+    let status = read(Path::new(&format!("/proc/{pid}/status")));
+    let line = status.lines().find(|l| l.starts_with("Uid:")).expect("Uid line");
+    line.split_whitespace().nth(1).and_then(|u| u.parse().ok()).expect("uid")
+}
+
+/// Processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            if String::from_utf8_lossy(&cmdline).contains(needle) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn limits_are_written_to_the_cgroup_and_the_command_runs_inside_it() {
+    let env = Env::new("limits", CgroupMode::Auto, 0);
+    let exec = env.executor();
+    assert_ne!(*exec.layout(), Layout::None, "this machine has writable cgroups");
+    let mut s = spec(1, &["sleep", "60"]);
+    s.memory_bytes = 64 << 20;
+    s.cpu_millis = 500;
+    let h = exec.launch(&s).expect("launch");
+    let cg = h.cgroup.clone().expect("a cgroup");
+    let procs = |dir: &Path| read(&dir.join("cgroup.procs"));
+    match &cg {
+        ContainerCgroup::V1 { memory, cpu, cpuacct, freezer, pids } => {
+            assert_eq!(read(&memory.join("memory.limit_in_bytes")).trim(), (64u64 << 20).to_string());
+            assert_eq!(read(&cpu.join("cpu.cfs_period_us")).trim(), "100000");
+            assert_eq!(read(&cpu.join("cpu.cfs_quota_us")).trim(), "50000");
+            for dir in
+                [Some(memory), Some(cpu), Some(cpuacct), Some(freezer), pids.as_ref()].into_iter().flatten()
+            {
+                let members = procs(dir);
+                assert!(
+                    members.lines().any(|l| l == h.pid.to_string()),
+                    "{} lists the command: {members}",
+                    dir.display()
+                );
+                assert!(!members.lines().any(|l| l == h.shim_pid.to_string()), "the shim stays outside");
+            }
+        }
+        ContainerCgroup::V2 { dir } => {
+            assert_eq!(read(&dir.join("memory.max")).trim(), (64u64 << 20).to_string());
+            assert_eq!(read(&dir.join("cpu.max")).trim(), "50000 100000");
+            assert!(procs(dir).lines().any(|l| l == h.pid.to_string()));
+            assert!(!procs(dir).lines().any(|l| l == h.shim_pid.to_string()));
+        }
+    }
+    let u = exec.usage(1).expect("usage");
+    assert_eq!(u.memory_limit_bytes, 64 << 20);
+    assert!(u.processes >= 1, "{u:?}");
+    assert!(u.memory_working_set_bytes > 0, "{u:?}");
+    assert_eq!(exec.pids(1).expect("pids"), vec![h.pid]);
+
+    exec.kill(1, Duration::from_secs(5)).await.expect("kill");
+    assert_eq!(wait_exit(&exec, 1).reason, ExitReason::KilledByRequest);
+    assert!(matches!(exec.forget(2), Err(ExecError::Unknown(2))));
+    exec.forget(1).expect("forget");
+    for dir in cg.dirs() {
+        assert!(!dir.exists(), "{} removed after forget", dir.display());
+    }
+    assert!(exec.container_dir(1).join("stdout").exists(), "logs stay after forget");
+}
+
+#[test]
+fn a_memory_hog_ends_with_memory_limit() {
+    let env = Env::new("oom", CgroupMode::Auto, 0);
+    let exec = env.executor();
+    let mut s = spec(1, &["sh", "-c", "head -c 300M /dev/zero | tail"]);
+    s.memory_bytes = 50 << 20;
+    exec.launch(&s).expect("launch");
+    assert_eq!(wait_exit(&exec, 1).reason, ExitReason::MemoryLimit);
+    exec.forget(1).expect("forget");
+}
+
+#[test]
+fn the_monitor_can_kill_for_memory() {
+    let env = Env::new("memkill", CgroupMode::Auto, 0);
+    let exec = env.executor();
+    exec.launch(&spec(1, &["sleep", "60"])).expect("launch");
+    exec.kill_for_memory(1).expect("kill for memory");
+    let exit = wait_exit(&exec, 1);
+    assert_eq!(exit.reason, ExitReason::MemoryLimit);
+    assert_eq!(exit.reason.exit_code(), 137);
+}
+
+#[test]
+fn a_cpu_quota_throttles_a_busy_loop() {
+    let env = Env::new("cpu", CgroupMode::Auto, 0);
+    let exec = env.executor();
+    let mut s = spec(1, &["sh", "-c", "while :; do :; done"]);
+    s.cpu_millis = 200;
+    let start = Instant::now();
+    exec.launch(&s).expect("launch");
+    std::thread::sleep(Duration::from_secs(2));
+    let u = exec.cgroup_usage(1).expect("usage").expect("cgroup usage");
+    let wall = start.elapsed().as_secs_f64();
+    assert!(u.nr_throttled > 0, "the loop was throttled: {u:?}");
+    assert!(u.cpu_seconds > 0.0, "the loop ran: {u:?}");
+    // 200 millicores allow 0.2 CPU-seconds per second; unthrottled it would use a whole core.
+    assert!(u.cpu_seconds < 0.6 * wall, "{} CPU-seconds in {wall:.2} s is not throttled", u.cpu_seconds);
+    let usage = exec.usage(1).expect("usage");
+    assert!(usage.cpu_seconds > 0.0 && usage.cpu_seconds <= wall + 1.0, "{usage:?}");
+}
+
+/// A container that ignores SIGTERM and daemonises a grandchild (double fork + setsid) that
+/// ignores it too; after kill nothing of it may survive.
+async fn kill_leaves_no_survivors(tag: &str, mode: CgroupMode) {
+    let env = Env::new(tag, mode, 0);
+    let exec = env.executor();
+    let script = r#"
+trap '' TERM
+echo $$ > main.pid
+( setsid sh -c 'echo $$ > grand.pid; exec sleep 1000' & )
+sleep 1000 &
+echo $! > child.pid
+wait
+"#;
+    let h = exec.launch(&spec(1, &["sh", "-c", script])).expect("launch");
+    let dir = h.container_dir.clone();
+    wait_for("the pid files", || {
+        ["main.pid", "grand.pid", "child.pid"]
+            .iter()
+            .all(|f| std::fs::read_to_string(dir.join(f)).is_ok_and(|s| s.ends_with('\n')))
+    });
+    let pids: Vec<u32> =
+        ["main.pid", "grand.pid", "child.pid"].iter().map(|f| read_pid(&dir.join(f))).collect();
+    let (main, grand) = (pids[0], pids[1]);
+    assert_eq!(main, h.pid);
+    let started: Vec<(u32, u64)> = pids
+        .iter()
+        .map(|&p| (p, live_start_time(p).unwrap_or_else(|| panic!("{p} is alive before the kill"))))
+        .collect();
+    let grand_stat = gantry_agent::cgroup::ProcStat::read(grand).expect("grandchild stat");
+    assert_ne!(grand_stat.pgrp, main, "the grandchild left the container's process group");
+    if mode == CgroupMode::Off {
+        wait_for("the grandchild to be re-parented to the shim", || {
+            gantry_agent::cgroup::ProcStat::read(grand).is_some_and(|s| s.ppid == h.shim_pid)
+        });
+    }
+
+    exec.kill(1, Duration::from_millis(300)).await.expect("kill");
+    for (pid, start) in started {
+        assert_ne!(live_start_time(pid), Some(start), "process {pid} survived the kill");
+    }
+    if let Some(cg) = &h.cgroup {
+        assert_eq!(cg.pids().expect("cgroup.procs"), Vec::<u32>::new(), "the cgroup is empty");
+    }
+    assert!(live_start_time(h.shim_pid).is_none(), "the shim ended too");
+    assert_eq!(wait_exit(&exec, 1).reason, ExitReason::KilledByRequest);
+    exec.forget(1).expect("forget");
+}
+
+#[tokio::test]
+async fn kill_leaves_no_survivors_with_cgroups() {
+    kill_leaves_no_survivors("kill", CgroupMode::Auto).await;
+}
+
+#[tokio::test]
+async fn kill_leaves_no_survivors_without_cgroups() {
+    kill_leaves_no_survivors("kill-nocg", CgroupMode::Off).await;
+}
+
+#[test]
+fn without_cgroups_the_memory_limit_is_an_address_space_rlimit() {
+    let env = Env::new("rlimit", CgroupMode::Off, 0);
+    let exec = env.executor();
+    assert_eq!(*exec.layout(), Layout::None);
+    let mut s = spec(1, &["sleep", "60"]);
+    s.memory_bytes = 256 << 20;
+    let h = exec.launch(&s).expect("launch");
+    assert!(h.cgroup.is_none());
+    let limits = read(Path::new(&format!("/proc/{}/limits", h.pid)));
+    let line = limits.lines().find(|l| l.starts_with("Max address space")).expect("address space line");
+    assert!(line.contains(&(256u64 << 20).to_string()), "{line}");
+    let u = exec.usage(1).expect("usage from the process tree");
+    assert_eq!((u.processes, u.memory_limit_bytes), (1, 256 << 20));
+    assert!(u.memory_working_set_bytes > 0, "{u:?}");
+    exec.force_kill(1).expect("kill");
+    assert_eq!(wait_exit(&exec, 1).reason, ExitReason::Signaled { signal: 9 });
+}
+
+#[test]
+fn bad_specs_are_refused_and_launch_nothing() {
+    let env = Env::new("bad", CgroupMode::Auto, 2);
+    let exec = env.executor();
+    type Edit = Box<dyn Fn(&mut LaunchSpec)>;
+    let cases: Vec<(&str, Edit)> = vec![
+        ("argv is empty", Box::new(|s| s.argv.clear())),
+        ("argv[0] is empty", Box::new(|s| s.argv = vec![String::new()])),
+        ("NUL", Box::new(|s| s.argv.push("a\0b".into()))),
+        ("unknown user", Box::new(|s| s.user = Some("no-such-gantry-user".into()))),
+        ("allow_root", Box::new(|s| s.user = Some("root".into()))),
+        ("escapes the container directory", Box::new(|s| s.workdir = Some("../other".into()))),
+        ("escapes the container directory", Box::new(|s| s.stderr = Some("logs/../../../x".into()))),
+        ("relative to the container directory", Box::new(|s| s.stdout = Some("/tmp/gantry-evil".into()))),
+        ("does not name a file", Box::new(|s| s.stdout = Some(".".into()))),
+        ("GPU 2 does not exist", Box::new(|s| s.gpus = vec![0, 2])),
+        ("listed twice", Box::new(|s| s.gpus = vec![1, 1])),
+        ("environment variable name", Box::new(|s| s.env = vec![("A=B".into(), "x".into())])),
+        ("cpu_millis 5", Box::new(|s| s.cpu_millis = 5)),
+        ("memory_bytes 1 ", Box::new(|s| s.memory_bytes = 1)),
+    ];
+    for (i, (want, edit)) in cases.iter().enumerate() {
+        let id = 100 + i as u64;
+        let mut s = spec(id, &["sleep", "60"]);
+        edit(&mut s);
+        let err = exec.validate(&s).expect_err(want).to_string();
+        assert!(err.contains(want), "case {i}: {err:?} should mention {want:?}");
+        let err = exec.launch(&s).expect_err(want).to_string();
+        assert!(err.contains(want), "case {i}: {err:?}");
+        assert!(!exec.control_dir(id).exists(), "case {i}: no directory");
+        if let Some(cg) = exec.layout().container(&env.settings.cgroup_name, id) {
+            assert!(cg.dirs().iter().all(|d| !d.exists()), "case {i}: no cgroup");
+        }
+        let path = exec.control_dir(id);
+        assert_eq!(processes_mentioning(&path.to_string_lossy()), Vec::<u32>::new(), "case {i}: no process");
+    }
+    assert!(exec.list().is_empty());
+
+    // An id already in use is refused, and the running container is untouched.
+    let h = exec.launch(&spec(1, &["sleep", "60"])).expect("launch");
+    let err = exec.launch(&spec(1, &["true"])).expect_err("duplicate id");
+    assert!(matches!(err, ExecError::Spec(SpecError::AlreadyExists(1))), "{err}");
+    assert!(live_start_time(h.pid).is_some());
+
+    // A spec that passes validation but cannot be set up (its log file would be its working
+    // directory) fails at launch and leaves nothing behind either.
+    let mut s = spec(2, &["true"]);
+    s.workdir = Some("x".into());
+    s.stdout = Some("x".into());
+    let err = exec.launch(&s).expect_err("setup failure").to_string();
+    assert!(err.contains("failed to start") && err.contains("Is a directory"), "{err}");
+    assert!(!exec.control_dir(2).exists());
+    if let Some(cg) = exec.layout().container(&env.settings.cgroup_name, 2) {
+        assert!(cg.dirs().iter().all(|d| !d.exists()), "no cgroup left");
+    }
+}
+
+#[test]
+fn exit_codes_signals_and_exec_failures_are_reported() {
+    let env = Env::new("codes", CgroupMode::Auto, 0);
+    let exec = env.executor();
+    let before = now_ms();
+    exec.launch(&spec(1, &["true"])).expect("true");
+    exec.launch(&spec(2, &["sh", "-c", "exit 3"])).expect("exit 3");
+    exec.launch(&spec(3, &["sh", "-c", "kill -9 $$"])).expect("kill -9");
+    exec.launch(&spec(4, &["/nonexistent/gantry-program"])).expect("launches; exec fails in the container");
+    exec.launch(&spec(5, &["no-such-gantry-program"])).expect("PATH search fails in the container");
+    let exits = wait_exits(&exec, &[1, 2, 3, 4, 5]);
+    let after = now_ms();
+    assert_eq!(exits[&1].reason, ExitReason::Exited { code: 0 });
+    assert_eq!(exits[&2].reason, ExitReason::Exited { code: 3 });
+    assert_eq!(exits[&3].reason, ExitReason::Signaled { signal: 9 });
+    assert_eq!(exits[&4].reason, ExitReason::Exited { code: 127 });
+    assert_eq!(exits[&5].reason, ExitReason::Exited { code: 127 });
+    for e in exits.values() {
+        assert!((before..=after).contains(&e.finished_at_ms), "{e:?} not in {before}..={after}");
+    }
+    let err = read(&exec.container_dir(4).join("stderr"));
+    assert!(err.contains("cannot execute /nonexistent/gantry-program"), "{err}");
+    assert!(exec.collect_exits().is_empty(), "each exit is reported once");
+    for id in 1..=5 {
+        exec.forget(id).expect("forget");
+    }
+    assert!(exec.list().is_empty());
+}
+
+#[tokio::test]
+async fn containers_run_as_nobody_with_their_logs_and_environment() {
+    let env = Env::new("env", CgroupMode::Auto, 4);
+    let exec = env.executor();
+    let mut s = spec(
+        1,
+        &[
+            "sh",
+            "-c",
+            r#"echo "$CUDA_VISIBLE_DEVICES|$NVIDIA_VISIBLE_DEVICES|$GANTRY_CONTAINER_ID|$GANTRY_APP_ID|$FOO|$(pwd)"; echo oops >&2; exec sleep 60"#,
+        ],
+    );
+    s.gpus = vec![2, 0];
+    s.env = vec![("FOO".into(), "bar".into()), ("CUDA_VISIBLE_DEVICES".into(), "3".into())];
+    let h = exec.launch(&s).expect("launch");
+    let out = h.container_dir.join("stdout");
+    wait_for("stdout", || std::fs::read_to_string(&out).is_ok_and(|s| s.ends_with('\n')));
+    let dir = h.container_dir.to_string_lossy().into_owned();
+    assert_eq!(read(&out), format!("2,0|2,0|1|77|bar|{dir}\n"));
+    wait_for("stderr", || {
+        std::fs::read_to_string(h.container_dir.join("stderr")).is_ok_and(|s| s == "oops\n")
+    });
+    assert_eq!(uid_of(h.pid), NOBODY_UID, "runs as nobody");
+    assert_eq!(
+        std::fs::metadata(&out).expect("stdout").uid(),
+        NOBODY_UID,
+        "log files belong to the container"
+    );
+    exec.kill(1, Duration::from_secs(5)).await.expect("kill");
+
+    let mut s = spec(
+        2,
+        &["sh", "-c", r#"echo "[$CUDA_VISIBLE_DEVICES]|$NVIDIA_VISIBLE_DEVICES|$(pwd)"; echo e >&2"#],
+    );
+    s.workdir = Some("sub/dir".into());
+    s.stdout = Some("logs/out.txt".into());
+    s.stderr = Some("logs/err.txt".into());
+    exec.launch(&s).expect("launch");
+    assert_eq!(wait_exit(&exec, 2).reason, ExitReason::Exited { code: 0 });
+    let dir = exec.container_dir(2);
+    assert_eq!(read(&dir.join("logs/out.txt")), format!("[]|void|{}\n", dir.join("sub/dir").display()));
+    assert_eq!(read(&dir.join("logs/err.txt")), "e\n");
+}
+
+#[tokio::test]
+async fn a_restarted_agent_adopts_a_running_container_and_can_kill_it() {
+    let env = Env::new("adopt", CgroupMode::Auto, 0);
+    let a = env.executor();
+    let h = a.launch(&spec(1, &["sleep", "60"])).expect("launch");
+    drop(a); // the agent dies; the container does not
+    let cmd_start = live_start_time(h.pid).expect("still running without an agent");
+
+    let b = env.executor();
+    let adopted = b.adopt().expect("adopt");
+    assert_eq!((adopted.running, adopted.ended), (vec![1], vec![]));
+    assert_eq!(b.running(), vec![1]);
+    assert!(b.usage(1).expect("usage").processes >= 1);
+    assert!(b.collect_exits().is_empty(), "still running");
+    b.kill(1, Duration::from_secs(5)).await.expect("kill");
+    assert_eq!(wait_exit(&b, 1).reason, ExitReason::KilledByRequest);
+    assert_ne!(live_start_time(h.pid), Some(cmd_start), "the command is gone");
+    b.forget(1).expect("forget");
+    assert_eq!(
+        b.adopt().expect("adopt again"),
+        Default::default(),
+        "a reported container is not adopted again"
+    );
+}
+
+#[test]
+fn an_exit_while_the_agent_is_down_is_reported_with_its_time() {
+    let env = Env::new("downexit", CgroupMode::Auto, 0);
+    let a = env.executor();
+    let before = now_ms();
+    a.launch(&spec(1, &["sh", "-c", "exit 3"])).expect("launch");
+    let exit_file = a.control_dir(1).join("exit.json");
+    drop(a);
+    wait_for("the shim's exit record", || exit_file.exists());
+    let after = now_ms();
+
+    let b = env.executor();
+    let adopted = b.adopt().expect("adopt");
+    assert_eq!((adopted.running, adopted.ended), (vec![], vec![1]));
+    let exits = b.collect_exits();
+    assert_eq!(exits.len(), 1, "{exits:?}");
+    assert_eq!(exits[0].reason, ExitReason::Exited { code: 3 });
+    assert!((before..=after).contains(&exits[0].finished_at_ms), "recorded time {exits:?}");
+    b.forget(1).expect("forget");
+}
+
+#[test]
+fn a_reused_pid_is_not_adopted() {
+    let env = Env::new("reuse", CgroupMode::Auto, 0);
+    let a = env.executor();
+    let h = a.launch(&spec(1, &["sleep", "60"])).expect("launch");
+    let pid_file = a.control_dir(1).join("pid");
+    drop(a);
+    // Pretend the shim's pid now belongs to another process: this test process, which is alive
+    // but started at another time.
+    let mut rec: serde_json::Value = serde_json::from_str(&read(&pid_file)).expect("pid json");
+    let shim_start = rec["shim_start_time"].as_u64().expect("shim start");
+    assert_ne!(live_start_time(std::process::id()), Some(shim_start));
+    rec["shim_pid"] = std::process::id().into();
+    std::fs::write(&pid_file, rec.to_string()).expect("rewrite pid file");
+
+    let b = env.executor();
+    let adopted = b.adopt().expect("adopt");
+    assert_eq!((adopted.running, adopted.ended), (vec![], vec![1]));
+    assert_eq!(b.collect_exits()[0].reason, ExitReason::Lost);
+    // What was left in the lost container's cgroup was killed, not this process.
+    assert!(live_start_time(h.pid).is_none(), "the stray command was killed");
+    // The real shim notices and ends; reap it (it is this process's child).
+    let shim = nix::unistd::Pid::from_raw(h.shim_pid as i32);
+    wait_for("the real shim to end", || {
+        matches!(
+            nix::sys::wait::waitpid(shim, Some(nix::sys::wait::WaitPidFlag::WNOHANG)),
+            Ok(nix::sys::wait::WaitStatus::Exited(..)) | Err(_)
+        )
+    });
+    b.forget(1).expect("forget");
+}
+
+/// A container whose main process exits and leaves a daemon behind: the daemon goes with it.
+fn leftovers_die_with_the_container(tag: &str, mode: CgroupMode) {
+    let env = Env::new(tag, mode, 0);
+    let exec = env.executor();
+    // The main process waits for the test's go-ahead, then exits, leaving the daemon behind.
+    let script = "( setsid sh -c 'trap \"\" TERM; echo $$ > daemon.pid; exec sleep 1000' & )
+while [ ! -e go ]; do sleep 0.01; done";
+    let h = exec.launch(&spec(1, &["sh", "-c", script])).expect("launch");
+    let pid_file = h.container_dir.join("daemon.pid");
+    wait_for("the daemon's pid", || std::fs::read_to_string(&pid_file).is_ok_and(|s| s.ends_with('\n')));
+    let daemon = read_pid(&pid_file);
+    let start = live_start_time(daemon).expect("the daemon runs");
+    std::fs::write(h.container_dir.join("go"), "").expect("go-ahead");
+    assert_eq!(wait_exit(&exec, 1).reason, ExitReason::Exited { code: 0 });
+    assert_ne!(live_start_time(daemon), Some(start), "the daemon {daemon} outlived its container");
+    if let Some(cg) = &h.cgroup {
+        assert!(cg.pids().expect("cgroup.procs").is_empty());
+    }
+}
+
+#[test]
+fn leftovers_die_with_the_container_with_cgroups() {
+    leftovers_die_with_the_container("leftover", CgroupMode::Auto);
+}
+
+#[test]
+fn leftovers_die_with_the_container_without_cgroups() {
+    leftovers_die_with_the_container("leftover-nocg", CgroupMode::Off);
+}
+
+/// A supervisor killed from outside: the container is reported lost and its command killed.
+fn a_vanished_supervisor_means_lost(tag: &str, mode: CgroupMode) {
+    let env = Env::new(tag, mode, 0);
+    let exec = env.executor();
+    let h = exec.launch(&spec(1, &["sleep", "60"])).expect("launch");
+    let cmd_start = live_start_time(h.pid).expect("running");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(h.shim_pid as i32), nix::sys::signal::Signal::SIGKILL)
+        .expect("kill the shim");
+    assert_eq!(wait_exit(&exec, 1).reason, ExitReason::Lost);
+    wait_for("the orphaned command to die", || live_start_time(h.pid) != Some(cmd_start));
+    exec.forget(1).expect("forget");
+}
+
+#[test]
+fn a_vanished_supervisor_means_lost_with_cgroups() {
+    a_vanished_supervisor_means_lost("lost", CgroupMode::Auto);
+}
+
+#[test]
+fn a_vanished_supervisor_means_lost_without_cgroups() {
+    a_vanished_supervisor_means_lost("lost-nocg", CgroupMode::Off);
+}
