@@ -4,8 +4,8 @@
 //!
 //! A container gets `<parent>/c<container_id>` in every controller used: memory (limit, working
 //! set, OOM kills), cpu (CFS quota, throttling), cpuacct (CPU seconds; v1 only), freezer (an atomic
-//! kill of the whole tree; v1 only) and pids when mounted. The same module also reads the process
-//! tree from `/proc`, which is what the agent falls back to where no cgroup is writable.
+//! kill of the whole tree; v1 only) and pids when mounted. Where no cgroup is writable the agent
+//! falls back to the process tree under the container's shim ([`crate::procfs`]).
 
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -603,108 +603,6 @@ fn parse_keyed(text: &str, key: &str) -> Option<u64> {
     })
 }
 
-/// One process as `/proc/<pid>/stat` describes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcStat {
-    /// Process id.
-    pub pid: u32,
-    /// State letter (`R`, `S`, `D`, `Z`, …).
-    pub state: char,
-    /// Parent process id.
-    pub ppid: u32,
-    /// Process group id.
-    pub pgrp: u32,
-    /// User CPU time, clock ticks.
-    pub utime: u64,
-    /// System CPU time, clock ticks.
-    pub stime: u64,
-    /// Start time after boot, clock ticks: with the pid, this names a process uniquely.
-    pub start_time: u64,
-    /// Resident set size, pages.
-    pub rss_pages: u64,
-}
-
-impl ProcStat {
-    /// Reads `/proc/<pid>/stat`; `None` when the process does not exist.
-    pub fn read(pid: u32) -> Option<ProcStat> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        ProcStat::parse(pid, &text)
-    }
-
-    /// Parses the text of a stat file (the command name may hold spaces and parentheses, so the
-    /// fields are counted from its last `)`).
-    pub fn parse(pid: u32, text: &str) -> Option<ProcStat> {
-        let rest = &text[text.rfind(')')? + 1..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // f[0] is field 3 (state), so field n is f[n - 3].
-        let num = |n: usize| f.get(n - 3).and_then(|s| s.parse::<u64>().ok());
-        Some(ProcStat {
-            pid,
-            state: f.first()?.chars().next()?,
-            ppid: u32::try_from(num(4)?).ok()?,
-            pgrp: u32::try_from(num(5)?).ok()?,
-            utime: num(14)?,
-            stime: num(15)?,
-            start_time: num(22)?,
-            rss_pages: f.get(24 - 3).and_then(|s| s.parse::<i64>().ok()).map_or(0, |v| v.max(0) as u64),
-        })
-    }
-}
-
-/// The start time of a live (not zombie) process, for guarding against pid reuse.
-pub fn live_start_time(pid: u32) -> Option<u64> {
-    ProcStat::read(pid).filter(|s| s.state != 'Z' && s.state != 'X').map(|s| s.start_time)
-}
-
-/// All processes now on the machine, from `/proc`.
-pub fn all_processes() -> Vec<ProcStat> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()).filter_map(ProcStat::read).collect()
-}
-
-/// The live descendants of `root` (not `root` itself), found by walking parent links in `/proc`.
-/// Zombies are left out: they hold no resources and cannot be killed.
-pub fn descendants(root: u32) -> Vec<ProcStat> {
-    let procs = all_processes();
-    let mut children: HashMap<u32, Vec<usize>> = HashMap::new();
-    for (i, p) in procs.iter().enumerate() {
-        children.entry(p.ppid).or_default().push(i);
-    }
-    let mut out = Vec::new();
-    let mut queue = vec![root];
-    let mut seen = HashSet::from([root]);
-    while let Some(pid) = queue.pop() {
-        for &i in children.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
-            let p = procs[i];
-            if seen.insert(p.pid) {
-                queue.push(p.pid);
-                if p.state != 'Z' && p.state != 'X' {
-                    out.push(p);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// CPU seconds and resident bytes of a set of processes (the fallback when there is no cgroup:
-/// shared pages are counted once per process, so this over-estimates a little).
-pub fn tree_usage(procs: &[ProcStat]) -> (f64, u64) {
-    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .filter(|t| *t > 0)
-        .unwrap_or(100);
-    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-        .ok()
-        .flatten()
-        .filter(|p| *p > 0)
-        .unwrap_or(4096);
-    let cpu: u64 = procs.iter().map(|p| p.utime + p.stime).sum();
-    let rss: u64 = procs.iter().map(|p| p.rss_pages).sum();
-    (cpu as f64 / ticks as f64, rss.saturating_mul(page as u64))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -764,27 +662,5 @@ mod tests {
         assert_eq!(parse_keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n", "oom_kill"), Some(2));
         assert_eq!(parse_keyed("total_inactive_file 10\ninactive_file 4\n", "inactive_file"), Some(4));
         assert_eq!(parse_keyed("a 1\n", "b"), None);
-    }
-
-    #[test]
-    fn proc_stat_parses_odd_names_and_this_process() {
-        let text = "42 (a) b (c) S 1 42 42 0 -1 4194560 1 0 0 0 7 3 0 0 20 0 1 0 12345 1000 250 18446744073709551615";
-        let s = ProcStat::parse(42, text).expect("parses");
-        assert_eq!(
-            (s.state, s.ppid, s.pgrp, s.utime, s.stime, s.start_time, s.rss_pages),
-            ('S', 1, 42, 7, 3, 12345, 250)
-        );
-        let me = ProcStat::read(std::process::id()).expect("own stat");
-        assert_eq!(live_start_time(std::process::id()), Some(me.start_time));
-        assert!(me.ppid > 0);
-    }
-
-    #[test]
-    fn descendants_of_this_process_include_a_child() {
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("spawn sleep");
-        let found = descendants(std::process::id()).iter().any(|p| p.pid == child.id());
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(found, "the sleeping child is a descendant");
     }
 }

@@ -14,11 +14,10 @@
 //! executor talks to a container only through files, signals and its cgroup, so a restarted
 //! agent can pick up where the old one stopped ([`Executor::adopt`]).
 
-use crate::cgroup::{
-    CgroupError, CgroupUsage, ContainerCgroup, Layout, Limits, descendants, live_start_time, tree_usage,
-};
+use crate::cgroup::{CgroupError, CgroupUsage, ContainerCgroup, Layout, Limits};
 use crate::config::AgentConfig;
 use crate::model::{ContainerExit, ContainerUsage, ExitReason, LaunchSpec};
+use crate::procfs::{ProcStat, descendants, live_start_time, tree_usage};
 use crate::shim::{
     self, DEFAULT_PATH, EXIT_FILE, ExitRecord, ExitStatus, LAUNCH_ERROR_FILE, PID_FILE, PidRecord,
     SHIM_LOG_FILE, SPEC_FILE, ShimError, ShimSpec,
@@ -326,6 +325,10 @@ pub struct ContainerInfo {
     pub pid: u32,
     /// The supervisor's pid.
     pub shim_pid: u32,
+    /// Its application.
+    pub app_id: u64,
+    /// When its command started, Unix ms (when the supervisor recorded its pid).
+    pub started_at_ms: u64,
 }
 
 /// What [`Executor::adopt`] found.
@@ -353,6 +356,8 @@ impl ProcRef {
 
 struct Tracked {
     control: PathBuf,
+    app_id: u64,
+    started_at_ms: u64,
     cgroup: Option<ContainerCgroup>,
     memory_limit: u64,
     shim: ProcRef,
@@ -588,6 +593,8 @@ impl Executor {
         inner.containers.insert(
             id,
             Tracked {
+                app_id: spec.app_id,
+                started_at_ms: started_at_ms(&control),
                 control: control.clone(),
                 cgroup: cgroup.clone(),
                 memory_limit: spec.memory_bytes,
@@ -725,6 +732,8 @@ impl Executor {
                 running: !t.ended,
                 pid: t.cmd.pid,
                 shim_pid: t.shim.pid,
+                app_id: t.app_id,
+                started_at_ms: t.started_at_ms,
             })
             .collect();
         out.sort_by_key(|c| c.container_id);
@@ -979,6 +988,8 @@ impl Executor {
             }
             let pid = shim::read_json::<PidRecord>(&control.join(PID_FILE)).ok();
             let mut t = Tracked {
+                app_id: spec.as_ref().map_or(0, |s| s.app_id),
+                started_at_ms: started_at_ms(&control),
                 control: control.clone(),
                 cgroup: cgroup.clone(),
                 memory_limit: spec.as_ref().map_or(0, |s| s.limits.memory_bytes),
@@ -1087,7 +1098,7 @@ fn lost(id: u64, cgroup: Option<&ContainerCgroup>, cmd: ProcRef) -> ContainerExi
 
 /// The processes under a supervisor — none once it is gone, so that a reused pid is never
 /// taken for it.
-fn shim_tree(shim: ProcRef) -> Vec<crate::cgroup::ProcStat> {
+fn shim_tree(shim: ProcRef) -> Vec<ProcStat> {
     if live_start_time(shim.pid) == Some(shim.start_time) { descendants(shim.pid) } else { Vec::new() }
 }
 
@@ -1104,7 +1115,7 @@ fn abort_shim(child: &mut Child) {
 /// was dropped started it); only a zombie with the recorded start time is touched, so another
 /// child's status is never taken.
 fn reap_if_own_zombie(shim: ProcRef) {
-    if let Some(stat) = crate::cgroup::ProcStat::read(shim.pid) {
+    if let Some(stat) = ProcStat::read(shim.pid) {
         if stat.state == 'Z' && stat.start_time == shim.start_time && stat.ppid == std::process::id() {
             let _ = nix::sys::wait::waitpid(shim.nix(), Some(nix::sys::wait::WaitPidFlag::WNOHANG));
         }
@@ -1150,6 +1161,16 @@ fn last_wins(env: Vec<(String, String)>) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+/// When a container's command started: the time its supervisor wrote the pid record (0 if
+/// unknown).
+fn started_at_ms(control: &Path) -> u64 {
+    std::fs::metadata(control.join(PID_FILE))
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

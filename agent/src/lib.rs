@@ -3,16 +3,19 @@
 //! The node agent: one per machine. It measures the machine ([`probe`]), launches containers —
 //! process trees in their own session and cgroup, with CPU and memory limits — through a small
 //! per-container supervisor ([`shim`], [`executor`], [`cgroup`]), enforces limits and samples
-//! usage ([`monitor`]), remembers its containers across its own restarts ([`state`]), exposes
-//! `/metrics` ([`metrics`]) and talks to the scheduler over one gRPC stream ([`client`]).
+//! usage ([`monitor`]), remembers its containers across its own restarts (the executor's
+//! per-container control directories), exposes `/metrics` ([`metrics`]) and talks to the
+//! scheduler over one gRPC stream ([`client`]); [`daemon`] ties them together. [`procfs`] is the
+//! one reader of `/proc` process tables.
 
 pub mod cgroup;
 pub mod client;
 pub mod config;
+pub mod daemon;
 pub mod executor;
 pub mod metrics;
 pub mod model;
 pub mod monitor;
 pub mod probe;
+pub mod procfs;
 pub mod shim;
-pub mod state;

@@ -1,5 +1,5 @@
-//! Measuring the machine: host CPU and memory, per-container usage from a process tree, GPUs, and
-//! the [`NodeReport`] the agent registers with.
+//! Measuring the machine: host CPU and memory, GPUs (and the containers using them), and the
+//! [`NodeReport`] the agent registers with. Processes are read by [`crate::procfs`].
 //!
 //! Host numbers are read straight from `/proc/stat` and `/proc/meminfo` rather than through the
 //! `sysinfo` crate: the agent has a 20 MB RSS budget and samples every second, these two files are
@@ -9,10 +9,10 @@
 
 use crate::config::AgentConfig;
 use crate::model::{ContainerUsage, GpuInfo, HostUsage, NodeReport, Resources};
+use crate::procfs::{ProcStat, clock_ticks_per_second};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use std::ffi::OsStr;
-use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -38,34 +38,15 @@ pub enum ProbeError {
         /// What is wrong.
         message: String,
     },
-    /// A session id that no container can have (kernel threads live in session 0).
-    #[error("invalid session id {0}: must be positive")]
-    InvalidSession(i32),
 }
 
 const PROC_STAT: &str = "/proc/stat";
 const PROC_MEMINFO: &str = "/proc/meminfo";
 
-/// Reads `name` with `sysconf(3)`; `None` when it is unknown or not positive.
-fn sysconf(name: libc::c_int) -> Option<u64> {
-    // SAFETY: sysconf takes an integer, touches no caller memory and has no preconditions.
-    let value = unsafe { libc::sysconf(name) };
-    u64::try_from(value).ok().filter(|&v| v > 0)
-}
-
-/// Kernel clock ticks per second (`USER_HZ`, the unit of `/proc` CPU times).
-pub fn clock_ticks_per_second() -> u64 {
-    sysconf(libc::_SC_CLK_TCK).unwrap_or(100)
-}
-
-/// The memory page size in bytes (the unit of `/proc/<pid>/stat`'s resident set).
-pub fn page_size() -> u64 {
-    sysconf(libc::_SC_PAGESIZE).unwrap_or(4096)
-}
-
 /// Logical CPUs online (`_SC_NPROCESSORS_ONLN`).
 pub fn online_cpus() -> Option<u32> {
-    sysconf(libc::_SC_NPROCESSORS_ONLN).and_then(|n| u32::try_from(n).ok())
+    let n = nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN).ok().flatten()?;
+    u32::try_from(n).ok().filter(|&n| n > 0)
 }
 
 /// Reads a whole file into `buf`, reusing its capacity.
@@ -249,210 +230,11 @@ impl HostSampler {
     }
 }
 
-/// The fields of `/proc/<pid>/stat` the agent uses. Times are in clock ticks
-/// ([`clock_ticks_per_second`]), the resident set in pages ([`page_size`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcStat {
-    /// Process id (field 1).
-    pub pid: i32,
-    /// Parent process id (field 4).
-    pub ppid: i32,
-    /// Process group (field 5).
-    pub pgrp: i32,
-    /// Session (field 6).
-    pub session: i32,
-    /// User-mode CPU time of all its threads (field 14).
-    pub utime: u64,
-    /// Kernel-mode CPU time of all its threads (field 15).
-    pub stime: u64,
-    /// User-mode CPU time of the children it has waited for (field 16).
-    pub cutime: u64,
-    /// Kernel-mode CPU time of the children it has waited for (field 17).
-    pub cstime: u64,
-    /// Start time after boot (field 22): with the pid, it tells a process from a later one that
-    /// reused its pid.
-    pub start_time: u64,
-    /// Resident set, pages (field 24; the same counter as `statm`'s resident and `VmRSS`).
-    pub rss_pages: u64,
-}
-
-/// Parses the text of `/proc/<pid>/stat`. The command name in parentheses may hold any bytes,
-/// spaces and parentheses included, so the fields are counted from the last `)`.
-pub fn parse_pid_stat(text: &[u8]) -> Result<ProcStat, String> {
-    let open = text.iter().position(|&b| b == b'(').ok_or("no `(`")?;
-    let close = text.iter().rposition(|&b| b == b')').ok_or("no `)`")?;
-    let pid =
-        std::str::from_utf8(&text[..open]).ok().and_then(|s| s.trim().parse().ok()).ok_or("bad pid field")?;
-    let rest = std::str::from_utf8(&text[close + 1..]).map_err(|e| e.to_string())?;
-    // rest[0] is field 3 (state), so field n is rest[n - 3].
-    let mut fields = [0i64; 22];
-    let mut n = 0;
-    for (i, word) in rest.split_ascii_whitespace().enumerate().take(22) {
-        if i > 0 {
-            fields[i] = word.parse().map_err(|_| format!("bad number `{word}` in field {}", i + 3))?;
-        }
-        n = i + 1;
-    }
-    if n < 22 {
-        return Err(format!("{} fields, fewer than 24", n + 2));
-    }
-    let id = |i: usize| i32::try_from(fields[i - 3]).map_err(|_| format!("field {i} out of range"));
-    let count = |i: usize| u64::try_from(fields[i - 3]).unwrap_or(0);
-    Ok(ProcStat {
-        pid,
-        ppid: id(4)?,
-        pgrp: id(5)?,
-        session: id(6)?,
-        utime: count(14),
-        stime: count(15),
-        cutime: count(16),
-        cstime: count(17),
-        start_time: count(22),
-        rss_pages: count(24),
-    })
-}
-
-/// Reads `/proc/<pid>/stat`.
-pub fn read_pid_stat(pid: i32) -> Result<ProcStat, ProbeError> {
-    let path = format!("/proc/{pid}/stat");
-    let mut buf = Vec::with_capacity(512);
-    read_into(Path::new(&path), &mut buf).map_err(read_error(&path))?;
-    parse_pid_stat(&buf).map_err(|m| parse_error(&path, m))
-}
-
-/// The session a process belongs to, if it exists. Handy for mapping the pids NVML reports to
-/// containers: each container is one session.
+/// The session a process belongs to, if it exists. A container's shim leads a session of its
+/// own, but a process can leave it: to tell which container a process belongs to, use
+/// [`container_of_pid`](crate::procfs::container_of_pid).
 pub fn session_of(pid: u32) -> Option<i32> {
-    let pid = i32::try_from(pid).ok()?;
-    read_pid_stat(pid).ok().map(|s| s.session)
-}
-
-/// Usage of containers that have no cgroup, summed over their process tree. A container's shim
-/// is a session leader, so the container is every process whose session id is the shim's pid.
-///
-/// - CPU: user + system time of the live processes plus what they recorded for children they
-///   have reaped (`cutime`/`cstime`), so the figure does not drop when a child exits.
-/// - Memory: the working set is approximated by the resident set (RSS, which also counts mapped
-///   file pages and counts shared pages once per process); a cgroup's figure is better where
-///   there is one.
-/// - A process that leaves the session (`setsid` in a daemon) is no longer counted; only a cgroup
-///   can follow it.
-///
-/// One scan of `/proc` serves all containers ([`usage_of_sessions`](Self::usage_of_sessions));
-/// buffers are reused between scans.
-#[derive(Debug)]
-pub struct SessionSampler {
-    buf: Vec<u8>,
-    path: String,
-    ticks_per_second: f64,
-    page_size: u64,
-}
-
-impl Default for SessionSampler {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl SessionSampler {
-    /// A sampler with empty buffers.
-    pub fn new() -> Self {
-        SessionSampler {
-            buf: Vec::with_capacity(512),
-            path: String::with_capacity(32),
-            ticks_per_second: clock_ticks_per_second() as f64,
-            page_size: page_size(),
-        }
-    }
-
-    /// Calls `f` with the stat of every process now alive. Processes that vanish during the scan
-    /// are skipped. (The directory walk allocates a name per entry, as `std::fs::read_dir` does;
-    /// the stat reads reuse this sampler's buffers.)
-    pub fn for_each_process(&mut self, mut f: impl FnMut(&ProcStat)) -> Result<(), ProbeError> {
-        let dir = std::fs::read_dir("/proc").map_err(read_error("/proc"))?;
-        for entry in dir {
-            let entry = entry.map_err(read_error("/proc"))?;
-            let name = entry.file_name();
-            let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-            self.path.clear();
-            // Writing to a String cannot fail.
-            let _ = write!(self.path, "/proc/{pid}/stat");
-            if read_into(Path::new(&self.path), &mut self.buf).is_err() {
-                continue; // gone since readdir
-            }
-            match parse_pid_stat(&self.buf) {
-                Ok(stat) => f(&stat),
-                Err(message) => tracing::debug!(pid, message, "unparsable /proc/<pid>/stat skipped"),
-            }
-        }
-        Ok(())
-    }
-
-    /// The pids of the processes in session `sid`, ascending.
-    pub fn session_pids(&mut self, sid: i32) -> Result<Vec<i32>, ProbeError> {
-        if sid <= 0 {
-            return Err(ProbeError::InvalidSession(sid));
-        }
-        let mut pids = Vec::new();
-        self.for_each_process(|s| {
-            if s.session == sid {
-                pids.push(s.pid);
-            }
-        })?;
-        pids.sort_unstable();
-        Ok(pids)
-    }
-
-    /// Usage of the container whose processes form session `sid`. `memory_limit_bytes` is left 0
-    /// for the caller, which knows the limit it applied.
-    pub fn usage(&mut self, container_id: u64, sid: i32) -> Result<ContainerUsage, ProbeError> {
-        let mut out = Vec::with_capacity(1);
-        self.usage_of_sessions(&[(container_id, sid)], &mut out)?;
-        Ok(out.pop().unwrap_or(ContainerUsage { container_id, ..ContainerUsage::default() }))
-    }
-
-    /// Usage of several containers, given as `(container id, session id)`, in one scan of
-    /// `/proc`. `out` is cleared and receives one entry per pair, in order; a session with no
-    /// process left gets zeros.
-    pub fn usage_of_sessions(
-        &mut self,
-        sessions: &[(u64, i32)],
-        out: &mut Vec<ContainerUsage>,
-    ) -> Result<(), ProbeError> {
-        if let Some(&(_, sid)) = sessions.iter().find(|&&(_, sid)| sid <= 0) {
-            return Err(ProbeError::InvalidSession(sid));
-        }
-        out.clear();
-        out.extend(
-            sessions.iter().map(|&(container_id, _)| ContainerUsage { container_id, ..Default::default() }),
-        );
-        let page_size = self.page_size;
-        // cpu_seconds holds clock ticks until the scan is done (exact in an f64 up to 2^53).
-        self.for_each_process(|s| {
-            if let Some(i) = sessions.iter().position(|&(_, sid)| sid == s.session) {
-                let u = &mut out[i];
-                u.cpu_seconds +=
-                    s.utime.saturating_add(s.stime).saturating_add(s.cutime).saturating_add(s.cstime) as f64;
-                u.memory_working_set_bytes =
-                    u.memory_working_set_bytes.saturating_add(s.rss_pages.saturating_mul(page_size));
-                u.processes = u.processes.saturating_add(1);
-            }
-        })?;
-        for u in out.iter_mut() {
-            u.cpu_seconds /= self.ticks_per_second;
-        }
-        Ok(())
-    }
-}
-
-/// The pids of the processes in session `sid` (one scan of `/proc`).
-pub fn session_pids(sid: i32) -> Result<Vec<i32>, ProbeError> {
-    SessionSampler::new().session_pids(sid)
-}
-
-/// Process-tree usage of one container (see [`SessionSampler`]).
-pub fn session_usage(container_id: u64, sid: i32) -> Result<ContainerUsage, ProbeError> {
-    SessionSampler::new().usage(container_id, sid)
+    ProcStat::read(pid).and_then(|s| i32::try_from(s.session).ok())
 }
 
 /// `nvmlDeviceGetMigMode`'s value for "enabled" (`NVML_DEVICE_MIG_ENABLE` in `nvml.h`).
@@ -545,7 +327,7 @@ impl GpuProbe {
     }
 
     /// Reads every device now. `container_of` maps a pid using a GPU to the container it belongs
-    /// to (e.g. through [`session_of`]); pids it maps to `None` are not reported.
+    /// to (e.g. through [`container_of_pid`](crate::procfs::container_of_pid)); pids it maps to `None` are not reported.
     pub fn sample(&mut self, container_of: impl Fn(u32) -> Option<u64>) -> GpuSample {
         let (gpus, note) = match &self.nvml {
             None => (Vec::new(), self.init_note.clone()),
@@ -760,43 +542,6 @@ mod tests {
     }
 
     #[test]
-    fn pid_stat_counts_fields_from_the_last_parenthesis() {
-        let line = b"4242 (a) b (c) d) S 1 4242 4242 0 -1 4194560 100 0 0 0 \
-                     30 12 5 3 20 0 1 0 987654 10000000 2560 18446744073709551615 1 1 0 0 0\n";
-        let s = parse_pid_stat(line).expect("parses");
-        assert_eq!(
-            s,
-            ProcStat {
-                pid: 4242,
-                ppid: 1,
-                pgrp: 4242,
-                session: 4242,
-                utime: 30,
-                stime: 12,
-                cutime: 5,
-                cstime: 3,
-                start_time: 987_654,
-                rss_pages: 2560,
-            }
-        );
-        let mut odd = b"7 (\xff\xfe) S 1 7 7".to_vec();
-        odd.extend_from_slice(b" 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5 0 3\n");
-        assert_eq!(parse_pid_stat(&odd).expect("non-UTF-8 name").rss_pages, 3);
-        assert!(parse_pid_stat(b"1 (x) S 0 1 1 0").is_err(), "truncated");
-        assert!(parse_pid_stat(b"1 x S").is_err(), "no parentheses");
-    }
-
-    #[test]
-    fn own_process_is_found_in_its_session() {
-        let me = read_pid_stat(std::process::id() as i32).expect("own stat");
-        assert_eq!(me.pid as u32, std::process::id());
-        assert_eq!(session_of(std::process::id()), Some(me.session));
-        let pids = session_pids(me.session).expect("scan");
-        assert!(pids.contains(&me.pid), "{pids:?}");
-        assert!(matches!(session_pids(0), Err(ProbeError::InvalidSession(0))));
-    }
-
-    #[test]
     fn reserve_is_subtracted_saturating() {
         let mut config =
             AgentConfig { node_name: Some("n1".into()), rack: "r1".into(), ..Default::default() };
@@ -838,7 +583,6 @@ mod tests {
     fn probes_can_move_to_another_thread() {
         fn send<T: Send>() {}
         send::<HostSampler>();
-        send::<SessionSampler>();
         send::<GpuProbe>();
     }
 }

@@ -18,7 +18,8 @@
 //! A setup failure before the command runs is written to `<dir>/launch-error` and the shim exits
 //! with [`SHIM_SETUP_FAILED`]; the agent's launch reports it as an error.
 
-use crate::cgroup::{ContainerCgroup, Limits, ProcStat, descendants, live_start_time};
+use crate::cgroup::{ContainerCgroup, Limits};
+use crate::procfs::{ProcStat, descendants, live_start_time};
 use nix::errno::Errno;
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};

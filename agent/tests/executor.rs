@@ -3,9 +3,10 @@
 //! its own parent cgroup, and a guard that kills and removes whatever a test leaves, even when
 //! it fails.
 
-use gantry_agent::cgroup::{ContainerCgroup, Layout, live_start_time};
+use gantry_agent::cgroup::{ContainerCgroup, Layout};
 use gantry_agent::executor::{CgroupMode, ExecError, Executor, ExecutorSettings, SpecError};
 use gantry_agent::model::{ContainerExit, ExitReason, LaunchSpec};
+use gantry_agent::procfs::{ProcStat, live_start_time};
 use gantry_agent::shim::now_ms;
 use std::collections::HashMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -257,11 +258,11 @@ wait
         .iter()
         .map(|&p| (p, live_start_time(p).unwrap_or_else(|| panic!("{p} is alive before the kill"))))
         .collect();
-    let grand_stat = gantry_agent::cgroup::ProcStat::read(grand).expect("grandchild stat");
+    let grand_stat = ProcStat::read(grand).expect("grandchild stat");
     assert_ne!(grand_stat.pgrp, main, "the grandchild left the container's process group");
     if mode == CgroupMode::Off {
         wait_for("the grandchild to be re-parented to the shim", || {
-            gantry_agent::cgroup::ProcStat::read(grand).is_some_and(|s| s.ppid == h.shim_pid)
+            ProcStat::read(grand).is_some_and(|s| s.ppid == h.shim_pid)
         });
     }
 
@@ -272,7 +273,8 @@ wait
     if let Some(cg) = &h.cgroup {
         assert_eq!(cg.pids().expect("cgroup.procs"), Vec::<u32>::new(), "the cgroup is empty");
     }
-    assert!(live_start_time(h.shim_pid).is_none(), "the shim ended too");
+    // The shim writes exit.json (which is what ends `kill`) a moment before it exits itself.
+    wait_for("the shim to end too", || live_start_time(h.shim_pid).is_none());
     assert_eq!(wait_exit(&exec, 1).reason, ExitReason::KilledByRequest);
     exec.forget(1).expect("forget");
 }

@@ -1,22 +1,22 @@
 //! The probe against the real machine: host figures checked against the kernel's own files and
-//! tools, process-tree usage of real processes in their own sessions, and the GPU probe's
-//! behaviour without NVML.
+//! tools, process-tree usage ([`gantry_agent::procfs`]) of real processes under a parent that
+//! stands in for a container's shim, and the GPU probe's behaviour without NVML.
 
 use gantry_agent::config::AgentConfig;
-use gantry_agent::probe::{
-    GpuProbe, HostSampler, SessionSampler, node_report, probe_node, read_pid_stat, session_pids,
-    session_usage,
-};
+use gantry_agent::probe::{GpuProbe, HostSampler, node_report, probe_node};
+use gantry_agent::procfs::{ProcStat, container_of_pid, descendants, tree_usage};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A child started as the leader of a new session (as the agent's shim is), whose whole process
-/// group is killed and reaped when the test ends, pass or fail.
+/// A child started as the leader of a new session, as the agent's shim is (and, like the shim,
+/// the parent of what it runs), whose whole process group is killed and reaped when the test
+/// ends, pass or fail.
 struct Session {
     child: Child,
 }
@@ -32,15 +32,15 @@ impl Session {
         Session { child }
     }
 
-    fn sid(&self) -> i32 {
-        i32::try_from(self.child.id()).expect("pid fits i32")
+    fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
         // The session leader is also its process group's leader, so the group id is its pid.
-        let _ = killpg(Pid::from_raw(self.sid()), Signal::SIGKILL);
+        let _ = killpg(Pid::from_raw(i32::try_from(self.pid()).expect("pid fits i32")), Signal::SIGKILL);
         let _ = self.child.wait();
     }
 }
@@ -90,7 +90,7 @@ fn cores_are_the_online_logical_cpus() {
 
 /// CPU time this process has used, in clock ticks.
 fn own_cpu_ticks() -> u64 {
-    let me = read_pid_stat(i32::try_from(std::process::id()).expect("pid")).expect("own stat");
+    let me = ProcStat::read(std::process::id()).expect("own stat");
     me.utime + me.stime
 }
 
@@ -119,83 +119,96 @@ fn cpu_usage_is_a_fraction_and_cpu_seconds_only_grow() {
     }
 }
 
-#[test]
-fn session_memory_is_within_ten_percent_of_the_kernels_rss() {
-    // Allocate and write 100 MiB, then say so and wait.
-    let script = "import time\nb = b'\\x01' * (100 << 20)\nprint('ready', flush=True)\ntime.sleep(600)\n";
-    let mut cmd = Command::new("python3");
-    cmd.args(["-c", script]).stdout(Stdio::piped()).stdin(Stdio::null());
-    let mut session = Session::spawn(&mut cmd);
-    let sid = session.sid();
-    let stdout = session.child.stdout.take().expect("piped stdout");
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("read python's output");
-    assert_eq!(line.trim(), "ready", "python3 did not get ready");
-
-    let status = format!("/proc/{sid}/status");
-    let rss_before = kib_field(&status, "VmRSS:");
-    let usage = session_usage(42, sid).expect("session usage");
-    let rss_after = kib_field(&status, "VmRSS:");
-    assert!(rss_before >= 100 << 20, "the process holds 100 MiB: VmRSS {rss_before}");
-    let kernel = (rss_before + rss_after) as f64 / 2.0;
-    let ours = usage.memory_working_set_bytes as f64;
-    assert!((ours - kernel).abs() <= 0.10 * kernel, "ours {ours} vs VmRSS {kernel}");
-    assert_eq!(usage.container_id, 42);
-    assert_eq!(usage.processes, 1, "{usage:?}");
-    assert_eq!(session_pids(sid).expect("pids"), vec![sid]);
-}
-
-#[test]
-fn session_cpu_seconds_grow_for_a_busy_process() {
-    let busy = Session::spawn(Command::new("sh").args(["-c", "while :; do :; done"]));
-    let mut sampler = SessionSampler::new();
-    let first = sampler.usage(1, busy.sid()).expect("usage");
-    assert_eq!(first.processes, 1, "{first:?}");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut last = first;
+/// Waits (for at most a minute) until `check` gives something.
+fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        std::thread::sleep(Duration::from_millis(50));
-        let now = sampler.usage(1, busy.sid()).expect("usage");
-        assert!(now.cpu_seconds >= last.cpu_seconds, "CPU seconds went back: {last:?} → {now:?}");
-        last = now;
-        if now.cpu_seconds >= first.cpu_seconds + 0.5 {
-            break;
+        if let Some(found) = check() {
+            return found;
         }
-        assert!(Instant::now() < deadline, "a busy loop gained no 0.5 CPU s in 120 s: {now:?}");
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 #[test]
-fn one_scan_reports_several_sessions_in_order() {
-    let busy = Session::spawn(Command::new("sh").args(["-c", "while :; do :; done"]));
+fn tree_memory_is_within_ten_percent_of_the_kernels_rss() {
+    // A shell, in the shim's place, runs python3, which allocates and writes 100 MiB, then says
+    // so with its pid and waits. (`; exit` keeps the shell from exec'ing python3 in its place.)
+    let script = "import os, time\nb = b'\\x01' * (100 << 20)\nprint('ready', os.getpid(), flush=True)\n\
+                  time.sleep(600)\n";
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "python3 -c \"$1\"; exit $?", "sh", script]).stdout(Stdio::piped()).stdin(Stdio::null());
+    let mut parent = Session::spawn(&mut cmd);
+    let stdout = parent.child.stdout.take().expect("piped stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("read python's output");
+    let python: u32 = match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+        ["ready", pid] => pid.parse().expect("a pid"),
+        _ => panic!("python3 did not get ready: {line:?}"),
+    };
+
+    let status = format!("/proc/{python}/status");
+    let rss_before = kib_field(&status, "VmRSS:");
+    let procs = descendants(parent.pid());
+    let (_, rss) = tree_usage(&procs);
+    let rss_after = kib_field(&status, "VmRSS:");
+    assert!(rss_before >= 100 << 20, "the process holds 100 MiB: VmRSS {rss_before}");
+    let kernel = (rss_before + rss_after) as f64 / 2.0;
+    let ours = rss as f64;
+    assert!((ours - kernel).abs() <= 0.10 * kernel, "ours {ours} vs VmRSS {kernel}");
+    assert_eq!(procs.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![python], "{procs:?}");
+}
+
+#[test]
+fn tree_cpu_seconds_grow_for_a_busy_process() {
+    // A shell whose one child spins.
+    let parent = Session::spawn(Command::new("sh").args(["-c", "while :; do :; done & wait"]));
+    let first = wait_for("the busy child", || Some(descendants(parent.pid())).filter(|d| !d.is_empty()));
+    assert_eq!(first.len(), 1, "{first:?}");
+    let (first_cpu, _) = tree_usage(&first);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut last = first_cpu;
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let procs = descendants(parent.pid());
+        assert_eq!(procs.len(), 1, "{procs:?}");
+        let (now, _) = tree_usage(&procs);
+        assert!(now >= last, "CPU seconds went back: {last} → {now}");
+        last = now;
+        if now >= first_cpu + 0.5 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a busy loop gained no 0.5 CPU s in 120 s: {first_cpu} → {now}");
+    }
+}
+
+#[test]
+fn processes_are_attributed_to_the_shim_they_run_under() {
+    let busy = Session::spawn(Command::new("sh").args(["-c", "while :; do :; done & wait"]));
     let idle = Session::spawn(Command::new("sh").args(["-c", "sleep 600 & sleep 600; wait"]));
-    // pid_max is above every pid, so no session has that id.
-    let nobody: i32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+    let shims = HashMap::from([(busy.pid(), 1), (idle.pid(), 2)]);
+    // The shells start their children asynchronously; wait until all are there.
+    let (busy_tree, idle_tree) = wait_for("the busy child and both sleeps", || {
+        let (b, i) = (descendants(busy.pid()), descendants(idle.pid()));
+        assert!(b.len() <= 1 && i.len() <= 2, "{b:?} {i:?}");
+        (b.len() == 1 && i.len() == 2).then_some((b, i))
+    });
+    for (tree, container) in [(&busy_tree, 1), (&idle_tree, 2)] {
+        for p in tree {
+            assert_eq!(container_of_pid(p.pid, &shims), Some(container), "{p:?}");
+        }
+        assert!(tree_usage(tree).1 > 0, "{tree:?}");
+    }
+    assert_eq!(container_of_pid(busy.pid(), &shims), None, "a shim is not inside its container");
+    assert_eq!(container_of_pid(std::process::id(), &shims), None);
+    // pid_max is above every pid, so no process has it.
+    let nobody: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
         .expect("pid_max")
         .trim()
         .parse()
         .expect("a number");
-    let mut sampler = SessionSampler::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut out = Vec::new();
-    // The idle shell starts its two sleeps asynchronously; wait until both are there.
-    loop {
-        sampler.usage_of_sessions(&[(1, busy.sid()), (2, idle.sid()), (3, nobody)], &mut out).expect("scan");
-        if out[1].processes == 3 {
-            break;
-        }
-        assert!(out[1].processes <= 3 && Instant::now() < deadline, "{out:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(out.iter().map(|u| u.container_id).collect::<Vec<_>>(), vec![1, 2, 3]);
-    assert_eq!(out[0].processes, 1);
-    assert!(out[0].memory_working_set_bytes > 0 && out[1].memory_working_set_bytes > 0, "{out:?}");
-    assert_eq!((out[2].processes, out[2].memory_working_set_bytes, out[2].cpu_seconds), (0, 0, 0.0));
-    let mut pids = session_pids(idle.sid()).expect("pids");
-    assert_eq!(pids.len(), 3, "{pids:?}");
-    pids.retain(|&p| read_pid_stat(p).ok().map(|s| s.session) == Some(idle.sid()));
-    assert_eq!(pids.len(), 3, "every pid reported is in the session");
-    assert!(sampler.usage_of_sessions(&[(1, busy.sid()), (9, -1)], &mut out).is_err(), "bad sid refused");
+    assert_eq!(container_of_pid(nobody, &shims), None);
 }
 
 #[test]
