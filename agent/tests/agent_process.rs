@@ -207,10 +207,10 @@ async fn runs_containers_survives_kill_9_and_reports_what_happened_meanwhile() {
     let live: Vec<u64> = register.containers.iter().map(|c| c.container_id).collect();
     assert_eq!(live, vec![1], "the running container is adopted, the ended one is not live");
     let exit2 = match register.unacked_exits.iter().find(|e| e.container_id == 2) {
-        Some(e) => e.clone(),
+        Some(e) => *e,
         None => {
             until(&mut s, "the exit of container 2", |m| match m {
-                Up::ContainerExited(e) if e.container_id == 2 => Some(e.clone()),
+                Up::ContainerExited(e) if e.container_id == 2 => Some(*e),
                 _ => None,
             })
             .await
@@ -228,7 +228,7 @@ async fn runs_containers_survives_kill_9_and_reports_what_happened_meanwhile() {
     // Kill by request: TERM, grace, KILL; reported as such; nothing survives.
     s.send(Down::Kill(v1::Kill { container_id: 1, grace_ms: Some(500), reason: "test".into() })).await;
     let exit1 = until(&mut s, "the exit of container 1", |m| match m {
-        Up::ContainerExited(e) if e.container_id == 1 => Some(e.clone()),
+        Up::ContainerExited(e) if e.container_id == 1 => Some(*e),
         _ => None,
     })
     .await;
