@@ -200,6 +200,52 @@ fn a_memory_hog_ends_with_memory_limit() {
     exec.forget(1).expect("forget");
 }
 
+/// VmRSS of a process, bytes: the kernel's own count of its resident memory.
+fn vm_rss(pid: u32) -> u64 {
+    let status = read(Path::new(&format!("/proc/{pid}/status")));
+    let kib: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS");
+    kib * 1024
+}
+
+/// The usage a container reports (its cgroup's working set, or its process tree without one)
+/// agrees within 10% with what the kernel counts for its processes.
+fn reported_memory_matches_the_kernel(tag: &str, mode: CgroupMode) {
+    let env = Env::new(tag, mode, 0);
+    let exec = env.executor();
+    let script = "import sys, time\nb = bytearray(120 * 2**20)\nfor i in range(0, len(b), 4096): b[i] = 1\n\
+                  print('ready', flush=True)\ntime.sleep(60)\n";
+    let h = exec.launch(&spec(1, &["python3", "-c", script])).expect("launch");
+    let stdout = h.container_dir.join("stdout");
+    wait_for("the workload to touch its memory", || {
+        std::fs::read_to_string(&stdout).is_ok_and(|s| s.contains("ready"))
+    });
+    let kernel: u64 = exec.pids(1).expect("pids").iter().map(|&p| vm_rss(p)).sum();
+    let reported = exec.usage(1).expect("usage").memory_working_set_bytes;
+    let kernel_after: u64 = exec.pids(1).expect("pids").iter().map(|&p| vm_rss(p)).sum();
+    let kernel = (kernel + kernel_after) / 2;
+    assert!(kernel >= 120 << 20, "the workload holds its 120 MiB: {kernel}");
+    let diff = reported.abs_diff(kernel) as f64 / kernel as f64;
+    assert!(diff <= 0.10, "reported {reported} vs the kernel's VmRSS {kernel}: {:.1}% apart", diff * 100.0);
+    exec.force_kill(1).expect("kill");
+    wait_exit(&exec, 1);
+    exec.forget(1).expect("forget");
+}
+
+#[test]
+fn reported_memory_matches_the_kernel_with_cgroups() {
+    reported_memory_matches_the_kernel("memcg", CgroupMode::Auto);
+}
+
+#[test]
+fn reported_memory_matches_the_kernel_without_cgroups() {
+    reported_memory_matches_the_kernel("memtree", CgroupMode::Off);
+}
+
 #[test]
 fn the_monitor_can_kill_for_memory() {
     let env = Env::new("memkill", CgroupMode::Auto, 0);
