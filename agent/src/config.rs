@@ -6,7 +6,7 @@
 //! rack = "rack3"                      # default: empty (unknown)
 //! labels = { gpu = "a100", zone = "b" }
 //! scheduler = "http://127.0.0.1:7070" # the scheduler's agent endpoint
-//! work_root = "/var/lib/gantry-agent" # container directories and the state directory live here
+//! work_root = "/var/lib/gantry-agent" # one directory per container: its files and the agent's record
 //! metrics_listen = "127.0.0.1:9101"   # /metrics
 //! container_user = "nobody"           # account containers run as unless the spec names one
 //! allow_root = false                  # containers may run as root only if true
@@ -188,11 +188,6 @@ impl AgentConfig {
     /// Directory holding one subdirectory per container.
     pub fn containers_dir(&self) -> PathBuf {
         self.work_root.join("containers")
-    }
-
-    /// Directory holding the agent's own state (what it must remember across restarts).
-    pub fn state_dir(&self) -> PathBuf {
-        self.work_root.join("state")
     }
 }
 

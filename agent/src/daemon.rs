@@ -58,10 +58,9 @@ pub async fn run(
     shim_program: PathBuf,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
-    for dir in [config.containers_dir(), config.state_dir()] {
-        std::fs::create_dir_all(&dir)
-            .map_err(|source| DaemonError::WorkRoot { path: dir.clone(), source })?;
-    }
+    // The containers' control directories are the agent's whole state across restarts.
+    let dir = config.containers_dir();
+    std::fs::create_dir_all(&dir).map_err(|source| DaemonError::WorkRoot { path: dir.clone(), source })?;
     // NVML is initialised once; its devices decide how many GPU indexes a launch may name.
     let mut gpus = GpuProbe::new();
     let gpu_count = gpus.sample(|_| None).gpus.len() as u32;
