@@ -80,6 +80,35 @@ pub struct EngineSection {
     pub rebalance_interval_ms: Option<u64>,
 }
 
+/// The daemon's network and storage settings; every field is optional.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSection {
+    /// REST API and `/metrics` address (default 127.0.0.1:8088, YARN's ResourceManager web port).
+    pub listen: String,
+    /// Agent stream (gRPC) address (default 127.0.0.1:7070).
+    pub agent_listen: String,
+    /// Directory of the durable state (SQLite); relative paths are relative to the config file.
+    pub data_dir: PathBuf,
+    /// A node that sends no status for this long is lost, ms (default 10000).
+    pub node_timeout_ms: u64,
+    /// Longest time between scheduling cycles when nothing happens, ms (default 100); a
+    /// submission or an exit triggers a cycle at once.
+    pub cycle_interval_ms: u64,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            listen: "127.0.0.1:8088".into(),
+            agent_listen: "127.0.0.1:7070".into(),
+            data_dir: PathBuf::from("gantry-data"),
+            node_timeout_ms: 10_000,
+            cycle_interval_ms: 100,
+        }
+    }
+}
+
 /// A queue definition.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -128,6 +157,8 @@ pub struct ProfileSection {
 #[derive(Debug, Clone, Deserialize, Default, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct SchedulerConfig {
+    /// Network and storage.
+    pub server: ServerSection,
     /// Engine tunables.
     pub engine: EngineSection,
     /// Queue hierarchy below `root` (default: one queue `root.default`).
@@ -193,6 +224,18 @@ impl SchedulerConfig {
                 }
             }
         }
+        let srv = &self.server;
+        if !(1_000..=3_600_000).contains(&srv.node_timeout_ms) {
+            return Err(format!("server.node_timeout_ms {} is not in 1000..=3600000", srv.node_timeout_ms));
+        }
+        if !(1..=60_000).contains(&srv.cycle_interval_ms) {
+            return Err(format!("server.cycle_interval_ms {} is not in 1..=60000", srv.cycle_interval_ms));
+        }
+        for (name, addr) in [("server.listen", &srv.listen), ("server.agent_listen", &srv.agent_listen)] {
+            if addr.parse::<std::net::SocketAddr>().is_err() {
+                return Err(format!("{name} `{addr}` is not an address like 127.0.0.1:8088"));
+            }
+        }
         // Let the engine validate queues and tunables now, so a bad file fails at load time.
         gantry_engine::Engine::builtin(self.engine_config()).map_err(|e| e.to_string())?;
         Ok(())
@@ -214,6 +257,15 @@ impl SchedulerConfig {
             quarantine_ms: e.quarantine_ms.unwrap_or(d.quarantine_ms),
             rebalance_interval_ms: e.rebalance_interval_ms.unwrap_or(d.rebalance_interval_ms),
             history_len: d.history_len,
+        }
+    }
+
+    /// Where the durable state lives, resolved against the config file's directory.
+    pub fn data_dir(&self) -> PathBuf {
+        if self.server.data_dir.is_absolute() {
+            self.server.data_dir.clone()
+        } else {
+            self.base_dir.join(&self.server.data_dir)
         }
     }
 

@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod plugin_host;
+pub mod server;
 
 use config::SchedulerConfig;
 use gantry_engine::{Engine, EngineError, Policy, Profile};

@@ -65,13 +65,27 @@ fn check_loads_rust_and_c_plugins_from_the_config() {
 }
 
 #[test]
-fn embedded_defaults_check_and_serving_is_refused_honestly() {
+fn embedded_defaults_check_and_the_daemon_serves_until_sigterm() {
     let out = Command::new(scheduler_bin().expect("build")).arg("--check").output().expect("run");
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("root.default"));
-    let out = Command::new(scheduler_bin().expect("build")).output().expect("run");
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not implemented"));
+    // Without --check it serves the agents' endpoint until asked to stop.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+    let cfg = write_config(dir.path(), &format!("[server]\nagent_listen = \"127.0.0.1:{port}\"\n"));
+    let mut child =
+        Command::new(scheduler_bin().expect("build")).arg("--config").arg(&cfg).spawn().expect("run");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "guard: the daemon never listened");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let pid = i32::try_from(child.id()).expect("pid");
+    // SIGTERM through kill(1): this test crate does not depend on libc.
+    let status = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().expect("kill");
+    assert!(status.success());
+    let exit = child.wait().expect("wait");
+    assert!(exit.success(), "SIGTERM stops the daemon cleanly: {exit:?}");
 }
 
 #[test]

@@ -208,6 +208,10 @@ impl Engine {
                 let i = self.container_idx(container)?;
                 self.container_exited(i, exit_code, false);
             }
+            Event::ContainerLost { container } => {
+                let i = self.container_idx(container)?;
+                self.container_exited(i, -1, true);
+            }
             Event::Tick => self.run_cycle(),
         }
         Ok(())

@@ -42,6 +42,12 @@ pub enum Event {
         /// Exit status (0 = success).
         exit_code: i32,
     },
+    /// An agent no longer has a container the engine thought it ran (found at reconciliation):
+    /// it is lost, and its request runs again without using an attempt, as for a lost node.
+    ContainerLost {
+        /// The container.
+        container: ContainerId,
+    },
     /// Time passed: run a scheduling cycle (and `rebalance` when its interval is due).
     Tick,
 }

@@ -1,7 +1,6 @@
-//! `gantry-scheduler`: the scheduler daemon. This build loads and checks a configuration —
-//! queues, plugins, profile — and reports what it would run; the network services (agent
-//! streams, REST API, store) arrive with the scheduler-daemon work and are refused clearly until
-//! then.
+//! `gantry-scheduler`: the scheduler daemon. `--check` loads and checks a configuration —
+//! queues, plugins, profile — prints what it would run, and exits; without it the daemon serves
+//! the agents' stream.
 
 use anyhow::Context;
 use clap::Parser;
@@ -47,10 +46,33 @@ fn run(args: Args) -> anyhow::Result<()> {
     println!("  order     {}", hook(&config.profile.order));
     println!("  place     {}", hook(&config.profile.place));
     println!("  rebalance {}", hook(&config.profile.rebalance));
-    if !args.check {
-        anyhow::bail!("serving (agent streams, REST API) is not implemented in this build; use --check");
+    if args.check {
+        return Ok(());
     }
+    drop(engine);
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    rt.block_on(gantry_scheduler::server::serve(&config, shutdown_signal(), |b| {
+        tracing::info!(agents = %b.agent_addr, "gantry-scheduler listening");
+    }))?;
     Ok(())
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+    match term {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    tracing::info!("stopping");
 }
 
 fn main() -> ExitCode {

@@ -1,0 +1,96 @@
+//! The agents' gRPC endpoint: one bidirectional stream per agent. The first message must be
+//! `Register` (a full resync); everything after it is relayed to the core in order.
+
+use super::core::{CoreHandle, Request};
+use gantry_proto::v1;
+use gantry_proto::v1::agent_message::Msg as Up;
+use gantry_proto::v1::agent_service_server::{AgentService, AgentServiceServer};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request as GrpcRequest, Response, Status, Streaming};
+
+/// How long an agent may take to send its `Register` after opening the stream.
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Messages queued towards one agent before the core's sends fail (the agent is not reading).
+const OUTGOING_QUEUE: usize = 4096;
+
+/// The gRPC service.
+#[derive(Debug, Clone)]
+pub struct AgentEndpoint {
+    core: CoreHandle,
+    next_stream: Arc<AtomicU64>,
+}
+
+impl AgentEndpoint {
+    /// A service relaying to `core`.
+    pub fn new(core: CoreHandle) -> Self {
+        AgentEndpoint { core, next_stream: Arc::new(AtomicU64::new(1)) }
+    }
+
+    /// As a tonic service.
+    pub fn into_service(self) -> AgentServiceServer<Self> {
+        AgentServiceServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl AgentService for AgentEndpoint {
+    type ConnectStream = ReceiverStream<Result<v1::SchedulerMessage, Status>>;
+
+    async fn connect(
+        &self,
+        request: GrpcRequest<Streaming<v1::AgentMessage>>,
+    ) -> Result<Response<Self::ConnectStream>, Status> {
+        let mut inbound = request.into_inner();
+        let first = tokio::time::timeout(REGISTER_TIMEOUT, inbound.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no Register within 30 s"))??;
+        let register = match first.and_then(|m| m.msg) {
+            Some(Up::Register(r)) => r,
+            _ => return Err(Status::invalid_argument("the first message must be Register")),
+        };
+        if register.node_name.is_empty() {
+            return Err(Status::invalid_argument("Register without a node name"));
+        }
+        let node = register.node_name.clone();
+        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(OUTGOING_QUEUE);
+        let (reply, accepted) = oneshot::channel();
+        self.core
+            .send(Request::AgentConnected { register, tx, stream, reply })
+            .await
+            .map_err(|_| Status::unavailable("scheduler stopping"))?;
+        match accepted.await {
+            Ok(Ok(())) => {}
+            Ok(Err(reason)) => {
+                return Err(Status::invalid_argument(format!("registration refused: {reason}")));
+            }
+            Err(_) => return Err(Status::unavailable("scheduler stopping")),
+        }
+        tracing::info!(%node, stream, "agent registered");
+        let core = self.core.clone();
+        tokio::spawn(async move {
+            loop {
+                match inbound.message().await {
+                    Ok(Some(v1::AgentMessage { msg: Some(msg) })) => {
+                        if core.send(Request::AgentMessage { node: node.clone(), stream, msg }).await.is_err()
+                        {
+                            break;
+                        }
+                    }
+                    Ok(Some(v1::AgentMessage { msg: None })) => {} // a newer agent's message: skip
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(%node, error = %e, "agent stream failed");
+                        break;
+                    }
+                }
+            }
+            let _ = core.send(Request::AgentDisconnected { node, stream }).await;
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}

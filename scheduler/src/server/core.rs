@@ -1,0 +1,531 @@
+//! The daemon's core: one task owns the engine and everything that must change with it (the
+//! agents' streams, the applications' launch templates, node liveness). Every other task —
+//! agent streams, REST handlers — talks to it through [`CoreHandle`], so the engine stays
+//! single-threaded and deterministic, as DESIGN.md asks.
+//!
+//! A cycle runs right after anything that can make work placeable (a submission, an exit, a node
+//! registering), with the requests that arrived meanwhile coalesced into one cycle, and at the
+//! latest every `cycle_interval`.
+
+use gantry_engine::{
+    AppId, AppSpec, Command, ContainerId, Engine, EngineError, Event, GpuSpec, NodeSpec, Resources,
+};
+use gantry_proto::v1;
+use gantry_proto::v1::agent_message::Msg as Up;
+use gantry_proto::v1::scheduler_message::Msg as Down;
+use gantry_sdk::abi::*;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, oneshot};
+
+/// What runs in a container: the program and its environment (per request of an application).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchTemplate {
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+}
+
+/// Messages to the core.
+pub enum Request {
+    /// Submit an application; the reply is its id.
+    Submit {
+        /// The engine's view of it.
+        spec: AppSpec,
+        /// One template per request, in order.
+        templates: Vec<LaunchTemplate>,
+        /// Where the id goes.
+        reply: oneshot::Sender<Result<AppId, EngineError>>,
+    },
+    /// Kill an application.
+    Kill {
+        /// The app.
+        app: AppId,
+        /// The outcome.
+        reply: oneshot::Sender<Result<(), EngineError>>,
+    },
+    /// Run a read-only function on the core (for queries).
+    Read(Box<dyn FnOnce(&Core) + Send>),
+    /// An agent opened a stream and registered.
+    AgentConnected {
+        /// Its registration.
+        register: v1::Register,
+        /// Its outgoing stream.
+        tx: mpsc::Sender<Result<v1::SchedulerMessage, tonic::Status>>,
+        /// Identifies this stream (a reconnect gets a new one).
+        stream: u64,
+        /// Accepted, or why not.
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+    /// A message on an agent's stream.
+    AgentMessage {
+        /// Node name.
+        node: String,
+        /// Stream id.
+        stream: u64,
+        /// The message.
+        msg: Up,
+    },
+    /// An agent's stream ended.
+    AgentDisconnected {
+        /// Node name.
+        node: String,
+        /// Stream id.
+        stream: u64,
+    },
+}
+
+/// A cheap, cloneable way to talk to the core.
+#[derive(Debug, Clone)]
+pub struct CoreHandle {
+    tx: mpsc::Sender<Request>,
+}
+
+/// The core is gone (the daemon is stopping).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the scheduler core is not running")]
+pub struct CoreGone;
+
+impl CoreHandle {
+    /// Sends a request.
+    pub async fn send(&self, r: Request) -> Result<(), CoreGone> {
+        self.tx.send(r).await.map_err(|_| CoreGone)
+    }
+
+    /// Runs `f` on the core and returns its result.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Core) -> T + Send + 'static,
+    ) -> Result<T, CoreGone> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Request::Read(Box::new(move |core| {
+            let _ = tx.send(f(core));
+        })))
+        .await?;
+        rx.await.map_err(|_| CoreGone)
+    }
+
+    /// Submits an application.
+    pub async fn submit(
+        &self,
+        spec: AppSpec,
+        templates: Vec<LaunchTemplate>,
+    ) -> Result<Result<AppId, EngineError>, CoreGone> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::Submit { spec, templates, reply }).await?;
+        rx.await.map_err(|_| CoreGone)
+    }
+
+    /// Kills an application.
+    pub async fn kill(&self, app: AppId) -> Result<Result<(), EngineError>, CoreGone> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::Kill { app, reply }).await?;
+        rx.await.map_err(|_| CoreGone)
+    }
+}
+
+/// What the core keeps of a connected agent.
+#[derive(Debug)]
+pub struct AgentLink {
+    tx: mpsc::Sender<Result<v1::SchedulerMessage, tonic::Status>>,
+    stream: u64,
+    last_seen: Instant,
+    /// The agent's last usage report.
+    pub last_status: Option<v1::Status>,
+}
+
+/// Counters of the core's own work.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CoreStats {
+    /// Launches sent to agents.
+    pub launches_sent: u64,
+    /// Launches that had no agent stream to go to (the node's liveness will catch it).
+    pub launches_undeliverable: u64,
+    /// Kills sent for containers an agent had but the scheduler did not want.
+    pub reconcile_kills: u64,
+    /// Containers found missing at reconciliation.
+    pub reconcile_lost: u64,
+    /// Nodes declared lost for missing their status deadline.
+    pub nodes_lost: u64,
+}
+
+/// The engine and its surroundings, owned by the core task.
+pub struct Core {
+    engine: Engine,
+    agents: HashMap<String, AgentLink>,
+    templates: HashMap<u64, Vec<LaunchTemplate>>,
+    /// Launches sent, by container: to answer "which app/request" when the agent reports.
+    dirty: bool,
+    stats: CoreStats,
+    started: Instant,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core").field("engine", &self.engine).field("agents", &self.agents.len()).finish()
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+fn down(msg: Down) -> Result<v1::SchedulerMessage, tonic::Status> {
+    Ok(v1::SchedulerMessage { msg: Some(msg) })
+}
+
+impl Core {
+    /// A core around `engine`.
+    pub fn new(engine: Engine) -> Self {
+        Core {
+            engine,
+            agents: HashMap::new(),
+            templates: HashMap::new(),
+            dirty: false,
+            stats: CoreStats::default(),
+            started: Instant::now(),
+        }
+    }
+
+    /// The engine (read-only).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Connected agents by node name.
+    pub fn agents(&self) -> &HashMap<String, AgentLink> {
+        &self.agents
+    }
+
+    /// The core's counters.
+    pub fn stats(&self) -> &CoreStats {
+        &self.stats
+    }
+
+    /// When the core started.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// The launch template of an application's request.
+    pub fn template(&self, app: u64, request: usize) -> Option<&LaunchTemplate> {
+        self.templates.get(&app).and_then(|t| t.get(request))
+    }
+
+    /// Feeds an event to the engine and carries out its commands.
+    fn event(&mut self, event: Event) -> Result<(), EngineError> {
+        let commands = self.engine.handle(now_ms(), event)?;
+        self.apply(commands);
+        Ok(())
+    }
+
+    /// Runs one scheduling cycle.
+    pub fn cycle(&mut self) {
+        self.dirty = false;
+        if let Err(e) = self.event(Event::Tick) {
+            tracing::error!(error = %e, "scheduling cycle refused");
+        }
+    }
+
+    fn send_to(&mut self, node: &str, msg: Down) -> bool {
+        match self.agents.get(node) {
+            Some(link) => link.tx.try_send(down(msg)).is_ok(),
+            None => false,
+        }
+    }
+
+    fn node_name(&self, node: u32) -> String {
+        let st = self.engine.state();
+        st.nodes().get(node as usize).map(|n| st.str(n.name).to_owned()).unwrap_or_default()
+    }
+
+    fn apply(&mut self, commands: Vec<Command>) {
+        for c in commands {
+            match c {
+                Command::Launch { container, app, request, node, resources, gpus } => {
+                    let name = self.node_name(node.0);
+                    let Some(t) = self.template(app.0, request as usize).cloned() else {
+                        tracing::error!(app = app.0, request, "no launch template; cannot start container");
+                        continue;
+                    };
+                    let launch = v1::Launch {
+                        container_id: container.0,
+                        app_id: app.0,
+                        argv: t.argv,
+                        env: t.env.into_iter().collect(),
+                        cpu_millis: i64::try_from(resources.cpu_millis).unwrap_or(i64::MAX),
+                        memory_bytes: i64::try_from(resources.memory_bytes).unwrap_or(i64::MAX),
+                        gpus,
+                        ..Default::default()
+                    };
+                    if self.send_to(&name, Down::Launch(launch)) {
+                        self.stats.launches_sent += 1;
+                    } else {
+                        // The node's liveness deadline decides; the engine keeps it allocated.
+                        self.stats.launches_undeliverable += 1;
+                        tracing::warn!(container = container.0, node = %name, "no stream to the node for a launch");
+                    }
+                }
+                Command::Kill { container, node, grace_ms, reason } => {
+                    let name = self.node_name(node.0);
+                    let kill = v1::Kill {
+                        container_id: container.0,
+                        grace_ms: Some(grace_ms),
+                        reason: format!("{reason:?}"),
+                    };
+                    if !self.send_to(&name, Down::Kill(kill)) {
+                        tracing::warn!(container = container.0, node = %name, "no stream to the node for a kill");
+                    }
+                }
+                Command::AppStateChanged { app, state, diagnostics } => {
+                    tracing::info!(app = app.0, state, %diagnostics, "application state");
+                    if matches!(
+                        state,
+                        GANTRY_APP_FINISHED | GANTRY_APP_FAILED | GANTRY_APP_KILLED | GANTRY_APP_REJECTED
+                    ) {
+                        self.templates.remove(&app.0);
+                    }
+                }
+                Command::AppAccepted { .. }
+                | Command::ReservationRecorded { .. }
+                | Command::ReservationStateChanged { .. } => {}
+            }
+        }
+    }
+
+    fn handle(&mut self, r: Request) {
+        match r {
+            Request::Submit { spec, templates, reply } => {
+                let result = (|| {
+                    if templates.len() != spec.requests.len() {
+                        return Err(EngineError::Invalid {
+                            what: "submission",
+                            reason: "one command per container request is needed".into(),
+                        });
+                    }
+                    let commands = self.engine.handle(now_ms(), Event::AppSubmitted(spec))?;
+                    let id = commands.iter().find_map(|c| match c {
+                        Command::AppAccepted { app } => Some(*app),
+                        _ => None,
+                    });
+                    let id = id.ok_or_else(|| EngineError::Conflict("the engine gave no id".into()))?;
+                    self.templates.insert(id.0, templates);
+                    self.apply(commands);
+                    Ok(id)
+                })();
+                self.dirty |= result.is_ok();
+                let _ = reply.send(result);
+            }
+            Request::Kill { app, reply } => {
+                let result = self.event(Event::AppKillRequested { app });
+                self.dirty |= result.is_ok();
+                let _ = reply.send(result);
+            }
+            Request::Read(f) => f(self),
+            Request::AgentConnected { register, tx, stream, reply } => {
+                let result = self.agent_connected(register, tx, stream);
+                let _ = reply.send(result);
+            }
+            Request::AgentMessage { node, stream, msg } => self.agent_message(&node, stream, msg),
+            Request::AgentDisconnected { node, stream } => {
+                if self.agents.get(&node).is_some_and(|l| l.stream == stream) {
+                    tracing::warn!(%node, "agent stream ended; the node is lost if it does not come back in time");
+                    // Keep last_seen: liveness decides.
+                    if let Some(link) = self.agents.get_mut(&node) {
+                        link.stream = 0;
+                    }
+                }
+            }
+        }
+    }
+
+    fn agent_connected(
+        &mut self,
+        r: v1::Register,
+        tx: mpsc::Sender<Result<v1::SchedulerMessage, tonic::Status>>,
+        stream: u64,
+    ) -> Result<(), String> {
+        let res = r.allocatable.unwrap_or_default();
+        let spec = NodeSpec {
+            name: r.node_name.clone(),
+            rack: r.rack.clone(),
+            labels: r.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            capacity: Resources::new(res.cpu_millis, res.memory_bytes, res.gpus),
+            gpu_list: if r.gpus.len() == res.gpus as usize {
+                r.gpus
+                    .iter()
+                    .map(|g| GpuSpec {
+                        index: g.index,
+                        model: g.model.clone(),
+                        memory_bytes: g.memory_total_bytes,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        };
+        self.event(Event::NodeRegistered(spec)).map_err(|e| e.to_string())?;
+        let node = r.node_name.clone();
+        self.agents
+            .insert(node.clone(), AgentLink { tx, stream, last_seen: Instant::now(), last_status: None });
+        let _ = self.send_to(&node, Down::Registered(v1::Registered { heartbeat_interval_ms: 0 }));
+        // Reconcile: exits first, then what runs there against what the engine wants there.
+        for exit in &r.unacked_exits {
+            self.exited(&node, exit);
+        }
+        let reported: HashSet<u64> = r.containers.iter().map(|c| c.container_id).collect();
+        let wanted: HashSet<u64> = {
+            let st = self.engine.state();
+            let idx = st.node_by_name(&node).map(|n| n.0);
+            st.containers()
+                .iter()
+                .filter(|c| Some(c.node) == idx && gantry_engine::state::container_is_live(c.state))
+                .map(|c| c.id)
+                .collect()
+        };
+        for c in &r.containers {
+            if !wanted.contains(&c.container_id) {
+                tracing::warn!(%node, container = c.container_id, "agent runs a container the scheduler does not want; killing it");
+                self.stats.reconcile_kills += 1;
+                let kill =
+                    v1::Kill { container_id: c.container_id, grace_ms: Some(0), reason: "not wanted".into() };
+                let _ = self.send_to(&node, Down::Kill(kill));
+            } else if c.state == v1::ContainerState::Running as i32 {
+                let _ = self
+                    .engine
+                    .handle(now_ms(), Event::ContainerStarted { container: ContainerId(c.container_id) });
+            }
+        }
+        let exited: HashSet<u64> = r.unacked_exits.iter().map(|e| e.container_id).collect();
+        for id in wanted.difference(&reported) {
+            if exited.contains(id) {
+                continue;
+            }
+            tracing::warn!(%node, container = id, "container missing on its node; lost");
+            self.stats.reconcile_lost += 1;
+            if let Err(e) = self.event(Event::ContainerLost { container: ContainerId(*id) }) {
+                tracing::debug!(error = %e, "lost container");
+            }
+        }
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn exited(&mut self, node: &str, e: &v1::ContainerExited) {
+        let id = ContainerId(e.container_id);
+        let event = match v1::ExitReason::try_from(e.reason).unwrap_or(v1::ExitReason::Unspecified) {
+            v1::ExitReason::Lost | v1::ExitReason::Unspecified => Event::ContainerLost { container: id },
+            v1::ExitReason::Exited => Event::ContainerExited { container: id, exit_code: e.exit_code },
+            v1::ExitReason::Signaled => Event::ContainerExited { container: id, exit_code: 128 + e.signal },
+            v1::ExitReason::KilledByRequest | v1::ExitReason::MemoryLimit => {
+                Event::ContainerExited { container: id, exit_code: 137 }
+            }
+        };
+        match self.event(event) {
+            Ok(()) => self.dirty = true,
+            // An exit the engine no longer tracks (already recorded, or from a previous life).
+            Err(EngineError::UnknownContainer(_)) => {}
+            Err(err) => tracing::warn!(container = e.container_id, error = %err, "exit refused"),
+        }
+        // Recorded (or known to be moot): the agent may forget it.
+        let _ = self.send_to(node, Down::AckExit(v1::AckExit { container_id: e.container_id }));
+    }
+
+    fn agent_message(&mut self, node: &str, stream: u64, msg: Up) {
+        match self.agents.get_mut(node) {
+            Some(link) if link.stream == stream => link.last_seen = Instant::now(),
+            _ => return, // a stale stream: its node has reconnected (or been declared lost)
+        }
+        match msg {
+            Up::Status(s) => {
+                let seq = s.seq;
+                if let Some(link) = self.agents.get_mut(node) {
+                    link.last_status = Some(s);
+                }
+                let _ = self.send_to(node, Down::StatusAck(v1::StatusAck { seq }));
+            }
+            Up::ContainerStarted(c) => {
+                let _ = self.event(Event::ContainerStarted { container: ContainerId(c.container_id) });
+            }
+            Up::ContainerExited(e) => self.exited(node, &e),
+            Up::LaunchFailed(f) => {
+                tracing::warn!(%node, container = f.container_id, message = %f.message, "launch failed on the agent");
+                let exit = v1::ContainerExited {
+                    container_id: f.container_id,
+                    reason: v1::ExitReason::Exited as i32,
+                    exit_code: 127,
+                    ..Default::default()
+                };
+                self.exited(node, &exit);
+            }
+            Up::Pong(_) | Up::Register(_) => {}
+        }
+    }
+
+    /// Declares lost every node whose agent has not been heard from within `timeout`.
+    fn check_liveness(&mut self, timeout: Duration) {
+        let late: Vec<String> = self
+            .agents
+            .iter()
+            .filter(|(_, l)| l.last_seen.elapsed() > timeout)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for node in late {
+            tracing::warn!(%node, timeout_ms = timeout.as_millis() as u64, "no status from the node; lost");
+            self.agents.remove(&node);
+            self.stats.nodes_lost += 1;
+            if let Err(e) = self.event(Event::NodeLost { node: node.clone() }) {
+                tracing::warn!(%node, error = %e, "node lost refused");
+            }
+            self.dirty = true;
+        }
+    }
+}
+
+/// Starts the core task; returns its handle and the task.
+pub fn spawn(
+    core: Core,
+    cycle_interval: Duration,
+    node_timeout: Duration,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (CoreHandle, tokio::task::JoinHandle<Core>) {
+    let (tx, rx) = mpsc::channel(4096);
+    let task = tokio::spawn(run(core, rx, cycle_interval, node_timeout, shutdown));
+    (CoreHandle { tx }, task)
+}
+
+async fn run(
+    mut core: Core,
+    mut rx: mpsc::Receiver<Request>,
+    cycle_interval: Duration,
+    node_timeout: Duration,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Core {
+    tokio::pin!(shutdown);
+    let mut next_cycle = tokio::time::Instant::now() + cycle_interval;
+    let mut liveness = tokio::time::interval(Duration::from_millis(500).min(node_timeout / 4));
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            r = rx.recv() => {
+                let Some(r) = r else { break };
+                core.handle(r);
+                // Coalesce what is already queued into this cycle.
+                while let Ok(r) = rx.try_recv() {
+                    core.handle(r);
+                }
+                if core.dirty {
+                    core.cycle();
+                    next_cycle = tokio::time::Instant::now() + cycle_interval;
+                }
+            }
+            () = tokio::time::sleep_until(next_cycle) => {
+                core.cycle();
+                next_cycle = tokio::time::Instant::now() + cycle_interval;
+            }
+            _ = liveness.tick() => core.check_liveness(node_timeout),
+        }
+    }
+    core
+}
