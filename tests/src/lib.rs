@@ -31,26 +31,21 @@ pub fn build_artifacts() -> anyhow::Result<PathBuf> {
     BUILT
         .get_or_init(|| {
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let out = Command::new(cargo)
-                .current_dir(workspace_root())
-                .args([
-                    "build",
-                    "--quiet",
-                    "-p",
-                    "gantry-scheduler",
-                    "--bin",
-                    "gantry",
-                    "--bin",
-                    "gantry-scheduler",
-                    "-p",
-                    "gantry-example-minimal",
-                    "-p",
-                    "gantry-test-plugin",
-                ])
-                .output()
-                .map_err(|e| format!("running cargo: {e}"))?;
-            if !out.status.success() {
-                return Err(format!("cargo build failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+            // Two invocations: target filters such as --bins would otherwise also apply to the
+            // plugin packages and leave their shared libraries unbuilt.
+            let builds: [&[&str]; 2] = [
+                &["build", "--quiet", "-p", "gantry-scheduler", "-p", "gantry-agent", "--bins"],
+                &["build", "--quiet", "-p", "gantry-example-minimal", "-p", "gantry-test-plugin", "--lib"],
+            ];
+            for args in builds {
+                let out = Command::new(&cargo)
+                    .current_dir(workspace_root())
+                    .args(args)
+                    .output()
+                    .map_err(|e| format!("running cargo: {e}"))?;
+                if !out.status.success() {
+                    return Err(format!("cargo build failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+                }
             }
             Ok(target_dir().join("debug"))
         })
@@ -61,6 +56,11 @@ pub fn build_artifacts() -> anyhow::Result<PathBuf> {
 /// Path of the `gantry` CLI binary (built on demand).
 pub fn gantry_bin() -> anyhow::Result<PathBuf> {
     Ok(build_artifacts()?.join("gantry"))
+}
+
+/// Path of the `gantry-agent` binary (built on demand).
+pub fn agent_bin() -> anyhow::Result<PathBuf> {
+    Ok(build_artifacts()?.join("gantry-agent"))
 }
 
 /// Path of the `gantry-scheduler` binary (built on demand).

@@ -30,11 +30,13 @@ pub enum ServerError {
     Grpc(#[from] tonic::transport::Error),
 }
 
-/// A running daemon's addresses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A running daemon's addresses, and a handle on its core (for embedding and tests).
+#[derive(Debug, Clone)]
 pub struct Bound {
     /// The agents' gRPC endpoint.
     pub agent_addr: std::net::SocketAddr,
+    /// The core.
+    pub core: core::CoreHandle,
 }
 
 /// Runs the daemon until `shutdown` completes. `on_bound` is told the addresses once listening.
@@ -60,7 +62,7 @@ pub async fn serve(
     let agent_addr = agent_listener
         .local_addr()
         .map_err(|source| ServerError::Listen { addr: config.server.agent_listen.clone(), source })?;
-    on_bound(Bound { agent_addr });
+    on_bound(Bound { agent_addr, core: core.clone() });
     let grpc = tonic::transport::Server::builder()
         .add_service(agents::AgentEndpoint::new(core.clone()).into_service())
         .serve_with_incoming_shutdown(

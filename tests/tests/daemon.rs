@@ -1,0 +1,205 @@
+//! The scheduler daemon with real agents: the daemon runs in this test's process (so the test
+//! can submit through its core), the agents are the real `gantry-agent` binary on loopback, each
+//! with its own work root, cgroup parent, rack and labels. Timeouts are failure guards only.
+
+use gantry_engine::{AppId, AppSpec, RequestSpec, Resources};
+use gantry_scheduler::config::SchedulerConfig;
+use gantry_scheduler::server::core::{CoreHandle, LaunchTemplate};
+use gantry_scheduler::server::{Bound, serve};
+use gantry_sdk::abi::*;
+use gantry_tests::agent_bin;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const GUARD: Duration = Duration::from_secs(60);
+
+struct Agent {
+    child: Child,
+    work: PathBuf,
+}
+
+impl Agent {
+    fn start(dir: &Path, name: &str, rack: &str, scheduler: std::net::SocketAddr) -> Agent {
+        let work = dir.join(name);
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "node_name = \"{name}\"\nrack = \"{rack}\"\nwork_root = {:?}\nmetrics_listen = \"127.0.0.1:{port}\"\n\
+                 cgroup_name = \"gantry-daemon-test-{}-{name}\"\nsample_interval_ms = 200\nkill_grace_ms = 1000\n\
+                 [reserve]\ncpu_millis = 0\nmemory_bytes = 0\n[labels]\nrole = \"{rack}\"\n",
+                work.display().to_string(),
+                std::process::id()
+            ),
+        )
+        .expect("agent config");
+        let child = Command::new(agent_bin().expect("agent binary"))
+            .args(["run", "--config"])
+            .arg(&config)
+            .args(["--scheduler", &format!("http://{scheduler}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start agent");
+        Agent { child, work }
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Starts the daemon on ephemeral ports in a background runtime thread; returns its core.
+fn start_daemon(
+    rt: &tokio::runtime::Runtime,
+    node_timeout_ms: u64,
+) -> (Bound, tokio::sync::oneshot::Sender<()>) {
+    let text = format!(
+        "[server]\nagent_listen = \"127.0.0.1:0\"\nlisten = \"127.0.0.1:0\"\nnode_timeout_ms = {node_timeout_ms}\ncycle_interval_ms = 50\n"
+    );
+    let config =
+        SchedulerConfig::from_str_at(&text, Path::new("<test>"), PathBuf::from(".")).expect("config");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+    rt.spawn(async move {
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        serve(&config, shutdown, move |b| {
+            let _ = bound_tx.send(b);
+        })
+        .await
+        .expect("daemon");
+    });
+    (bound_rx.recv_timeout(GUARD).expect("daemon bound"), stop)
+}
+
+fn app(name: &str, argv: &[&str], count: u32, gang: bool, cpu_millis: u64) -> (AppSpec, Vec<LaunchTemplate>) {
+    let spec = AppSpec {
+        name: name.into(),
+        queue: "root.default".into(),
+        user: "tester".into(),
+        requests: vec![RequestSpec {
+            resources: Resources::new(cpu_millis, 64 << 20, 0),
+            count,
+            gang,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let t = LaunchTemplate { argv: argv.iter().map(|s| (*s).to_owned()).collect(), env: Vec::new() };
+    (spec, vec![t])
+}
+
+async fn wait_until<T>(
+    core: &CoreHandle,
+    what: &str,
+    f: impl Fn(&gantry_scheduler::server::core::Core) -> Option<T> + Send + Sync + Clone + 'static,
+) -> T
+where
+    T: Send + 'static,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = core.read(f.clone()).await.expect("core") {
+            return v;
+        }
+        assert!(start.elapsed() < GUARD, "guard: gave up waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// (container id, node name, state) of an app's live containers.
+fn containers_of(core: &gantry_scheduler::server::core::Core, app: AppId) -> Vec<(u64, String, u32)> {
+    let st = core.engine().state();
+    let Some(ai) = st.app_index(app) else { return Vec::new() };
+    st.containers()
+        .iter()
+        .filter(|c| c.app == ai && gantry_engine::state::container_is_live(c.state))
+        .map(|c| (c.id, st.str(st.nodes()[c.node as usize].name).to_owned(), c.state))
+        .collect()
+}
+
+#[test]
+fn apps_run_gangs_start_whole_and_a_lost_node_s_work_reruns_elsewhere() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (bound, stop) = start_daemon(&rt, 2_000);
+    let core = bound.core.clone();
+    let mut a = Agent::start(dir.path(), "node-a", "rack-1", bound.agent_addr);
+    let b = Agent::start(dir.path(), "node-b", "rack-2", bound.agent_addr);
+    rt.block_on(async {
+        wait_until(&core, "two nodes", |c| (c.engine().state().nodes().len() == 2).then_some(())).await;
+
+        // An app runs and writes its output.
+        let (spec, t) = app("hello", &["sh", "-c", "echo hello from gantry"], 1, false, 100);
+        let hello = core.submit(spec, t).await.expect("core").expect("accepted");
+        let state = wait_until(&core, "hello to finish", move |c| {
+            c.engine().app_state(hello).filter(|s| *s >= GANTRY_APP_FINISHED)
+        })
+        .await;
+        assert_eq!(state, GANTRY_APP_FINISHED);
+        let outputs: Vec<String> = [&a.work, &b.work]
+            .iter()
+            .flat_map(|w| std::fs::read_dir(w.join("containers")).into_iter().flatten().flatten())
+            .filter_map(|e| std::fs::read_to_string(e.path().join("work/stdout")).ok())
+            .collect();
+        assert!(outputs.iter().any(|o| o.contains("hello from gantry")), "{outputs:?}");
+
+        // A gang of 3 starts together: all 3 running at once, never a part.
+        let (spec, t) = app("gang", &["sleep", "300"], 3, true, 400);
+        let gang = core.submit(spec, t).await.expect("core").expect("accepted");
+        let running = wait_until(&core, "the gang to run", move |c| {
+            let cs = containers_of(c, gang);
+            assert!(cs.is_empty() || cs.len() == 3, "a gang is placed whole: {cs:?}");
+            (cs.len() == 3 && cs.iter().all(|x| x.2 == GANTRY_CONTAINER_RUNNING)).then_some(cs)
+        })
+        .await;
+        let on_a: Vec<u64> = running.iter().filter(|x| x.1 == "node-a").map(|x| x.0).collect();
+        assert!(!on_a.is_empty(), "some of the gang runs on node-a, the node about to die: {running:?}");
+        let before: Vec<u64> = running.iter().map(|x| x.0).collect();
+
+        // kill -9 of an agent: its node is lost after the timeout and the gang reruns on node-b.
+        a.kill9();
+        let lost_at = Instant::now();
+        let rerun = wait_until(&core, "the gang to rerun on node-b", move |c| {
+            let cs = containers_of(c, gang);
+            (cs.len() == 3 && cs.iter().all(|x| x.1 == "node-b" && x.2 == GANTRY_CONTAINER_RUNNING))
+                .then_some(cs)
+        })
+        .await;
+        assert!(lost_at.elapsed() >= Duration::from_secs(1), "not before the node's timeout");
+        assert!(rerun.iter().all(|x| !before.contains(&x.0)), "new containers, not the lost ones");
+        let node_a_state = core
+            .read(|c| {
+                let st = c.engine().state();
+                st.node_by_name("node-a").map(|n| st.nodes()[n.0 as usize].state)
+            })
+            .await
+            .expect("core");
+        assert_eq!(node_a_state, Some(GANTRY_NODE_LOST));
+
+        // Kill works: the app ends KILLED and its containers go away.
+        core.kill(gang).await.expect("core").expect("kill");
+        wait_until(&core, "the gang's containers to end", move |c| {
+            containers_of(c, gang).is_empty().then_some(())
+        })
+        .await;
+        assert_eq!(
+            core.read(move |c| c.engine().app_state(gang)).await.expect("core"),
+            Some(GANTRY_APP_KILLED)
+        );
+    });
+    let _ = stop.send(());
+    drop(b);
+}
