@@ -12,6 +12,24 @@ use crate::validate::{self, RebalanceAction, Rejections};
 use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, View};
 
+/// Identity of an application recovered from a durable store.
+struct RestoredApp {
+    id: AppId,
+    state: u32,
+    failures: u32,
+    submit_ms: u64,
+}
+
+/// A container recovered from a durable store.
+struct RestoredContainer {
+    container: ContainerId,
+    app: AppId,
+    request: u32,
+    node: String,
+    gpus: Vec<u32>,
+    running: bool,
+}
+
 /// Grace period given to containers of a killed application, ms.
 pub const APP_KILL_GRACE_MS: u64 = 10_000;
 
@@ -184,6 +202,12 @@ impl Engine {
                 self.lose_node(idx);
             }
             Event::AppSubmitted(spec) => self.submit(spec)?,
+            Event::AppRestored { app, spec, state, failures, submit_ms } => {
+                self.insert_app(spec, Some(RestoredApp { id: app, state, failures, submit_ms }))?;
+            }
+            Event::ContainerRestored { container, app, request, node, gpus, running } => {
+                self.restore_container(RestoredContainer { container, app, request, node, gpus, running })?;
+            }
             Event::AppKillRequested { app } => {
                 let i = self.app_idx(app)?;
                 if app_is_terminal(self.state.apps[i as usize].state) {
@@ -237,14 +261,42 @@ impl Engine {
     // ----- submissions ---------------------------------------------------------------------
 
     fn submit(&mut self, spec: AppSpec) -> Result<(), EngineError> {
+        let id = self.insert_app(spec, None)?;
+        self.commands.push(Command::AppAccepted { app: id });
+        Ok(())
+    }
+
+    /// Records an application: a new one (the engine picks its id), or one recovered from a
+    /// driver's durable store with its id, state and failures so far.
+    fn insert_app(&mut self, spec: AppSpec, restored: Option<RestoredApp>) -> Result<AppId, EngineError> {
         spec.validate()?;
         let queue = match self.state.queue_index.get(&spec.queue) {
             Some(&q) if self.state.queues[q as usize].flags & GANTRY_QUEUE_LEAF != 0 => q,
             _ => return Err(EngineError::UnknownQueue(spec.queue)),
         };
+        if let Some(r) = &restored {
+            if r.id.0 == 0 || self.state.app_index.contains_key(&r.id.0) {
+                return Err(EngineError::Conflict(format!("application {} already exists", r.id.0)));
+            }
+            if !matches!(r.state, GANTRY_APP_NEW | GANTRY_APP_ACCEPTED | GANTRY_APP_RUNNING) {
+                return Err(EngineError::Invalid {
+                    what: "restored application",
+                    reason: format!("state {} is not a live state", r.state),
+                });
+            }
+        }
         let st = &mut self.state;
-        let id = st.next_app;
-        st.next_app += 1;
+        let id = match &restored {
+            Some(r) => {
+                st.next_app = st.next_app.max(r.id.0 + 1);
+                r.id.0
+            }
+            None => {
+                st.next_app += 1;
+                st.next_app - 1
+            }
+        };
+        let submit_ms = restored.as_ref().map_or(self.now_ms, |r| r.submit_ms);
         let app_idx = st.apps.len() as u32;
         let start = st.requests.len() as u32;
         for r in &spec.requests {
@@ -276,19 +328,21 @@ impl Engine {
                 expected_ms: r.expected_ms,
                 slow_ms: r.slow_ms,
                 deadline_ms: r.deadline_ms,
-                submit_ms: self.now_ms,
+                submit_ms,
             });
             st.next_request += 1;
         }
         let user = st.strings.intern(&spec.user);
+        let failures = restored.as_ref().map_or(0, |r| r.failures);
         st.apps.push(GantryApp {
             id,
             queue,
-            state: GANTRY_APP_NEW,
+            // A restored app is at most ACCEPTED until its containers are restored too.
+            state: restored.as_ref().map_or(GANTRY_APP_NEW, |r| r.state.min(GANTRY_APP_ACCEPTED)),
             user,
             priority: spec.priority,
-            attempt: 1,
-            submit_ms: self.now_ms,
+            attempt: failures + 1,
+            submit_ms,
             requests: GantryRange { start, len: spec.requests.len() as u32 },
             used: GantryResources::default(),
         });
@@ -297,12 +351,60 @@ impl Engine {
         st.app_meta.push(AppMeta {
             name: spec.name,
             max_attempts,
-            failures: 0,
+            failures,
             live_containers: 0,
             diagnostics: String::new(),
         });
         st.app_index.insert(id, app_idx);
-        self.commands.push(Command::AppAccepted { app: AppId(id) });
+        Ok(AppId(id))
+    }
+
+    /// Re-creates a container recovered from a driver's durable store on its node, with its id
+    /// and GPUs, charging node, app and queues as a placement would.
+    fn restore_container(&mut self, r: RestoredContainer) -> Result<(), EngineError> {
+        let app = self.app_idx(r.app)?;
+        let node = self.node_idx(&r.node)?;
+        let st = &self.state;
+        if r.container.0 == 0 || st.container_index.contains_key(&r.container.0) {
+            return Err(EngineError::Conflict(format!("container {} already exists", r.container.0)));
+        }
+        let a = st.apps[app as usize];
+        if app_is_terminal(a.state) || r.request >= a.requests.len {
+            return Err(EngineError::Invalid {
+                what: "restored container",
+                reason: format!("application {} has no live request {}", r.app.0, r.request),
+            });
+        }
+        let request = a.requests.start + r.request;
+        let req = st.requests[request as usize];
+        let n = st.nodes[node as usize];
+        if req.placed >= req.count || !n.allocated.plus(&req.resources).fits_in(&n.capacity) {
+            return Err(EngineError::Conflict(format!(
+                "container {} does not fit its request or node any more",
+                r.container.0
+            )));
+        }
+        let free: Vec<u32> = View::range(&st.gpus, n.gpus)
+            .iter()
+            .filter(|g| g.container == GANTRY_NONE)
+            .map(|g| g.index)
+            .collect();
+        if r.gpus.len() != req.resources.gpus as usize || !r.gpus.iter().all(|g| free.contains(g)) {
+            return Err(EngineError::Conflict(format!(
+                "container {} holds GPUs {:?} that are not free on `{}`",
+                r.container.0, r.gpus, r.node
+            )));
+        }
+        self.state.next_container = self.state.next_container.max(r.container.0 + 1);
+        let idx = self.insert_container(request, node, r.container.0, Some(&r.gpus));
+        let running = r.running;
+        let st = &mut self.state;
+        if running {
+            st.containers[idx as usize].state = GANTRY_CONTAINER_RUNNING;
+            if st.apps[app as usize].state == GANTRY_APP_ACCEPTED {
+                st.apps[app as usize].state = GANTRY_APP_RUNNING;
+            }
+        }
         Ok(())
     }
 
@@ -744,29 +846,53 @@ impl Engine {
     }
 
     fn commit_placement(&mut self, request: u32, node: u32) {
+        let id = self.state.next_container;
+        self.state.next_container += 1;
+        let idx = self.insert_container(request, node, id, None);
+        let st = &self.state;
+        let c = st.containers[idx as usize];
+        let app = st.apps[c.app as usize];
+        let gpus = View::range(&st.gpus, st.nodes[node as usize].gpus)
+            .iter()
+            .filter(|g| g.container == idx)
+            .map(|g| g.index)
+            .collect();
+        self.stats.placements += 1;
+        self.commands.push(Command::Launch {
+            container: ContainerId(id),
+            app: AppId(app.id),
+            request: request - app.requests.start,
+            node: NodeId(node),
+            resources: c.resources,
+            gpus,
+        });
+    }
+
+    /// Adds a container record (ALLOCATED) for `request` on `node` and charges it everywhere;
+    /// GPUs are the given indexes, or the node's first free ones. Returns its index.
+    fn insert_container(&mut self, request: u32, node: u32, id: u64, gpus: Option<&[u32]>) -> u32 {
         let st = &mut self.state;
         let req = st.requests[request as usize];
-        let id = st.next_container;
-        st.next_container += 1;
         let idx = st.containers.len() as u32;
         let n = &mut st.nodes[node as usize];
         n.allocated = n.allocated.plus(&req.resources);
-        let mut gpus = Vec::with_capacity(req.resources.gpus as usize);
         let range = n.gpus;
+        let mut taken = 0;
         for g in &mut st.gpus[range.start as usize..(range.start + range.len) as usize] {
-            if gpus.len() == req.resources.gpus as usize {
+            if taken == req.resources.gpus {
                 break;
             }
-            if g.container == GANTRY_NONE {
+            let wanted = gpus.is_none_or(|list| list.contains(&g.index));
+            if g.container == GANTRY_NONE && wanted {
                 g.container = idx;
-                gpus.push(g.index);
+                taken += 1;
             }
         }
         st.requests[request as usize].placed += 1;
         st.app_meta[req.app as usize].live_containers += 1;
         let app = &mut st.apps[req.app as usize];
         app.used = app.used.plus(&req.resources);
-        let (app_id, queue) = (app.id, app.queue);
+        let queue = app.queue;
         st.charge_queue(queue, &req.resources, true);
         let flags = if req.flags & GANTRY_REQUEST_MASTER != 0 { GANTRY_CONTAINER_MASTER } else { 0 };
         st.containers.push(GantryContainer {
@@ -782,15 +908,7 @@ impl Engine {
         });
         st.container_meta.push(ContainerMeta::default());
         st.container_index.insert(id, idx);
-        self.stats.placements += 1;
-        self.commands.push(Command::Launch {
-            container: ContainerId(id),
-            app: AppId(app_id),
-            request: request - st.apps[req.app as usize].requests.start,
-            node: NodeId(node),
-            resources: req.resources,
-            gpus,
-        });
+        idx
     }
 
     fn rebalance_phase(&mut self) {

@@ -23,6 +23,36 @@ pub enum Event {
     },
     /// A user submitted an application.
     AppSubmitted(AppSpec),
+    /// An application recovered from the driver's durable store after a restart, with the id,
+    /// state and failure count it had (no `AppAccepted` reply: it was acknowledged long ago).
+    AppRestored {
+        /// Its id (the engine's next ids move past it).
+        app: AppId,
+        /// Its submission.
+        spec: AppSpec,
+        /// Its state (NEW, ACCEPTED or RUNNING; RUNNING is restored as ACCEPTED until one of its
+        /// containers is restored running).
+        state: u32,
+        /// Failed containers so far.
+        failures: u32,
+        /// When it was submitted, ms.
+        submit_ms: u64,
+    },
+    /// A container recovered from the durable store, on a node that is registered (or restored).
+    ContainerRestored {
+        /// Its id.
+        container: ContainerId,
+        /// Its application (restored first).
+        app: AppId,
+        /// Index of its request within the application.
+        request: u32,
+        /// Its node's name.
+        node: String,
+        /// The GPU indexes it was given.
+        gpus: Vec<u32>,
+        /// Whether it had been confirmed running.
+        running: bool,
+    },
     /// A user asked to kill an application.
     AppKillRequested {
         /// The application.

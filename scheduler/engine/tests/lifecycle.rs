@@ -1460,3 +1460,114 @@ fn same_rack_required_holds_for_non_gang_requests() {
         l.iter().map(|x| h.e.state().str(h.e.state().nodes()[x.node.0 as usize].rack).to_owned()).collect();
     assert_eq!(racks.len(), 1, "containers of a same-rack request spread over racks {racks:?}");
 }
+
+// ----- recovery: what a daemon restores from its store after a restart ------------------------
+
+#[test]
+fn restored_apps_and_containers_resume_and_new_ids_follow_them() {
+    let mut h = H::builtin();
+    h.register(node("n1", "r1", 8, 32, 2));
+    h.ok(Event::AppRestored {
+        app: AppId(41),
+        spec: app("old", DEFAULT_Q, vec![req(1000, 1, 1, 2)]),
+        state: GANTRY_APP_RUNNING,
+        failures: 1,
+        submit_ms: 5,
+    });
+    // One of its two containers was running before the restart, on GPU 1.
+    h.ok(Event::ContainerRestored {
+        container: ContainerId(900),
+        app: AppId(41),
+        request: 0,
+        node: "n1".into(),
+        gpus: vec![1],
+        running: true,
+    });
+    let c = h.container(ContainerId(900));
+    assert_eq!(c.state, GANTRY_CONTAINER_RUNNING);
+    assert_eq!(h.app_rec(AppId(41)).state, GANTRY_APP_RUNNING);
+    assert_eq!(h.app_rec(AppId(41)).attempt, 2, "failures carry over");
+    let held: Vec<u32> =
+        h.e.state().gpus().iter().filter(|g| g.container != GANTRY_NONE).map(|g| g.index).collect();
+    assert_eq!(held, vec![1], "the restored container keeps its GPU");
+    // The other container is still pending and gets placed, with a fresh id and the free GPU.
+    let l = launches(&h.tick());
+    assert_eq!(l.len(), 1);
+    assert!(l[0].container.0 > 900, "new container ids follow the restored ones");
+    assert_eq!(l[0].gpus, vec![0]);
+    // A new app gets an id after the restored one.
+    let fresh = h.submit(app("new", DEFAULT_Q, vec![req(100, 1, 0, 1)]));
+    assert!(fresh.0 > 41);
+    // And the restored app finishes normally.
+    h.start(l[0].container);
+    h.exit(ContainerId(900), 0);
+    let cmds = h.exit(l[0].container, 0);
+    assert_eq!(changes_of(&cmds, AppId(41)), vec![GANTRY_APP_FINISHED]);
+}
+
+#[test]
+fn bad_restores_are_refused_and_change_nothing() {
+    let mut h = H::builtin();
+    h.register(node("n1", "r1", 2, 4, 1));
+    let spec = app("old", DEFAULT_Q, vec![req(1000, 1, 1, 1)]);
+    h.ok(Event::AppRestored {
+        app: AppId(7),
+        spec: spec.clone(),
+        state: GANTRY_APP_ACCEPTED,
+        failures: 0,
+        submit_ms: 0,
+    });
+    // The same id twice; a terminal state; an unknown queue.
+    h.refused(Event::AppRestored {
+        app: AppId(7),
+        spec: spec.clone(),
+        state: GANTRY_APP_ACCEPTED,
+        failures: 0,
+        submit_ms: 0,
+    });
+    h.refused(Event::AppRestored {
+        app: AppId(8),
+        spec: spec.clone(),
+        state: GANTRY_APP_FINISHED,
+        failures: 0,
+        submit_ms: 0,
+    });
+    h.refused(Event::AppRestored {
+        app: AppId(9),
+        spec: app("x", "root.nope", vec![req(1, 1, 0, 1)]),
+        state: GANTRY_APP_NEW,
+        failures: 0,
+        submit_ms: 0,
+    });
+    let restored = |container: u64, request: u32, node: &str, gpus: Vec<u32>| Event::ContainerRestored {
+        container: ContainerId(container),
+        app: AppId(7),
+        request,
+        node: node.into(),
+        gpus,
+        running: true,
+    };
+    h.refused(restored(1, 0, "nowhere", vec![0]));
+    h.refused(restored(1, 3, "n1", vec![0]));
+    h.refused(restored(1, 0, "n1", vec![5]));
+    h.refused(restored(1, 0, "n1", vec![]));
+    h.ok(restored(1, 0, "n1", vec![0]));
+    // The request is complete now: a second container does not fit it.
+    h.refused(restored(2, 0, "n1", vec![0]));
+    h.refused(restored(1, 0, "n1", vec![0]));
+}
+
+#[test]
+fn a_container_missing_on_its_node_is_lost_and_reruns_without_using_an_attempt() {
+    let mut h = H::builtin();
+    h.register(node("n1", "r1", 4, 8, 0));
+    let a = h.submit(AppSpec { max_attempts: 1, ..app("one-shot", DEFAULT_Q, vec![req(1000, 1, 0, 1)]) });
+    let l = launches(&h.tick());
+    h.start(l[0].container);
+    h.ok(Event::ContainerLost { container: l[0].container });
+    assert_eq!(h.state_of(a), GANTRY_APP_RUNNING, "a lost container is not a failure");
+    let again = launches(&h.tick());
+    assert_eq!(again.len(), 1, "it runs again");
+    assert_ne!(again[0].container, l[0].container);
+    h.refused(Event::ContainerLost { container: l[0].container });
+}
