@@ -26,15 +26,13 @@ use std::future::Future;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-use thiserror::Error;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
-/// `Content-Type` of the Prometheus text format 0.0.4.
-pub const PROMETHEUS_TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-/// `Content-Type` of the OpenMetrics text format 1.0.0.
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub use gantry_exposition::{
+    ExpositionError as MetricsError, Format, OPENMETRICS_CONTENT_TYPE, PROMETHEUS_TEXT_CONTENT_TYPE,
+};
 
 /// Connections served at once; more are closed at accept. A scrape endpoint needs a handful.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -44,75 +42,6 @@ pub const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time open connections get to finish after shutdown is signalled.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
-/// Why the metrics could not be encoded.
-#[derive(Debug, Error)]
-pub enum MetricsError {
-    /// prometheus-client failed to write the exposition.
-    #[error("encoding the metrics failed")]
-    Encode(#[from] std::fmt::Error),
-    /// A metric type that has no equivalent in the Prometheus text format.
-    #[error("metric {name} has type {kind}, which the Prometheus text format cannot carry")]
-    UnsupportedType {
-        /// Metric family name.
-        name: String,
-        /// OpenMetrics type.
-        kind: String,
-    },
-}
-
-/// An exposition format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// Prometheus text format 0.0.4 (what `promtool check metrics` reads).
-    PrometheusText,
-    /// OpenMetrics text 1.0.0 (what prometheus-client writes and Prometheus prefers).
-    OpenMetrics,
-}
-
-impl Format {
-    /// The `Content-Type` to send with this format.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Format::PrometheusText => PROMETHEUS_TEXT_CONTENT_TYPE,
-            Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
-        }
-    }
-
-    /// Picks the format for an `Accept` header: OpenMetrics when the client accepts it (version
-    /// 1.0.0 or unversioned) at least as much as plain text, else the Prometheus text format.
-    pub fn negotiate(accept: Option<&str>) -> Format {
-        let Some(accept) = accept else { return Format::PrometheusText };
-        let (mut openmetrics_q, mut text_q) = (0.0f64, 0.0f64);
-        for entry in accept.split(',') {
-            let mut parts = entry.split(';').map(str::trim);
-            let media = parts.next().unwrap_or_default().to_ascii_lowercase();
-            let (mut q, mut version) = (1.0f64, None);
-            for param in parts {
-                let Some((key, value)) = param.split_once('=') else { continue };
-                let value = value.trim().trim_matches('"');
-                match key.trim().to_ascii_lowercase().as_str() {
-                    "q" => q = value.parse::<f64>().ok().filter(|q| q.is_finite()).unwrap_or(0.0),
-                    "version" => version = Some(value.to_owned()),
-                    _ => {}
-                }
-            }
-            match media.as_str() {
-                "application/openmetrics-text" if version.as_deref().is_none_or(|v| v == "1.0.0") => {
-                    openmetrics_q = openmetrics_q.max(q)
-                }
-                "text/plain" if version.as_deref().is_none_or(|v| v == "0.0.4") => text_q = text_q.max(q),
-                "text/*" | "*/*" => text_q = text_q.max(q),
-                _ => {}
-            }
-        }
-        if openmetrics_q > 0.0 && openmetrics_q >= text_q {
-            Format::OpenMetrics
-        } else {
-            Format::PrometheusText
-        }
-    }
-}
 
 /// Labels of per-container series.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -456,59 +385,9 @@ impl AgentMetrics {
 
     /// The exposition in the given format.
     pub fn try_encode(&self, format: Format) -> Result<String, MetricsError> {
-        let mut openmetrics = String::with_capacity(4096);
-        {
-            let _series = self.lock();
-            prometheus_client::encoding::text::encode_registry(&mut openmetrics, &self.registry)?;
-        }
-        match format {
-            Format::OpenMetrics => {
-                prometheus_client::encoding::text::encode_eof(&mut openmetrics)?;
-                Ok(openmetrics)
-            }
-            Format::PrometheusText => openmetrics_to_prometheus(&openmetrics),
-        }
+        let _series = self.lock();
+        gantry_exposition::encode(&self.registry, format)
     }
-}
-
-/// Rewrites OpenMetrics text (without `# EOF`) as Prometheus text 0.0.4: a counter family `x`
-/// is announced as `x_total` (the name of its sample), and `# UNIT` lines go.
-fn openmetrics_to_prometheus(openmetrics: &str) -> Result<String, MetricsError> {
-    let mut out = String::with_capacity(openmetrics.len());
-    // A `# HELP` line waits for its `# TYPE` line, which says whether the name changes.
-    let mut help: Option<(&str, &str)> = None;
-    for line in openmetrics.lines() {
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            let (name, text) = rest.split_once(' ').unwrap_or((rest, ""));
-            help = Some((name, text));
-        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (family, kind) = rest.split_once(' ').unwrap_or((rest, ""));
-            let (name, kind) = match kind {
-                "counter" => (format!("{family}_total"), "counter"),
-                "gauge" | "histogram" | "summary" => (family.to_owned(), kind),
-                "unknown" => (family.to_owned(), "untyped"),
-                other => {
-                    return Err(MetricsError::UnsupportedType { name: family.into(), kind: other.into() });
-                }
-            };
-            if let Some((_, text)) = help.take().filter(|(help_name, _)| *help_name == family) {
-                out.push_str("# HELP ");
-                out.push_str(&name);
-                out.push(' ');
-                out.push_str(text);
-                out.push('\n');
-            }
-            out.push_str("# TYPE ");
-            out.push_str(&name);
-            out.push(' ');
-            out.push_str(kind);
-            out.push('\n');
-        } else if !line.starts_with("# UNIT ") && line != "# EOF" {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    Ok(out)
 }
 
 /// Serves `/metrics` and `/healthz` on `listener` until `shutdown` completes, then gives open

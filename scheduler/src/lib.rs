@@ -5,9 +5,13 @@
 //! configuration into a running engine ([`build_engine`]). The binaries `gantry` (CLI) and
 //! `gantry-scheduler` (daemon) live in `src/bin/`.
 
+pub mod api;
+pub mod cli;
 pub mod config;
+pub mod metrics;
 pub mod plugin_host;
 pub mod server;
+pub mod store;
 
 use config::SchedulerConfig;
 use gantry_engine::{Engine, EngineError, Policy, Profile};

@@ -21,6 +21,8 @@ enum Command {
         #[command(subcommand)]
         command: PluginCommand,
     },
+    #[command(flatten)]
+    Cluster(gantry_scheduler::cli::ClientCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Plugin { command: PluginCommand::Inspect { path, json } } => inspect(path, json),
+        Command::Cluster(c) => gantry_scheduler::cli::run(c).map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

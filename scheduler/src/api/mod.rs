@@ -1,0 +1,254 @@
+//! The scheduler's REST/JSON API, shaped after Hadoop YARN's ResourceManager `ws/v1/cluster`
+//! resources so that people and tools that know YARN feel at home (DESIGN.md, "Users'
+//! interfaces").
+//!
+//! - [`types`]: the JSON bodies. YARN's field names are kept where YARN has the field; gantry's
+//!   precise units (`cpuMillis`, `memoryBytes`, `gpus`) are added next to YARN's rounded ones.
+//! - [`routes`]: the axum router ([`router`]) over a [`Backend`].
+//! - [`client`]: a small HTTP client for the same API, used by the `gantry` CLI and by tests.
+//!
+//! The API does not know the engine or the store: it talks to a [`Backend`], which the daemon
+//! implements (and tests fake). That keeps HTTP concerns — parsing, validation, status codes,
+//! error bodies, size limits — in one place that can be tested without a cluster, and keeps
+//! the daemon's core free of HTTP.
+//!
+//! Every request body is limited to [`MAX_BODY_BYTES`] and validated field by field before the
+//! backend sees it, so a refused request changes nothing.
+
+pub mod client;
+pub mod routes;
+pub mod types;
+
+pub use routes::router;
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use std::future::Future;
+use types::{
+    AppInfo, AppState, ClusterInfo, ClusterMetrics, NewApplication, NodeInfo, RemoteException,
+    RemoteExceptionBody, SchedulerInfo, SubmitApp,
+};
+
+/// Largest request body accepted, in bytes. A submission of a thousand container groups with
+/// long command lines stays far below it; anything larger is a mistake or an attack, and gets
+/// 413 before it is buffered.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// Largest `tail` a log request may ask for, in bytes. Logs are read through the agent into
+/// memory, so one request must not be able to pull an unbounded file.
+pub const MAX_LOG_TAIL_BYTES: u64 = 64 << 20;
+
+/// What the REST API needs from the daemon. Implemented by the scheduler's server on top of the
+/// engine and the store; faked in tests.
+///
+/// Queries are infallible: they read the daemon's in-memory state. Mutations return an
+/// [`ApiError`] that carries the HTTP status to answer with (see its constructors).
+pub trait Backend: Clone + Send + Sync + 'static {
+    /// The cluster's identity and the daemon's version (`GET /ws/v1/cluster/info`).
+    fn info(&self) -> impl Future<Output = ClusterInfo> + Send;
+
+    /// Counts of apps, containers, resources and nodes (`GET /ws/v1/cluster/metrics`).
+    fn metrics(&self) -> impl Future<Output = ClusterMetrics> + Send;
+
+    /// Every known node, in any state (`GET /ws/v1/cluster/nodes`, `/nodes/{id}`).
+    fn nodes(&self) -> impl Future<Output = Vec<NodeInfo>> + Send;
+
+    /// Applications, live and remembered. The backend may use `filter` to skip work, but need
+    /// not: the router applies [`AppFilter::apply`] to whatever comes back, so a backend that
+    /// ignores the filter is still correct.
+    fn apps(&self, filter: AppFilter) -> impl Future<Output = Vec<AppInfo>> + Send;
+
+    /// One application, live or remembered, or `None` when the id is unknown.
+    fn app(&self, id: u64) -> impl Future<Output = Option<AppInfo>> + Send;
+
+    /// Reserves a new application id (`POST /ws/v1/cluster/apps/new-application`), which a
+    /// later submission may carry as `application-id`.
+    fn new_application(&self) -> impl Future<Output = Result<NewApplication, ApiError>> + Send;
+
+    /// Records a submission, already validated and normalised by the router
+    /// ([`SubmitApp::validate`], [`SubmitApp::normalize`]), and returns its id. Must return
+    /// only once the submission is durable: the client is told 202 Accepted on `Ok`.
+    /// Typical errors: [`ApiError::unavailable`] when the store cannot commit,
+    /// [`ApiError::unprocessable`] when the engine refuses the spec (unknown queue, …),
+    /// [`ApiError::conflict`] for an `application-id` already used.
+    fn submit(&self, req: SubmitApp) -> impl Future<Output = Result<u64, ApiError>> + Send;
+
+    /// Asks to kill a live application. The router has already answered unknown and terminal
+    /// applications itself, so this is called only for apps that looked live a moment ago.
+    fn kill(&self, id: u64) -> impl Future<Output = Result<(), ApiError>> + Send;
+
+    /// The queue hierarchy with capacities and usage (`GET /ws/v1/cluster/scheduler`).
+    fn scheduler(&self) -> impl Future<Output = SchedulerInfo> + Send;
+
+    /// A container's log file, fetched through its node's agent: the last `tail` bytes, or the
+    /// whole file (the backend may cap it) when `tail` is `None`. Bytes, not text: programs
+    /// write what they like.
+    fn logs(
+        &self,
+        container: u64,
+        file: LogFile,
+        tail: Option<u64>,
+    ) -> impl Future<Output = Result<Vec<u8>, ApiError>> + Send;
+}
+
+/// Which of a container's log files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LogFile {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+impl LogFile {
+    /// The file's name in URLs and on the agent (`stdout`, `stderr`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFile::Stdout => "stdout",
+            LogFile::Stderr => "stderr",
+        }
+    }
+
+    /// Parses `stdout` or `stderr`.
+    pub fn parse(s: &str) -> Option<LogFile> {
+        match s {
+            "stdout" => Some(LogFile::Stdout),
+            "stderr" => Some(LogFile::Stderr),
+            _ => None,
+        }
+    }
+}
+
+/// The filters of `GET /ws/v1/cluster/apps` (YARN's query parameter names: `states`, `queue`,
+/// `user`, `limit`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AppFilter {
+    /// Keep apps in any of these states; empty keeps all.
+    pub states: Vec<AppState>,
+    /// Keep apps of this queue: a full path (`root.prod.etl`) or, without a dot, a leaf's own
+    /// name (`etl`), as YARN users name queues.
+    pub queue: Option<String>,
+    /// Keep apps of this user.
+    pub user: Option<String>,
+    /// Keep at most this many (the first ones in the backend's order).
+    pub limit: Option<usize>,
+}
+
+impl AppFilter {
+    /// Whether an app passes the state, queue and user filters (`limit` is not about one app).
+    pub fn matches(&self, app: &AppInfo) -> bool {
+        (self.states.is_empty() || self.states.contains(&app.state))
+            && self.queue.as_deref().is_none_or(|q| {
+                app.queue == q || (!q.contains('.') && app.queue.rsplit('.').next() == Some(q))
+            })
+            && self.user.as_deref().is_none_or(|u| app.user == u)
+    }
+
+    /// Keeps the apps that match, at most `limit` of them.
+    pub fn apply(&self, apps: Vec<AppInfo>) -> Vec<AppInfo> {
+        let limit = self.limit.unwrap_or(usize::MAX);
+        apps.into_iter().filter(|a| self.matches(a)).take(limit).collect()
+    }
+}
+
+/// An error answered to an API client: an HTTP status and a message, sent as YARN's
+/// `{"RemoteException": {"exception", "message", "javaClassName"}}` body (see
+/// [`RemoteException`]). The exception name follows from the status, so one status always
+/// reads the same to clients.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// What went wrong, for a person.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with any status.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into() }
+    }
+
+    /// 400: the request cannot be parsed (malformed JSON, a bad id or query parameter).
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    /// 404: no such application, node, container or resource.
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    }
+
+    /// 409: the request contradicts the current state (killing a finished app, reusing an id).
+    pub fn conflict(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, message)
+    }
+
+    /// 422: well-formed JSON whose content is refused (unknown field, bad size, unknown queue).
+    pub fn unprocessable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message)
+    }
+
+    /// 503: the scheduler cannot do it now (the store cannot commit, an agent is unreachable);
+    /// nothing was changed and the client may retry.
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
+    }
+
+    /// 500: a bug.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+    }
+
+    /// The exception name for this status, as YARN's web services name them where YARN has
+    /// one (`BadRequestException`, `NotFoundException`), and in the same style otherwise.
+    pub fn exception(&self) -> &'static str {
+        exception_name(self.status)
+    }
+
+    /// The body sent to the client.
+    pub fn body(&self) -> RemoteExceptionBody {
+        let exception = self.exception();
+        let java_class_name = match exception {
+            "BadRequestException" | "NotFoundException" | "ForbiddenException" => {
+                format!("org.apache.hadoop.yarn.webapp.{exception}")
+            }
+            _ => "javax.ws.rs.WebApplicationException".to_owned(),
+        };
+        RemoteExceptionBody {
+            remote_exception: RemoteException {
+                exception: exception.to_owned(),
+                message: self.message.clone(),
+                java_class_name,
+            },
+        }
+    }
+}
+
+/// The exception name clients see for a status.
+pub fn exception_name(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST => "BadRequestException",
+        StatusCode::FORBIDDEN => "ForbiddenException",
+        StatusCode::NOT_FOUND => "NotFoundException",
+        StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowedException",
+        StatusCode::CONFLICT => "ConflictException",
+        StatusCode::PAYLOAD_TOO_LARGE => "PayloadTooLargeException",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "UnsupportedMediaTypeException",
+        StatusCode::UNPROCESSABLE_ENTITY => "UnprocessableEntityException",
+        StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailableException",
+        s if s.is_client_error() => "ClientErrorException",
+        _ => "InternalServerErrorException",
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::warn!(status = self.status.as_u16(), message = %self.message, "API request failed");
+        }
+        (self.status, Json(self.body())).into_response()
+    }
+}

@@ -1,0 +1,331 @@
+//! The axum router of the REST API: paths, status codes, error bodies, size limits.
+//!
+//! | method | path (under `/ws/v1/cluster`) | answer |
+//! |---|---|---|
+//! | GET | `` and `/info` | `{"clusterInfo"}` |
+//! | GET | `/metrics` | `{"clusterMetrics"}` |
+//! | GET | `/nodes`, `/nodes/{id}` | `{"nodes": {"node": […]}}`, `{"node"}` |
+//! | GET | `/apps?states=&queue=&user=&limit=` | `{"apps": {"app": […]}}` |
+//! | POST | `/apps/new-application` | `{"application-id", "maximum-resource-capability"}` |
+//! | POST | `/apps` | 202, `Location`, `{"application-id"}` |
+//! | GET | `/apps/{id}` | `{"app"}` |
+//! | GET, PUT | `/apps/{id}/state` | `{"state"}`; PUT `{"state": "KILLED"}` kills (202) |
+//! | GET | `/scheduler` | `{"scheduler": {"schedulerInfo"}}` |
+//! | GET | `/containers/{id}/logs/{stdout,stderr}?tail=BYTES` | the log, `text/plain` |
+//!
+//! Every error, including axum's own rejections, unknown paths (404) and wrong methods (405),
+//! is answered with a JSON `RemoteException` body ([`ApiError`]), so clients need one error
+//! path. Status codes: 400 unparseable request (bad JSON, id or query), 404 unknown resource,
+//! 405 wrong method, 409 conflicting state, 413 body over [`MAX_BODY_BYTES`], 415 body not
+//! JSON, 422 well-formed but refused content (unknown field, bad size, empty command), 503 the
+//! backend cannot do it now (e.g. cannot persist).
+
+use crate::api::types::*;
+use crate::api::{ApiError, AppFilter, Backend, LogFile, MAX_BODY_BYTES, MAX_LOG_TAIL_BYTES};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State};
+use axum::http::header::{CONTENT_TYPE, LOCATION, X_CONTENT_TYPE_OPTIONS};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+/// The API's path prefix, as YARN's.
+pub const PREFIX: &str = "/ws/v1/cluster";
+
+/// The REST API over `backend`. Other routes (the daemon's `/metrics`) can be added to the
+/// returned router with `.route(…)`; it already has its fallbacks, so do not `merge` another
+/// router that has one.
+pub fn router<B: Backend>(backend: B) -> Router {
+    Router::new()
+        .route(PREFIX, get(info::<B>))
+        .route("/ws/v1/cluster/info", get(info::<B>))
+        .route("/ws/v1/cluster/metrics", get(metrics::<B>))
+        .route("/ws/v1/cluster/nodes", get(nodes::<B>))
+        .route("/ws/v1/cluster/nodes/{id}", get(node::<B>))
+        .route("/ws/v1/cluster/apps", get(apps::<B>).post(submit::<B>))
+        .route("/ws/v1/cluster/apps/new-application", post(new_application::<B>))
+        .route("/ws/v1/cluster/apps/{id}", get(app::<B>))
+        .route("/ws/v1/cluster/apps/{id}/state", get(app_state::<B>).put(set_app_state::<B>))
+        .route("/ws/v1/cluster/scheduler", get(scheduler::<B>))
+        .route("/ws/v1/cluster/containers/{id}/logs/{file}", get(logs::<B>))
+        .fallback(unknown_path)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(backend)
+}
+
+// ----- extractors whose rejections are API errors ---------------------------------------------
+
+/// A JSON body, or the API error that says what is wrong with it. axum's own `Json` rejection
+/// is plain text; this one keeps every error in the `RemoteException` shape.
+struct ApiJson<T>(T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(ApiJson(v)),
+            Err(r) => Err(json_rejection(r)),
+        }
+    }
+}
+
+/// Strips axum's generic lead-in from a rejection's text, keeping serde's precise part (which
+/// names the field, the line and the column).
+fn detail(text: String, lead: &str) -> String {
+    text.strip_prefix(lead).map(str::to_owned).unwrap_or(text)
+}
+
+fn json_rejection(r: JsonRejection) -> ApiError {
+    match r {
+        JsonRejection::JsonDataError(e) => ApiError::unprocessable(format!(
+            "invalid request body: {}",
+            detail(e.body_text(), "Failed to deserialize the JSON body into the target type: ")
+        )),
+        JsonRejection::JsonSyntaxError(e) => ApiError::bad_request(format!(
+            "malformed JSON: {}",
+            detail(e.body_text(), "Failed to parse the request body as JSON: ")
+        )),
+        JsonRejection::MissingJsonContentType(_) => ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "the body must be JSON, sent with `Content-Type: application/json`",
+        ),
+        JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than the {MAX_BODY_BYTES}-byte limit"),
+        ),
+        other => ApiError::new(other.status(), other.body_text()),
+    }
+}
+
+/// A query string, or a 400 that says which parameter is wrong.
+struct ApiQuery<T>(T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(v)) => Ok(ApiQuery(v)),
+            Err(QueryRejection::FailedToDeserializeQueryString(e)) => Err(ApiError::bad_request(format!(
+                "invalid query string: {}",
+                detail(e.body_text(), "Failed to deserialize query string: ")
+            ))),
+            Err(other) => Err(ApiError::new(other.status(), other.body_text())),
+        }
+    }
+}
+
+/// Path parameters, or a 400 (a segment that is not valid UTF-8 once percent-decoded).
+struct ApiPath<T>(T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(v)) => Ok(ApiPath(v)),
+            Err(e) => Err(ApiError::bad_request(format!("invalid path: {}", e.body_text()))),
+        }
+    }
+}
+
+fn parse_id(what: &str, s: &str) -> Result<u64, ApiError> {
+    s.parse::<u64>().map_err(|_| ApiError::bad_request(format!("{what} id `{s}` is not a number")))
+}
+
+// ----- handlers --------------------------------------------------------------------------------
+
+async fn info<B: Backend>(State(b): State<B>) -> Json<ClusterInfoResponse> {
+    Json(ClusterInfoResponse { cluster_info: b.info().await })
+}
+
+async fn metrics<B: Backend>(State(b): State<B>) -> Json<ClusterMetricsResponse> {
+    Json(ClusterMetricsResponse { cluster_metrics: b.metrics().await })
+}
+
+async fn nodes<B: Backend>(State(b): State<B>) -> Json<NodesResponse> {
+    Json(NodesResponse { nodes: NodeList { node: b.nodes().await } })
+}
+
+async fn node<B: Backend>(
+    State(b): State<B>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<NodeResponse>, ApiError> {
+    match b.nodes().await.into_iter().find(|n| n.id == id) {
+        Some(node) => Ok(Json(NodeResponse { node })),
+        None => Err(ApiError::not_found(format!("node `{id}` is not known to the scheduler"))),
+    }
+}
+
+/// `GET /apps` parameters. `state` is YARN's older, single-valued spelling of `states`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AppsQuery {
+    states: Option<String>,
+    state: Option<String>,
+    queue: Option<String>,
+    user: Option<String>,
+    limit: Option<String>,
+}
+
+impl AppsQuery {
+    /// Turns the parameters into a filter; empty values filter nothing, as in YARN.
+    fn to_filter(&self) -> Result<AppFilter, ApiError> {
+        let mut filter = AppFilter::default();
+        for list in [&self.states, &self.state].into_iter().flatten() {
+            for s in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let state = s.parse::<AppState>().map_err(|e| ApiError::bad_request(e.to_string()))?;
+                if !filter.states.contains(&state) {
+                    filter.states.push(state);
+                }
+            }
+        }
+        let nonempty = |v: &Option<String>| v.as_ref().filter(|s| !s.is_empty()).cloned();
+        filter.queue = nonempty(&self.queue);
+        filter.user = nonempty(&self.user);
+        if let Some(l) = nonempty(&self.limit) {
+            match l.parse::<usize>() {
+                Ok(n) if n > 0 => filter.limit = Some(n),
+                _ => return Err(ApiError::bad_request(format!("limit `{l}` is not a positive number"))),
+            }
+        }
+        Ok(filter)
+    }
+}
+
+async fn apps<B: Backend>(
+    State(b): State<B>,
+    ApiQuery(q): ApiQuery<AppsQuery>,
+) -> Result<Json<AppsResponse>, ApiError> {
+    let filter = q.to_filter()?;
+    let apps = filter.apply(b.apps(filter.clone()).await);
+    Ok(Json(AppsResponse { apps: AppList { app: apps } }))
+}
+
+async fn app_of<B: Backend>(b: &B, id: &str) -> Result<AppInfo, ApiError> {
+    let id = parse_id("application", id)?;
+    b.app(id)
+        .await
+        .ok_or_else(|| ApiError::not_found(format!("application {id} is not known to the scheduler")))
+}
+
+async fn app<B: Backend>(
+    State(b): State<B>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<AppResponse>, ApiError> {
+    Ok(Json(AppResponse { app: app_of(&b, &id).await? }))
+}
+
+async fn app_state<B: Backend>(
+    State(b): State<B>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<AppStateInfo>, ApiError> {
+    Ok(Json(AppStateInfo { state: app_of(&b, &id).await?.state }))
+}
+
+/// Kills an app, as YARN's `PUT …/state {"state": "KILLED"}`: 202 with the state at the time of
+/// the answer while the kill is under way, 200 when it was already killed, 409 when it already
+/// ended otherwise.
+async fn set_app_state<B: Backend>(
+    State(b): State<B>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<AppStateRequest>,
+) -> Result<Response, ApiError> {
+    if !body.state.trim().eq_ignore_ascii_case("KILLED") {
+        return Err(ApiError::bad_request(format!(
+            "only KILLED may be requested (got `{}`); every other state is the scheduler's to set",
+            body.state
+        )));
+    }
+    let app = app_of(&b, &id).await?;
+    match app.state {
+        AppState::Killed => return Ok(Json(AppStateInfo { state: AppState::Killed }).into_response()),
+        s if s.is_terminal() => {
+            return Err(ApiError::conflict(format!("application {} has already ended: it is {s}", app.id)));
+        }
+        _ => {}
+    }
+    b.kill(app.id).await?;
+    let state = b.app(app.id).await.map_or(app.state, |a| a.state);
+    let location = format!("{PREFIX}/apps/{}/state", app.id);
+    Ok((StatusCode::ACCEPTED, [(LOCATION, location)], Json(AppStateInfo { state })).into_response())
+}
+
+async fn new_application<B: Backend>(State(b): State<B>) -> Result<Json<NewApplication>, ApiError> {
+    Ok(Json(b.new_application().await?))
+}
+
+/// Validates, normalises and submits; 202 only once the backend says the app is durable.
+async fn submit<B: Backend>(
+    State(b): State<B>,
+    ApiJson(mut req): ApiJson<SubmitApp>,
+) -> Result<Response, ApiError> {
+    req.validate().map_err(|e| ApiError::unprocessable(e.to_string()))?;
+    req.normalize();
+    let id = b.submit(req).await?;
+    let location = format!("{PREFIX}/apps/{id}");
+    Ok((StatusCode::ACCEPTED, [(LOCATION, location)], Json(SubmitResponse { application_id: id }))
+        .into_response())
+}
+
+async fn scheduler<B: Backend>(State(b): State<B>) -> Json<SchedulerResponse> {
+    Json(SchedulerResponse { scheduler: SchedulerWrapper { scheduler_info: b.scheduler().await } })
+}
+
+/// `GET /containers/{id}/logs/{file}` parameters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogsQuery {
+    tail: Option<String>,
+}
+
+async fn logs<B: Backend>(
+    State(b): State<B>,
+    ApiPath((id, file)): ApiPath<(String, String)>,
+    ApiQuery(q): ApiQuery<LogsQuery>,
+) -> Result<Response, ApiError> {
+    let id = parse_id("container", &id)?;
+    let file = LogFile::parse(&file).ok_or_else(|| {
+        ApiError::not_found(format!("no log file `{file}`: a container has `stdout` and `stderr`"))
+    })?;
+    let tail = match q.tail.as_deref().filter(|t| !t.is_empty()) {
+        None => None,
+        Some(t) => match t.parse::<u64>() {
+            Ok(n) if n <= MAX_LOG_TAIL_BYTES => Some(n),
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "tail `{t}` is not a byte count in 0..={MAX_LOG_TAIL_BYTES}"
+                )));
+            }
+        },
+    };
+    let bytes = b.logs(id, file, tail).await?;
+    // `nosniff`: a log is whatever a program printed; a browser must not run it as HTML.
+    let headers = [
+        (CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8")),
+        (X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
+    ];
+    Ok((headers, bytes).into_response())
+}
+
+async fn unknown_path(method: Method, uri: Uri) -> ApiError {
+    let path = uri.path();
+    let hint = if path.len() > 1 && path.ends_with('/') {
+        " (paths take no trailing slash)"
+    } else if !path.starts_with(PREFIX) {
+        " (the API is under /ws/v1/cluster)"
+    } else {
+        ""
+    };
+    ApiError::not_found(format!("no such resource: {method} {path}{hint}"))
+}
+
+async fn wrong_method(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed on {}", uri.path()))
+}

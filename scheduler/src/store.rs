@@ -1,0 +1,1642 @@
+//! The scheduler's durable state: apps, containers, reservations, id counters and the queue
+//! configuration, in one SQLite file (WAL, `synchronous=FULL`, foreign keys on).
+//!
+//! The engine is in memory and sans-IO; this store is what lets the daemon rebuild it after a
+//! `kill -9`. The rule it serves (DESIGN.md, "Durability") is that **nothing acknowledged is
+//! lost**: a write's [`Ack`] resolves only after the transaction holding it has committed, and
+//! with `synchronous=FULL` a WAL commit is an `fsync`.
+//!
+//! # Group commit
+//! An `fsync` costs far more than the inserts it protects, so one per submission would cap the
+//! scheduler's throughput at the disk's sync rate. All writes therefore go through **one writer
+//! thread**: it takes the first queued job, drains whatever else is queued (up to
+//! [`StoreOptions::max_batch_writes`]) and applies the lot in one transaction, so N concurrent
+//! submitters cost about one `fsync`, not N. While that `fsync` runs the next batch gathers,
+//! so batches grow by themselves exactly when the load is high, and a lone write is not delayed.
+//!
+//! Each job runs inside its own savepoint: a job that is refused (an unknown id, a duplicate, a
+//! value out of range) fails alone and the rest of its batch commits. A failure of the
+//! transaction itself (disk full, I/O error) fails every job of the batch — never a silent ack —
+//! and SQLite's rollback leaves the file as it was before the batch; the next batch starts
+//! afresh, so writing works again once space returns.
+//!
+//! Jobs are applied in the order they were [submitted](Store::submit): a write submitted after
+//! another sees its effects, which lets the daemon enqueue an engine step's writes in order
+//! without waiting for each acknowledgement.
+//!
+//! # Reading
+//! [`Store::load`] reads everything back in one consistent snapshot, on a connection of its own
+//! (WAL lets it run beside the writer). It is meant for start-up, not for serving queries: the
+//! engine answers those from memory.
+//!
+//! # Schema
+//! The schema is versioned in the table `schema_version` (one row per applied migration) and
+//! migrated forward on [`Store::open`], in one transaction; a file written by a newer gantry is
+//! refused rather than misread. Application specs are stored as JSON through serde mirrors of
+//! the engine's types (the engine deliberately has no serde), so new optional fields can be added
+//! without a migration.
+
+use gantry_engine::{
+    AppId, AppSpec, ContainerId, QueueSpec, RackAffinity, RequestSpec, ReservationId, Resources,
+};
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::task::{Context, Poll};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use thiserror::Error;
+use tokio::sync::oneshot;
+
+/// `PRAGMA application_id` of a gantry store ("GNTR"), so that `open` refuses another program's
+/// SQLite file instead of adding tables to it.
+pub const APPLICATION_ID: i64 = 0x474e_5452;
+
+/// The schema version this binary writes; [`Store::open`] migrates older files up to it.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
+
+/// One forward step of the schema. Steps are applied in order and never edited once released:
+/// a change is a new step.
+struct Migration {
+    version: u32,
+    description: &'static str,
+    sql: &'static str,
+}
+
+/// Every schema step since version 1. Tables are `STRICT` so a wrong type is an error, not a
+/// silently coerced value; unsigned values are stored as SQLite's signed 64-bit integers, and
+/// rusqlite refuses anything above `i64::MAX` rather than wrapping it.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "apps, containers, reservations, id counters, queue configurations",
+    sql: "
+        CREATE TABLE apps (
+            id           INTEGER PRIMARY KEY,
+            name         TEXT    NOT NULL,
+            queue        TEXT    NOT NULL,
+            user         TEXT    NOT NULL,
+            priority     INTEGER NOT NULL,
+            max_attempts INTEGER NOT NULL,
+            submit_ms    INTEGER NOT NULL,
+            state        INTEGER NOT NULL,
+            state_ms     INTEGER NOT NULL,
+            diagnostics  TEXT    NOT NULL,
+            spec         TEXT    NOT NULL,
+            launch       TEXT    NOT NULL
+        ) STRICT;
+        CREATE INDEX apps_by_state ON apps(state);
+
+        CREATE TABLE containers (
+            id           INTEGER PRIMARY KEY,
+            app          INTEGER NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
+            request      INTEGER NOT NULL,
+            node         TEXT    NOT NULL,
+            cpu_millis   INTEGER NOT NULL,
+            memory_bytes INTEGER NOT NULL,
+            gpus         INTEGER NOT NULL,
+            gpu_indexes  TEXT    NOT NULL,
+            state        INTEGER NOT NULL,
+            started_ms   INTEGER,
+            exit_code    INTEGER,
+            reason       TEXT
+        ) STRICT;
+        CREATE INDEX containers_by_app ON containers(app);
+
+        CREATE TABLE reservations (
+            id           INTEGER PRIMARY KEY,
+            queue        TEXT    NOT NULL,
+            start_ms     INTEGER NOT NULL,
+            end_ms       INTEGER NOT NULL,
+            cpu_millis   INTEGER NOT NULL,
+            memory_bytes INTEGER NOT NULL,
+            gpus         INTEGER NOT NULL,
+            state        INTEGER NOT NULL
+        ) STRICT;
+
+        CREATE TABLE counters (
+            name  TEXT    PRIMARY KEY,
+            value INTEGER NOT NULL
+        ) STRICT, WITHOUT ROWID;
+
+        CREATE TABLE queue_configs (
+            id          INTEGER PRIMARY KEY AUTOINCREMENT,
+            recorded_ms INTEGER NOT NULL,
+            queues      TEXT    NOT NULL
+        ) STRICT;
+    ",
+}];
+
+/// Why the store could not do what was asked. It is `Clone` because one failed commit has to be
+/// reported to every writer of its batch.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum StoreError {
+    /// The file could not be opened or set up (permissions, not a database, no WAL support).
+    #[error("cannot open the store {path}: {message}")]
+    Open {
+        /// The database file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// Another process (a second scheduler on the same data directory) holds the store.
+    #[error("the store {path} is in use by another process (it holds {lock})")]
+    Locked {
+        /// The database file.
+        path: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+    },
+    /// The file is an SQLite database of some other program.
+    #[error("{path} is not a gantry store (its application id is {found:#x})")]
+    NotAStore {
+        /// The database file.
+        path: PathBuf,
+        /// Its `application_id`.
+        found: i64,
+    },
+    /// The file was written by a newer gantry; reading it could lose what that version stored.
+    #[error("the store {path} has schema version {found}, but this gantry knows versions up to {supported}")]
+    TooNew {
+        /// The database file.
+        path: PathBuf,
+        /// Version in the file.
+        found: u32,
+        /// Newest version this binary knows.
+        supported: u32,
+    },
+    /// The disk (or the file system's quota) is full; the batch was rolled back.
+    #[error("the store's disk is full: {0}")]
+    Full(String),
+    /// Reading or writing the file failed; the batch was rolled back.
+    #[error("I/O error on the store: {0}")]
+    Io(String),
+    /// The write contradicts the stored state (unknown or duplicate id, a value out of range);
+    /// only this job was rolled back.
+    #[error("write refused: {0}")]
+    Refused(String),
+    /// A stored record cannot be read back into its type.
+    #[error("stored {what} {id} is unreadable: {reason}")]
+    Corrupt {
+        /// Kind of record.
+        what: &'static str,
+        /// Its id.
+        id: i64,
+        /// Why.
+        reason: String,
+    },
+    /// Any other SQLite error.
+    #[error("store database error: {0}")]
+    Database(String),
+    /// The writer thread is gone (the store was closed, or the thread panicked).
+    #[error("the store's writer has stopped")]
+    Closed,
+}
+
+impl StoreError {
+    /// Whether the whole batch failed for lack of space (worth an alert, and worth retrying
+    /// once space is freed).
+    pub fn is_full(&self) -> bool {
+        matches!(self, StoreError::Full(_))
+    }
+}
+
+/// Maps an SQLite error to what a caller can act on: space, I/O, a refused write, or other.
+fn classify(e: rusqlite::Error) -> StoreError {
+    let message = e.to_string();
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DiskFull) => StoreError::Full(message),
+        Some(
+            ErrorCode::SystemIoFailure
+            | ErrorCode::CannotOpen
+            | ErrorCode::ReadOnly
+            | ErrorCode::DatabaseCorrupt
+            | ErrorCode::NotADatabase
+            | ErrorCode::FileLockingProtocolFailed,
+        ) => StoreError::Io(message),
+        Some(ErrorCode::ConstraintViolation | ErrorCode::TooBig | ErrorCode::TypeMismatch) => {
+            StoreError::Refused(message)
+        }
+        Some(_) => StoreError::Database(message),
+        None => match e {
+            rusqlite::Error::ToSqlConversionFailure(_)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+            | rusqlite::Error::InvalidParameterCount(..) => StoreError::Refused(message),
+            _ => StoreError::Database(message),
+        },
+    }
+}
+
+/// An application as stored: the engine's spec plus what the daemon needs to rebuild it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppRecord {
+    /// Its id (never reused).
+    pub id: AppId,
+    /// The submission as the engine took it.
+    pub spec: AppSpec,
+    /// What the daemon needs to start the app's containers (command, environment, …), as JSON.
+    /// The engine does not know it and the store does not look inside; `Null` when none.
+    pub launch: serde_json::Value,
+    /// Submission time, ms since the Unix epoch.
+    pub submit_ms: u64,
+    /// `GANTRY_APP_*`.
+    pub state: u32,
+    /// When it entered `state`, ms since the Unix epoch.
+    pub state_ms: u64,
+    /// Why it is in its state.
+    pub diagnostics: String,
+}
+
+/// A container as stored: enough to tell a re-registering agent which containers are wanted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerRecord {
+    /// Its id (never reused).
+    pub id: ContainerId,
+    /// Its application (which must be stored).
+    pub app: AppId,
+    /// Index of the app's request it serves.
+    pub request: u32,
+    /// Node name. Names, not the engine's node indexes, because nodes may re-register in any
+    /// order after a restart.
+    pub node: String,
+    /// Its resources.
+    pub resources: Resources,
+    /// Indexes, on the node, of its GPUs.
+    pub gpus: Vec<u32>,
+    /// `GANTRY_CONTAINER_*`.
+    pub state: u32,
+    /// When the agent confirmed the start, ms since the Unix epoch.
+    pub started_ms: Option<u64>,
+    /// Exit status, once it exited.
+    pub exit_code: Option<i32>,
+    /// Why it ended (`exited`, `memory-limit`, `killed-by-request`, `lost`, …).
+    pub reason: Option<String>,
+}
+
+/// A reservation as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservationRecord {
+    /// Its id (never reused).
+    pub id: ReservationId,
+    /// Queue path.
+    pub queue: String,
+    /// Earliest start, ms.
+    pub start_ms: u64,
+    /// Deadline, ms.
+    pub end_ms: u64,
+    /// Peak resources.
+    pub resources: Resources,
+    /// `GANTRY_RESERVATION_*`.
+    pub state: u32,
+}
+
+/// The next ids to hand out. Stored as a running maximum, so a counter never goes back even if
+/// an older value is written after a newer one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NextIds {
+    /// Next application id.
+    pub app: u64,
+    /// Next container id.
+    pub container: u64,
+    /// Next reservation id.
+    pub reservation: u64,
+}
+
+/// One change to the store. A job is a list of these, applied all or nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Record a new application. Refused if the id exists. Raises the app id counter past it.
+    InsertApp(AppRecord),
+    /// An application changed state. Refused if the app is unknown.
+    AppState {
+        /// The application.
+        id: AppId,
+        /// `GANTRY_APP_*`.
+        state: u32,
+        /// Why.
+        diagnostics: String,
+        /// When, ms since the Unix epoch.
+        at_ms: u64,
+    },
+    /// Forget an application and its containers (history trimming). Unknown ids are fine. The
+    /// id is not reused: the counter stays.
+    DeleteApp {
+        /// The application.
+        id: AppId,
+    },
+    /// Record a container, or overwrite it whole. Refused if its app is not stored. Raises the
+    /// container id counter past it.
+    UpsertContainer(ContainerRecord),
+    /// A container changed state. Fields that are `None` keep their stored value. Refused if
+    /// the container is unknown.
+    ContainerState {
+        /// The container.
+        id: ContainerId,
+        /// `GANTRY_CONTAINER_*`.
+        state: u32,
+        /// Start time, when it is now known.
+        started_ms: Option<u64>,
+        /// Exit status, when it is now known.
+        exit_code: Option<i32>,
+        /// Why it ended, when it is now known.
+        reason: Option<String>,
+    },
+    /// Raise the id counters (each to the larger of its stored and given value).
+    NextIds(NextIds),
+    /// Record a new reservation. Refused if the id exists. Raises the reservation id counter.
+    InsertReservation(ReservationRecord),
+    /// A reservation changed state. Refused if unknown.
+    ReservationState {
+        /// The reservation.
+        id: ReservationId,
+        /// `GANTRY_RESERVATION_*`.
+        state: u32,
+    },
+    /// The queue configuration the daemon runs with; recorded only when it differs from the
+    /// last one, so restarts with the same file add nothing.
+    QueueConfig {
+        /// When, ms since the Unix epoch.
+        at_ms: u64,
+        /// The queues.
+        queues: Vec<QueueSpec>,
+    },
+}
+
+/// Everything the daemon needs to rebuild its engine, read in one snapshot.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Recovered {
+    /// Every stored application, by id.
+    pub apps: Vec<AppRecord>,
+    /// Every stored container, by id.
+    pub containers: Vec<ContainerRecord>,
+    /// Every stored reservation, by id.
+    pub reservations: Vec<ReservationRecord>,
+    /// Next application id: above every id ever stored (deleted ones included), at least 1.
+    pub next_app_id: u64,
+    /// Next container id, likewise.
+    pub next_container_id: u64,
+    /// Next reservation id, likewise.
+    pub next_reservation_id: u64,
+    /// The latest recorded queue configuration, if any was recorded.
+    pub queues: Option<Vec<QueueSpec>>,
+}
+
+/// Counters of the writer, for `/metrics` and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreStats {
+    /// Jobs handed to [`Store::submit`] (and the `write*` calls).
+    pub submitted_jobs: u64,
+    /// Writes committed.
+    pub committed_writes: u64,
+    /// Jobs failed (refused alone, or with their batch).
+    pub failed_jobs: u64,
+    /// Transactions committed (≈ `fsync`s of the WAL).
+    pub transactions: u64,
+    /// Batches whose transaction could not begin or commit.
+    pub failed_transactions: u64,
+    /// Most jobs in one batch so far.
+    pub largest_batch: u64,
+    /// Time spent in `COMMIT` (the `fsync`), in nanoseconds, summed.
+    pub commit_nanos: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    submitted_jobs: AtomicU64,
+    committed_writes: AtomicU64,
+    failed_jobs: AtomicU64,
+    transactions: AtomicU64,
+    failed_transactions: AtomicU64,
+    largest_batch: AtomicU64,
+    commit_nanos: AtomicU64,
+}
+
+/// Tuning of a store. The defaults suit the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// How long a transaction waits for SQLite's write lock held by another connection (an
+    /// operator's `sqlite3` session, a backup) before its batch fails.
+    pub busy_timeout: Duration,
+    /// Most writes the writer puts into one transaction (a single larger job still goes
+    /// through whole). Bounds the time one commit holds up the acknowledgements in it.
+    pub max_batch_writes: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions { busy_timeout: Duration::from_secs(10), max_batch_writes: 4096 }
+    }
+}
+
+struct Job {
+    writes: Vec<Write>,
+    done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// The durable store. Cheap to share (`Arc<Store>`); every method takes `&self`.
+///
+/// Dropping it lets the writer finish the jobs already submitted, then closes the database
+/// (which checkpoints the WAL) and releases the lock file; the drop waits for that.
+pub struct Store {
+    path: PathBuf,
+    jobs: Option<mpsc::Sender<Job>>,
+    writer: Option<JoinHandle<()>>,
+    counters: Arc<Counters>,
+    /// Held for the store's lifetime: an exclusive `flock` on `<db>.lock` so that a second
+    /// scheduler on the same data directory fails at start-up instead of interleaving ids. A
+    /// separate file, because closing any descriptor of the database file itself would drop
+    /// SQLite's own POSIX locks. The kernel releases it when the process dies, `kill -9`
+    /// included.
+    _lock: Flock<File>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).field("stats", &self.stats()).finish()
+    }
+}
+
+/// Resolves when a submitted job has committed (or failed). Dropping it does not cancel the
+/// job: once submitted, a job is applied in its turn.
+#[derive(Debug)]
+pub struct Ack {
+    rx: oneshot::Receiver<Result<(), StoreError>>,
+}
+
+impl Ack {
+    /// Waits for the outcome on the current thread. Must not be called from inside an async
+    /// runtime (it would block a worker; await the `Ack` there instead).
+    pub fn wait(self) -> Result<(), StoreError> {
+        self.rx.blocking_recv().unwrap_or(Err(StoreError::Closed))
+    }
+}
+
+impl Future for Ack {
+    type Output = Result<(), StoreError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx).poll(cx).map(|r| r.unwrap_or(Err(StoreError::Closed)))
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `path` with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        Store::open_with(path, StoreOptions::default())
+    }
+
+    /// Opens (creating if needed) the store at `path`: takes the lock file, sets WAL,
+    /// `synchronous=FULL` and foreign keys, migrates the schema, and starts the writer thread.
+    /// The parent directory must exist.
+    pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let lock = take_lock(&path)?;
+        let conn = open_connection(&path, &options)?;
+        migrate(&conn, &path)?;
+        let counters = Arc::new(Counters::default());
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let writer = {
+            let counters = Arc::clone(&counters);
+            let max_batch = options.max_batch_writes.max(1);
+            std::thread::Builder::new()
+                .name("gantry-store".into())
+                .spawn(move || writer_loop(conn, rx, &counters, max_batch))
+                .map_err(|e| StoreError::Open {
+                    path: path.clone(),
+                    message: format!("cannot start the writer thread: {e}"),
+                })?
+        };
+        tracing::info!(path = %path.display(), schema = SCHEMA_VERSION, "store opened");
+        Ok(Store { path, jobs: Some(jobs), writer: Some(writer), counters, _lock: lock })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Queues a job (applied all or nothing) and returns at once; the returned [`Ack`]
+    /// resolves after its transaction commits. Jobs are applied in submission order.
+    pub fn submit(&self, writes: Vec<Write>) -> Result<Ack, StoreError> {
+        let (done, rx) = oneshot::channel();
+        let sender = self.jobs.as_ref().ok_or(StoreError::Closed)?;
+        sender.send(Job { writes, done }).map_err(|_| StoreError::Closed)?;
+        self.counters.submitted_jobs.fetch_add(1, Ordering::Relaxed);
+        Ok(Ack { rx })
+    }
+
+    /// Writes one change; returns after it has committed.
+    pub async fn write(&self, write: Write) -> Result<(), StoreError> {
+        self.submit(vec![write])?.await
+    }
+
+    /// Writes several changes, all or nothing; returns after they have committed.
+    pub async fn write_many(&self, writes: Vec<Write>) -> Result<(), StoreError> {
+        self.submit(writes)?.await
+    }
+
+    /// [`Store::write_many`] for threads outside an async runtime.
+    pub fn write_blocking(&self, writes: Vec<Write>) -> Result<(), StoreError> {
+        self.submit(writes)?.wait()
+    }
+
+    /// The writer's counters so far.
+    pub fn stats(&self) -> StoreStats {
+        let c = &self.counters;
+        StoreStats {
+            submitted_jobs: c.submitted_jobs.load(Ordering::Relaxed),
+            committed_writes: c.committed_writes.load(Ordering::Relaxed),
+            failed_jobs: c.failed_jobs.load(Ordering::Relaxed),
+            transactions: c.transactions.load(Ordering::Relaxed),
+            failed_transactions: c.failed_transactions.load(Ordering::Relaxed),
+            largest_batch: c.largest_batch.load(Ordering::Relaxed),
+            commit_nanos: c.commit_nanos.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Reads everything back, in one consistent snapshot of what has committed. Blocking; for
+    /// start-up.
+    pub fn load(&self) -> Result<Recovered, StoreError> {
+        let mut conn = self.reader()?;
+        let tx = conn.transaction().map_err(classify)?;
+        let recovered = read_all(&tx)?;
+        tx.finish().map_err(classify)?;
+        Ok(recovered)
+    }
+
+    /// Runs SQLite's `integrity_check` and the foreign-key check; for operators and tests.
+    pub fn check_integrity(&self) -> Result<(), StoreError> {
+        let conn = self.reader()?;
+        let mut stmt = conn.prepare("PRAGMA integrity_check").map_err(classify)?;
+        let lines: Vec<String> = stmt
+            .query_map([], |r| r.get(0))
+            .map_err(classify)?
+            .collect::<Result<_, _>>()
+            .map_err(classify)?;
+        if lines != ["ok"] {
+            return Err(StoreError::Io(format!("integrity check failed: {}", lines.join("; "))));
+        }
+        let mut stmt = conn.prepare("PRAGMA foreign_key_check").map_err(classify)?;
+        let broken = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(classify)?.count();
+        if broken > 0 {
+            return Err(StoreError::Io(format!("{broken} rows break foreign keys")));
+        }
+        Ok(())
+    }
+
+    /// Stops the writer after the jobs already submitted and closes the database, reporting a
+    /// writer that died instead of finishing.
+    pub fn close(mut self) -> Result<(), StoreError> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<(), StoreError> {
+        drop(self.jobs.take());
+        match self.writer.take() {
+            Some(handle) => handle.join().map_err(|_| StoreError::Closed),
+            None => Ok(()),
+        }
+    }
+
+    /// A connection for reading only: the writer keeps its own.
+    fn reader(&self) -> Result<Connection, StoreError> {
+        let conn = Connection::open(&self.path).map_err(classify)?;
+        conn.pragma_update(None, "query_only", true).map_err(classify)?;
+        conn.busy_timeout(StoreOptions::default().busy_timeout).map_err(classify)?;
+        Ok(conn)
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if self.shutdown().is_err() {
+            tracing::error!(path = %self.path.display(), "the store's writer thread panicked");
+        }
+    }
+}
+
+fn take_lock(path: &Path) -> Result<Flock<File>, StoreError> {
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let lock_path = PathBuf::from(lock_path);
+    let file = File::options().create(true).truncate(false).write(true).open(&lock_path).map_err(|e| {
+        StoreError::Open { path: path.to_path_buf(), message: format!("{}: {e}", lock_path.display()) }
+    })?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(lock),
+        Err((_, Errno::EWOULDBLOCK)) => Err(StoreError::Locked { path: path.to_path_buf(), lock: lock_path }),
+        Err((_, e)) => Err(StoreError::Open {
+            path: path.to_path_buf(),
+            message: format!("cannot lock {}: {e}", lock_path.display()),
+        }),
+    }
+}
+
+fn open_connection(path: &Path, options: &StoreOptions) -> Result<Connection, StoreError> {
+    let fail = |message: String| StoreError::Open { path: path.to_path_buf(), message };
+    let conn = Connection::open(path).map_err(|e| fail(e.to_string()))?;
+    conn.busy_timeout(options.busy_timeout).map_err(|e| fail(e.to_string()))?;
+    // The first statement reads the header: a file that is not a database fails here.
+    let app_id: i64 =
+        conn.pragma_query_value(None, "application_id", |r| r.get(0)).map_err(|e| fail(e.to_string()))?;
+    if app_id != 0 && app_id != APPLICATION_ID {
+        return Err(StoreError::NotAStore { path: path.to_path_buf(), found: app_id });
+    }
+    if app_id == 0 {
+        // No id yet: either a new file, or one of another program that never set one; only
+        // the first may be given our tables.
+        let others: i64 = conn
+            .query_row("SELECT COUNT(*) FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'", [], |r| r.get(0))
+            .map_err(|e| fail(e.to_string()))?;
+        if others > 0 {
+            return Err(StoreError::NotAStore { path: path.to_path_buf(), found: 0 });
+        }
+    }
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .map_err(|e| fail(e.to_string()))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(fail(format!("the file system does not support WAL (journal mode is {mode})")));
+    }
+    conn.pragma_update(None, "synchronous", "FULL").map_err(|e| fail(e.to_string()))?;
+    conn.pragma_update(None, "foreign_keys", true).map_err(|e| fail(e.to_string()))?;
+    // A giant batch may grow the WAL; give the space back after the next checkpoint.
+    conn.pragma_update(None, "journal_size_limit", 64 * 1024 * 1024).map_err(|e| fail(e.to_string()))?;
+    let sync: i64 =
+        conn.pragma_query_value(None, "synchronous", |r| r.get(0)).map_err(|e| fail(e.to_string()))?;
+    let fk: i64 =
+        conn.pragma_query_value(None, "foreign_keys", |r| r.get(0)).map_err(|e| fail(e.to_string()))?;
+    if sync != 2 || fk != 1 {
+        return Err(fail(format!("SQLite refused synchronous=FULL or foreign_keys (got {sync}, {fk})")));
+    }
+    Ok(conn)
+}
+
+/// Brings the schema to [`SCHEMA_VERSION`] in one transaction.
+fn migrate(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let fail = |e: rusqlite::Error| StoreError::Open { path: path.to_path_buf(), message: e.to_string() };
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(fail)?;
+    let result = (|| {
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS schema_version (
+                version     INTEGER PRIMARY KEY,
+                applied_ms  INTEGER NOT NULL,
+                description TEXT    NOT NULL
+            ) STRICT",
+        )
+        .map_err(fail)?;
+        let current: u32 = conn
+            .query_row("SELECT COALESCE(MAX(version), 0) FROM schema_version", [], |r| r.get(0))
+            .map_err(fail)?;
+        if current > SCHEMA_VERSION {
+            return Err(StoreError::TooNew {
+                path: path.to_path_buf(),
+                found: current,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        for m in MIGRATIONS.iter().filter(|m| m.version > current) {
+            conn.execute_batch(m.sql).map_err(fail)?;
+            conn.execute(
+                "INSERT INTO schema_version (version, applied_ms, description) VALUES (?1, ?2, ?3)",
+                params![m.version, wall_ms(), m.description],
+            )
+            .map_err(fail)?;
+            tracing::info!(path = %path.display(), version = m.version, "store schema migrated");
+        }
+        conn.pragma_update(None, "application_id", APPLICATION_ID).map_err(fail)?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => conn.execute_batch("COMMIT").map_err(fail),
+        Err(e) => {
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch, for the migration log only.
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The writer thread: one batch per loop, until every [`Store`] sender is gone and the queue is
+/// empty. Owns the only writing connection, so transactions never contend inside the process.
+fn writer_loop(conn: Connection, rx: mpsc::Receiver<Job>, counters: &Counters, max_batch: usize) {
+    while let Ok(first) = rx.recv() {
+        let mut writes = first.writes.len();
+        let mut batch = vec![first];
+        while writes < max_batch {
+            match rx.try_recv() {
+                Ok(job) => {
+                    writes += job.writes.len();
+                    batch.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        counters.largest_batch.fetch_max(batch.len() as u64, Ordering::Relaxed);
+        run_batch(&conn, batch, counters);
+    }
+}
+
+/// Applies a batch in one transaction and answers every job in it.
+fn run_batch(conn: &Connection, batch: Vec<Job>, counters: &Counters) {
+    let mut outcomes: Vec<Result<(), StoreError>> = Vec::with_capacity(batch.len());
+    let fatal = apply_batch(conn, &batch, &mut outcomes, counters);
+    let (ok_jobs, failed) = match fatal {
+        Ok(()) => {
+            let ok = outcomes.iter().filter(|o| o.is_ok()).count();
+            (ok, batch.len() - ok)
+        }
+        Err(e) => {
+            if !conn.is_autocommit() {
+                // Best effort: if even ROLLBACK fails, SQLite rolls the transaction back on
+                // its own when the connection next reads, and the WAL has no commit frame
+                // for it, so it can never be seen.
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            tracing::warn!(error = %e, jobs = batch.len(), "store batch failed");
+            counters.failed_transactions.fetch_add(1, Ordering::Relaxed);
+            outcomes.clear();
+            outcomes.resize(batch.len(), Err(e));
+            (0, batch.len())
+        }
+    };
+    if ok_jobs > 0 {
+        let committed: usize =
+            batch.iter().zip(&outcomes).filter(|(_, o)| o.is_ok()).map(|(j, _)| j.writes.len()).sum();
+        counters.committed_writes.fetch_add(committed as u64, Ordering::Relaxed);
+    }
+    counters.failed_jobs.fetch_add(failed as u64, Ordering::Relaxed);
+    for (job, outcome) in batch.into_iter().zip(outcomes) {
+        // The submitter may have stopped waiting; the write stands either way.
+        let _ = job.done.send(outcome);
+    }
+}
+
+/// Runs the transaction. `Err` means the whole batch failed (nothing of it committed);
+/// `Ok` with per-job outcomes in `outcomes` means it committed.
+fn apply_batch(
+    conn: &Connection,
+    batch: &[Job],
+    outcomes: &mut Vec<Result<(), StoreError>>,
+    counters: &Counters,
+) -> Result<(), StoreError> {
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(classify)?;
+    for job in batch {
+        conn.execute_batch("SAVEPOINT job").map_err(classify)?;
+        match job.writes.iter().try_for_each(|w| apply(conn, w)) {
+            Ok(()) => {
+                conn.execute_batch("RELEASE job").map_err(classify)?;
+                outcomes.push(Ok(()));
+            }
+            Err(e) => {
+                // On I/O errors SQLite may have rolled back the whole transaction by itself;
+                // then the jobs before this one are gone too, and the batch has failed.
+                if conn.is_autocommit() {
+                    return Err(e);
+                }
+                conn.execute_batch("ROLLBACK TO job; RELEASE job").map_err(classify)?;
+                outcomes.push(Err(e));
+            }
+        }
+    }
+    let started = Instant::now();
+    conn.execute_batch("COMMIT").map_err(classify)?;
+    let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    counters.commit_nanos.fetch_add(nanos, Ordering::Relaxed);
+    counters.transactions.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+fn to_json<T: Serialize>(what: &str, value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Refused(format!("{what} cannot be encoded: {e}")))
+}
+
+fn bump_counter(conn: &Connection, name: &str, next: u64) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO counters (name, value) VALUES (?1, ?2)
+         ON CONFLICT (name) DO UPDATE SET value = MAX(value, excluded.value)",
+    )
+    .and_then(|mut s| s.execute(params![name, next]))
+    .map_err(classify)?;
+    Ok(())
+}
+
+fn expect_one(changed: usize, what: &str, id: u64) -> Result<(), StoreError> {
+    if changed == 0 { Err(StoreError::Refused(format!("{what} {id} is not in the store"))) } else { Ok(()) }
+}
+
+/// Applies one write inside the current savepoint.
+fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
+    match write {
+        Write::InsertApp(a) => {
+            let spec = to_json("app spec", &SpecJson::from(&a.spec))?;
+            let launch = to_json("launch spec", &a.launch)?;
+            conn.prepare_cached(
+                "INSERT INTO apps (id, name, queue, user, priority, max_attempts, submit_ms, state,
+                                   state_ms, diagnostics, spec, launch)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    a.id.0,
+                    a.spec.name,
+                    a.spec.queue,
+                    a.spec.user,
+                    a.spec.priority,
+                    a.spec.max_attempts,
+                    a.submit_ms,
+                    a.state,
+                    a.state_ms,
+                    a.diagnostics,
+                    spec,
+                    launch
+                ])
+            })
+            .map_err(classify)?;
+            bump_counter(conn, "app", a.id.0.saturating_add(1))
+        }
+        Write::AppState { id, state, diagnostics, at_ms } => {
+            let n = conn
+                .prepare_cached("UPDATE apps SET state = ?2, diagnostics = ?3, state_ms = ?4 WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![id.0, state, diagnostics, at_ms]))
+                .map_err(classify)?;
+            expect_one(n, "app", id.0)
+        }
+        Write::DeleteApp { id } => {
+            conn.prepare_cached("DELETE FROM apps WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![id.0]))
+                .map_err(classify)?;
+            Ok(())
+        }
+        Write::UpsertContainer(c) => {
+            let gpus = to_json("GPU list", &c.gpus)?;
+            conn.prepare_cached(
+                "INSERT INTO containers (id, app, request, node, cpu_millis, memory_bytes, gpus,
+                                         gpu_indexes, state, started_ms, exit_code, reason)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                 ON CONFLICT (id) DO UPDATE SET
+                    app = excluded.app, request = excluded.request, node = excluded.node,
+                    cpu_millis = excluded.cpu_millis, memory_bytes = excluded.memory_bytes,
+                    gpus = excluded.gpus, gpu_indexes = excluded.gpu_indexes,
+                    state = excluded.state, started_ms = excluded.started_ms,
+                    exit_code = excluded.exit_code, reason = excluded.reason",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    c.id.0,
+                    c.app.0,
+                    c.request,
+                    c.node,
+                    c.resources.cpu_millis,
+                    c.resources.memory_bytes,
+                    c.resources.gpus,
+                    gpus,
+                    c.state,
+                    c.started_ms,
+                    c.exit_code,
+                    c.reason
+                ])
+            })
+            .map_err(classify)?;
+            bump_counter(conn, "container", c.id.0.saturating_add(1))
+        }
+        Write::ContainerState { id, state, started_ms, exit_code, reason } => {
+            let n = conn
+                .prepare_cached(
+                    "UPDATE containers SET state = ?2, started_ms = COALESCE(?3, started_ms),
+                        exit_code = COALESCE(?4, exit_code), reason = COALESCE(?5, reason)
+                     WHERE id = ?1",
+                )
+                .and_then(|mut s| s.execute(params![id.0, state, started_ms, exit_code, reason]))
+                .map_err(classify)?;
+            expect_one(n, "container", id.0)
+        }
+        Write::NextIds(ids) => {
+            bump_counter(conn, "app", ids.app)?;
+            bump_counter(conn, "container", ids.container)?;
+            bump_counter(conn, "reservation", ids.reservation)
+        }
+        Write::InsertReservation(r) => {
+            conn.prepare_cached(
+                "INSERT INTO reservations (id, queue, start_ms, end_ms, cpu_millis, memory_bytes,
+                                           gpus, state)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    r.id.0,
+                    r.queue,
+                    r.start_ms,
+                    r.end_ms,
+                    r.resources.cpu_millis,
+                    r.resources.memory_bytes,
+                    r.resources.gpus,
+                    r.state
+                ])
+            })
+            .map_err(classify)?;
+            bump_counter(conn, "reservation", r.id.0.saturating_add(1))
+        }
+        Write::ReservationState { id, state } => {
+            let n = conn
+                .prepare_cached("UPDATE reservations SET state = ?2 WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![id.0, state]))
+                .map_err(classify)?;
+            expect_one(n, "reservation", id.0)
+        }
+        Write::QueueConfig { at_ms, queues } => {
+            let json =
+                to_json("queue configuration", &queues.iter().map(QueueJson::from).collect::<Vec<_>>())?;
+            let last: Option<String> = conn
+                .query_row("SELECT queues FROM queue_configs ORDER BY id DESC LIMIT 1", [], |r| r.get(0))
+                .optional()
+                .map_err(classify)?;
+            if last.as_deref() != Some(json.as_str()) {
+                conn.execute(
+                    "INSERT INTO queue_configs (recorded_ms, queues) VALUES (?1, ?2)",
+                    params![at_ms, json],
+                )
+                .map_err(classify)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn corrupt(what: &'static str, id: i64) -> impl Fn(String) -> StoreError {
+    move |reason| StoreError::Corrupt { what, id, reason }
+}
+
+/// A column read that names the record on failure, so a bad row is reported, not guessed at.
+fn col<T: rusqlite::types::FromSql>(
+    row: &rusqlite::Row<'_>,
+    i: usize,
+    what: &'static str,
+    id: i64,
+) -> Result<T, StoreError> {
+    row.get(i).map_err(|e| corrupt(what, id)(format!("column {i}: {e}")))
+}
+
+fn read_all(conn: &Connection) -> Result<Recovered, StoreError> {
+    let mut out = Recovered::default();
+
+    let mut stmt = conn
+        .prepare(
+            "SELECT id, name, queue, user, priority, max_attempts, submit_ms, state, state_ms,
+                    diagnostics, spec, launch
+             FROM apps ORDER BY id",
+        )
+        .map_err(classify)?;
+    let mut rows = stmt.query([]).map_err(classify)?;
+    while let Some(row) = rows.next().map_err(classify)? {
+        let raw: i64 = row.get(0).map_err(classify)?;
+        let w = "app";
+        let spec_json: String = col(row, 10, w, raw)?;
+        let spec: SpecJson = serde_json::from_str(&spec_json).map_err(|e| corrupt(w, raw)(e.to_string()))?;
+        let launch_json: String = col(row, 11, w, raw)?;
+        let launch = serde_json::from_str(&launch_json).map_err(|e| corrupt(w, raw)(e.to_string()))?;
+        out.apps.push(AppRecord {
+            id: AppId(col(row, 0, w, raw)?),
+            spec: AppSpec {
+                name: col(row, 1, w, raw)?,
+                queue: col(row, 2, w, raw)?,
+                user: col(row, 3, w, raw)?,
+                priority: col(row, 4, w, raw)?,
+                max_attempts: col(row, 5, w, raw)?,
+                requests: spec.requests.into_iter().map(RequestSpec::from).collect(),
+            },
+            launch,
+            submit_ms: col(row, 6, w, raw)?,
+            state: col(row, 7, w, raw)?,
+            state_ms: col(row, 8, w, raw)?,
+            diagnostics: col(row, 9, w, raw)?,
+        });
+    }
+
+    let mut stmt = conn
+        .prepare(
+            "SELECT id, app, request, node, cpu_millis, memory_bytes, gpus, gpu_indexes, state,
+                    started_ms, exit_code, reason
+             FROM containers ORDER BY id",
+        )
+        .map_err(classify)?;
+    let mut rows = stmt.query([]).map_err(classify)?;
+    while let Some(row) = rows.next().map_err(classify)? {
+        let raw: i64 = row.get(0).map_err(classify)?;
+        let w = "container";
+        let gpus_json: String = col(row, 7, w, raw)?;
+        out.containers.push(ContainerRecord {
+            id: ContainerId(col(row, 0, w, raw)?),
+            app: AppId(col(row, 1, w, raw)?),
+            request: col(row, 2, w, raw)?,
+            node: col(row, 3, w, raw)?,
+            resources: resources(col(row, 4, w, raw)?, col(row, 5, w, raw)?, col(row, 6, w, raw)?),
+            gpus: serde_json::from_str(&gpus_json).map_err(|e| corrupt(w, raw)(e.to_string()))?,
+            state: col(row, 8, w, raw)?,
+            started_ms: col(row, 9, w, raw)?,
+            exit_code: col(row, 10, w, raw)?,
+            reason: col(row, 11, w, raw)?,
+        });
+    }
+
+    let mut stmt = conn
+        .prepare(
+            "SELECT id, queue, start_ms, end_ms, cpu_millis, memory_bytes, gpus, state
+             FROM reservations ORDER BY id",
+        )
+        .map_err(classify)?;
+    let mut rows = stmt.query([]).map_err(classify)?;
+    while let Some(row) = rows.next().map_err(classify)? {
+        let raw: i64 = row.get(0).map_err(classify)?;
+        let w = "reservation";
+        out.reservations.push(ReservationRecord {
+            id: ReservationId(col(row, 0, w, raw)?),
+            queue: col(row, 1, w, raw)?,
+            start_ms: col(row, 2, w, raw)?,
+            end_ms: col(row, 3, w, raw)?,
+            resources: resources(col(row, 4, w, raw)?, col(row, 5, w, raw)?, col(row, 6, w, raw)?),
+            state: col(row, 7, w, raw)?,
+        });
+    }
+
+    let counter = |name: &str| -> Result<u64, StoreError> {
+        conn.query_row("SELECT value FROM counters WHERE name = ?1", [name], |r| r.get::<_, u64>(0))
+            .optional()
+            .map_err(classify)
+            .map(|v| v.unwrap_or(1))
+    };
+    let max_id = |table: &str| -> Result<u64, StoreError> {
+        conn.query_row(&format!("SELECT COALESCE(MAX(id), 0) FROM {table}"), [], |r| r.get::<_, u64>(0))
+            .map_err(classify)
+    };
+    out.next_app_id = counter("app")?.max(max_id("apps")?.saturating_add(1)).max(1);
+    out.next_container_id = counter("container")?.max(max_id("containers")?.saturating_add(1)).max(1);
+    out.next_reservation_id = counter("reservation")?.max(max_id("reservations")?.saturating_add(1)).max(1);
+
+    let queues: Option<(i64, String)> = conn
+        .query_row("SELECT id, queues FROM queue_configs ORDER BY id DESC LIMIT 1", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()
+        .map_err(classify)?;
+    if let Some((id, json)) = queues {
+        let parsed: Vec<QueueJson> =
+            serde_json::from_str(&json).map_err(|e| corrupt("queue configuration", id)(e.to_string()))?;
+        out.queues = Some(parsed.into_iter().map(QueueSpec::from).collect());
+    }
+    Ok(out)
+}
+
+fn resources(cpu_millis: u64, memory_bytes: u64, gpus: u32) -> Resources {
+    Resources { cpu_millis, memory_bytes, gpus, reserved: 0 }
+}
+
+// ---- serde mirrors of the engine's types -------------------------------------------------
+//
+// The engine has no serde (it depends on nothing it does not need), so the store keeps its own
+// copies of the shapes it writes. Every field added later must be `#[serde(default)]`, so rows
+// written before it still read.
+
+/// What of an [`AppSpec`] is not in the `apps` columns.
+#[derive(Serialize, Deserialize)]
+struct SpecJson {
+    requests: Vec<RequestJson>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ResourcesJson {
+    cpu_millis: u64,
+    memory_bytes: u64,
+    gpus: u32,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+enum RackJson {
+    #[default]
+    None,
+    Preferred,
+    Required,
+}
+
+#[derive(Serialize, Deserialize)]
+struct RequestJson {
+    resources: ResourcesJson,
+    count: u32,
+    #[serde(default)]
+    gang: bool,
+    #[serde(default)]
+    priority: i32,
+    #[serde(default)]
+    selector: Vec<(String, String)>,
+    #[serde(default)]
+    preferred: Vec<(String, String)>,
+    #[serde(default)]
+    rack_affinity: RackJson,
+    #[serde(default)]
+    master: bool,
+    #[serde(default)]
+    expected_ms: u64,
+    #[serde(default)]
+    slow_ms: u64,
+    #[serde(default)]
+    deadline_ms: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct QueueJson {
+    path: String,
+    guaranteed: f64,
+    maximum: f64,
+}
+
+impl From<&AppSpec> for SpecJson {
+    fn from(s: &AppSpec) -> Self {
+        SpecJson { requests: s.requests.iter().map(RequestJson::from).collect() }
+    }
+}
+
+impl From<&RequestSpec> for RequestJson {
+    fn from(r: &RequestSpec) -> Self {
+        RequestJson {
+            resources: ResourcesJson {
+                cpu_millis: r.resources.cpu_millis,
+                memory_bytes: r.resources.memory_bytes,
+                gpus: r.resources.gpus,
+            },
+            count: r.count,
+            gang: r.gang,
+            priority: r.priority,
+            selector: r.selector.clone(),
+            preferred: r.preferred.clone(),
+            rack_affinity: match r.rack_affinity {
+                RackAffinity::None => RackJson::None,
+                RackAffinity::Preferred => RackJson::Preferred,
+                RackAffinity::Required => RackJson::Required,
+            },
+            master: r.master,
+            expected_ms: r.expected_ms,
+            slow_ms: r.slow_ms,
+            deadline_ms: r.deadline_ms,
+        }
+    }
+}
+
+impl From<RequestJson> for RequestSpec {
+    fn from(r: RequestJson) -> Self {
+        RequestSpec {
+            resources: resources(r.resources.cpu_millis, r.resources.memory_bytes, r.resources.gpus),
+            count: r.count,
+            gang: r.gang,
+            priority: r.priority,
+            selector: r.selector,
+            preferred: r.preferred,
+            rack_affinity: match r.rack_affinity {
+                RackJson::None => RackAffinity::None,
+                RackJson::Preferred => RackAffinity::Preferred,
+                RackJson::Required => RackAffinity::Required,
+            },
+            master: r.master,
+            expected_ms: r.expected_ms,
+            slow_ms: r.slow_ms,
+            deadline_ms: r.deadline_ms,
+        }
+    }
+}
+
+impl From<&QueueSpec> for QueueJson {
+    fn from(q: &QueueSpec) -> Self {
+        QueueJson { path: q.path.clone(), guaranteed: q.guaranteed, maximum: q.maximum }
+    }
+}
+
+impl From<QueueJson> for QueueSpec {
+    fn from(q: QueueJson) -> Self {
+        QueueSpec { path: q.path, guaranteed: q.guaranteed, maximum: q.maximum }
+    }
+}
+
+// ---- benchmark ---------------------------------------------------------------------------
+
+/// Measures group commit: `writers` threads each submit `writes_each` app insertions one after
+/// another, waiting for each acknowledgement, against a new store at `path` (which must not
+/// exist). Returns (acknowledged writes per second, transactions used). With one writer this is
+/// the disk's sync rate; with many it shows how far batching lifts it. For `gantry bench` and
+/// BENCHMARKS.md — timing belongs there, never in tests.
+pub fn bench_group_commit(path: &Path, writers: usize, writes_each: usize) -> Result<(f64, u64), StoreError> {
+    let store = Store::open(path)?;
+    let before = store.stats().transactions;
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..writers)
+            .map(|w| {
+                let store = &store;
+                s.spawn(move || -> Result<(), StoreError> {
+                    for i in 0..writes_each {
+                        let id = (w * writes_each + i + 1) as u64;
+                        store.write_blocking(vec![Write::InsertApp(bench_app(id))])?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles.into_iter().try_for_each(|h| h.join().unwrap_or(Err(StoreError::Closed)))
+    })?;
+    let seconds = started.elapsed().as_secs_f64();
+    let transactions = store.stats().transactions - before;
+    store.close()?;
+    let total = (writers * writes_each) as f64;
+    Ok((if seconds > 0.0 { total / seconds } else { f64::INFINITY }, transactions))
+}
+
+fn bench_app(id: u64) -> AppRecord {
+    AppRecord {
+        id: AppId(id),
+        spec: AppSpec {
+            name: format!("bench-{id}"),
+            queue: "root.default".into(),
+            user: "bench".into(),
+            priority: 0,
+            max_attempts: 3,
+            requests: vec![RequestSpec {
+                resources: resources(100, 64 << 20, 0),
+                count: 1,
+                ..RequestSpec::default()
+            }],
+        },
+        launch: serde_json::json!({ "command": ["true"] }),
+        submit_ms: id,
+        state: gantry_sdk::abi::GANTRY_APP_NEW,
+        state_ms: id,
+        diagnostics: String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gantry_sdk::abi::{
+        GANTRY_APP_ACCEPTED, GANTRY_APP_FINISHED, GANTRY_APP_NEW, GANTRY_CONTAINER_ALLOCATED,
+        GANTRY_CONTAINER_COMPLETED, GANTRY_CONTAINER_RUNNING, GANTRY_RESERVATION_ACCEPTED,
+        GANTRY_RESERVATION_NEW,
+    };
+
+    fn app(id: u64) -> AppRecord {
+        AppRecord {
+            id: AppId(id),
+            spec: AppSpec {
+                name: format!("app-{id}"),
+                queue: "root.prod.etl".into(),
+                user: "alice".into(),
+                priority: -3,
+                max_attempts: 5,
+                requests: vec![
+                    RequestSpec {
+                        resources: resources(1500, 2 << 30, 2),
+                        count: 3,
+                        gang: true,
+                        priority: 7,
+                        selector: vec![("zone".into(), "a".into()), ("ssd".into(), String::new())],
+                        preferred: vec![("gpu".into(), "a100".into())],
+                        rack_affinity: RackAffinity::Required,
+                        master: true,
+                        expected_ms: 60_000,
+                        slow_ms: 90_000,
+                        deadline_ms: 1_700_000_000_000,
+                    },
+                    RequestSpec {
+                        resources: resources(250, 1 << 20, 0),
+                        count: 1,
+                        rack_affinity: RackAffinity::Preferred,
+                        ..RequestSpec::default()
+                    },
+                ],
+            },
+            launch: serde_json::json!({ "command": ["echo", "héllo"], "env": { "A": "1" } }),
+            submit_ms: 1_000 + id,
+            state: GANTRY_APP_NEW,
+            state_ms: 1_000 + id,
+            diagnostics: String::new(),
+        }
+    }
+
+    fn container(id: u64, app: u64) -> ContainerRecord {
+        ContainerRecord {
+            id: ContainerId(id),
+            app: AppId(app),
+            request: 0,
+            node: "node-1".into(),
+            resources: resources(1500, 2 << 30, 2),
+            gpus: vec![0, 3],
+            state: GANTRY_CONTAINER_ALLOCATED,
+            started_ms: None,
+            exit_code: None,
+            reason: None,
+        }
+    }
+
+    fn reservation(id: u64) -> ReservationRecord {
+        ReservationRecord {
+            id: ReservationId(id),
+            queue: "root.prod".into(),
+            start_ms: 10,
+            end_ms: 20,
+            resources: resources(8000, 16 << 30, 4),
+            state: GANTRY_RESERVATION_NEW,
+        }
+    }
+
+    fn queues() -> Vec<QueueSpec> {
+        vec![
+            QueueSpec { path: "root.prod".into(), guaranteed: 0.7, maximum: 1.0 },
+            QueueSpec { path: "root.dev".into(), guaranteed: 0.3, maximum: 0.1 + 0.2 },
+        ]
+    }
+
+    #[test]
+    fn every_record_type_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let store = Store::open(&path).unwrap();
+        store
+            .write_blocking(vec![
+                Write::InsertApp(app(1)),
+                Write::InsertApp(app(2)),
+                Write::UpsertContainer(container(10, 1)),
+                Write::UpsertContainer(container(11, 2)),
+                Write::InsertReservation(reservation(5)),
+                Write::QueueConfig { at_ms: 1, queues: queues() },
+            ])
+            .unwrap();
+        store
+            .write_blocking(vec![
+                Write::AppState {
+                    id: AppId(1),
+                    state: GANTRY_APP_FINISHED,
+                    diagnostics: "done".into(),
+                    at_ms: 99,
+                },
+                Write::ContainerState {
+                    id: ContainerId(10),
+                    state: GANTRY_CONTAINER_RUNNING,
+                    started_ms: Some(50),
+                    exit_code: None,
+                    reason: None,
+                },
+                Write::ReservationState { id: ReservationId(5), state: GANTRY_RESERVATION_ACCEPTED },
+            ])
+            .unwrap();
+        // A later state change with only some fields keeps the others.
+        store
+            .write_blocking(vec![Write::ContainerState {
+                id: ContainerId(10),
+                state: GANTRY_CONTAINER_COMPLETED,
+                started_ms: None,
+                exit_code: Some(-9),
+                reason: Some("exited".into()),
+            }])
+            .unwrap();
+        drop(store);
+
+        let store = Store::open(&path).unwrap();
+        let r = store.load().unwrap();
+        let mut a1 = app(1);
+        a1.state = GANTRY_APP_FINISHED;
+        a1.diagnostics = "done".into();
+        a1.state_ms = 99;
+        assert_eq!(r.apps, vec![a1, app(2)]);
+        let mut c10 = container(10, 1);
+        c10.state = GANTRY_CONTAINER_COMPLETED;
+        c10.started_ms = Some(50);
+        c10.exit_code = Some(-9);
+        c10.reason = Some("exited".into());
+        assert_eq!(r.containers, vec![c10, container(11, 2)]);
+        let mut r5 = reservation(5);
+        r5.state = GANTRY_RESERVATION_ACCEPTED;
+        assert_eq!(r.reservations, vec![r5]);
+        assert_eq!(r.queues, Some(queues()));
+        assert_eq!((r.next_app_id, r.next_container_id, r.next_reservation_id), (3, 12, 6));
+        store.check_integrity().unwrap();
+    }
+
+    #[test]
+    fn an_empty_store_starts_ids_at_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.db")).unwrap();
+        let r = store.load().unwrap();
+        assert_eq!(
+            r,
+            Recovered { next_app_id: 1, next_container_id: 1, next_reservation_id: 1, ..Default::default() }
+        );
+    }
+
+    #[test]
+    fn counters_only_go_up_and_survive_deletion() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.db")).unwrap();
+        store
+            .write_blocking(vec![
+                Write::InsertApp(app(7)),
+                Write::UpsertContainer(container(40, 7)),
+                Write::NextIds(NextIds { app: 100, container: 3, reservation: 9 }),
+            ])
+            .unwrap();
+        store
+            .write_blocking(vec![Write::NextIds(NextIds { app: 50, container: 2, reservation: 2 })])
+            .unwrap();
+        store.write_blocking(vec![Write::DeleteApp { id: AppId(7) }]).unwrap();
+        let r = store.load().unwrap();
+        assert!(r.apps.is_empty());
+        assert!(r.containers.is_empty(), "containers go with their app");
+        assert_eq!((r.next_app_id, r.next_container_id, r.next_reservation_id), (100, 41, 9));
+    }
+
+    #[test]
+    fn a_refused_job_fails_alone_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.db")).unwrap();
+        store.write_blocking(vec![Write::InsertApp(app(1))]).unwrap();
+        // Queued back to back, so they usually share a batch; the outcome must not depend on it.
+        let good = store.submit(vec![Write::InsertApp(app(2))]).unwrap();
+        let dup = store.submit(vec![Write::InsertApp(app(3)), Write::InsertApp(app(1))]).unwrap();
+        let orphan = store.submit(vec![Write::UpsertContainer(container(5, 42))]).unwrap();
+        let unknown = store
+            .submit(vec![Write::AppState {
+                id: AppId(77),
+                state: GANTRY_APP_ACCEPTED,
+                diagnostics: String::new(),
+                at_ms: 0,
+            }])
+            .unwrap();
+        let mut too_big = app(4);
+        too_big.submit_ms = u64::MAX;
+        let too_big = store.submit(vec![Write::InsertApp(too_big)]).unwrap();
+        let good2 = store.submit(vec![Write::InsertApp(app(5))]).unwrap();
+        good.wait().unwrap();
+        good2.wait().unwrap();
+        for ack in [dup, orphan, unknown, too_big] {
+            assert!(matches!(ack.wait(), Err(StoreError::Refused(_))));
+        }
+        let r = store.load().unwrap();
+        let ids: Vec<u64> = r.apps.iter().map(|a| a.id.0).collect();
+        assert_eq!(ids, vec![1, 2, 5], "app 3 went with its job's duplicate");
+        assert!(r.containers.is_empty());
+        assert_eq!(r.next_app_id, 6);
+        assert_eq!(store.stats().failed_jobs, 4);
+    }
+
+    #[test]
+    fn a_batch_that_cannot_begin_fails_its_writers_and_the_next_one_works() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let options = StoreOptions { busy_timeout: Duration::ZERO, ..StoreOptions::default() };
+        let store = Store::open_with(&path, options).unwrap();
+        let blocker = Connection::open(&path).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let err = store.write_blocking(vec![Write::InsertApp(app(1))]).unwrap_err();
+        assert!(matches!(err, StoreError::Database(ref m) if m.contains("locked")), "{err}");
+        assert_eq!(store.stats().failed_transactions, 1);
+        blocker.execute_batch("ROLLBACK").unwrap();
+        store.write_blocking(vec![Write::InsertApp(app(2))]).unwrap();
+        let ids: Vec<u64> = store.load().unwrap().apps.iter().map(|a| a.id.0).collect();
+        assert_eq!(ids, vec![2]);
+    }
+
+    #[test]
+    fn the_same_queue_configuration_is_recorded_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.db")).unwrap();
+        let mut other = queues();
+        other[0].maximum = 0.9;
+        for (at, q) in [(1, queues()), (2, queues()), (3, other.clone()), (4, other.clone())] {
+            store.write_blocking(vec![Write::QueueConfig { at_ms: at, queues: q }]).unwrap();
+        }
+        let conn = store.reader().unwrap();
+        let n: i64 = conn.query_row("SELECT COUNT(*) FROM queue_configs", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(store.load().unwrap().queues, Some(other));
+    }
+
+    #[test]
+    fn a_second_opener_is_locked_out_until_the_first_closes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let first = Store::open(&path).unwrap();
+        assert!(matches!(Store::open(&path), Err(StoreError::Locked { .. })));
+        first.close().unwrap();
+        Store::open(&path).unwrap();
+    }
+
+    #[test]
+    fn schema_is_versioned_and_migrations_are_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        drop(Store::open(&path).unwrap());
+        drop(Store::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let rows: Vec<u32> = conn
+            .prepare("SELECT version FROM schema_version ORDER BY version")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(rows, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+        let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
+        assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        drop(Store::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        conn.execute("INSERT INTO schema_version VALUES (?1, 0, 'from the future')", [SCHEMA_VERSION + 1])
+            .unwrap();
+        drop(conn);
+        let err = Store::open(&path).unwrap_err();
+        assert_eq!(
+            err,
+            StoreError::TooNew { path: path.clone(), found: SCHEMA_VERSION + 1, supported: SCHEMA_VERSION }
+        );
+    }
+
+    #[test]
+    fn foreign_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = dir.path().join("other.db");
+        let conn = Connection::open(&other).unwrap();
+        conn.execute_batch("PRAGMA application_id = 1234; CREATE TABLE t (x)").unwrap();
+        drop(conn);
+        assert!(matches!(Store::open(&other), Err(StoreError::NotAStore { found: 1234, .. })));
+        let anonymous = dir.path().join("anonymous.db");
+        Connection::open(&anonymous).unwrap().execute_batch("CREATE TABLE t (x)").unwrap();
+        assert!(matches!(Store::open(&anonymous), Err(StoreError::NotAStore { found: 0, .. })));
+        let tables: i64 = Connection::open(&anonymous)
+            .unwrap()
+            .query_row("SELECT COUNT(*) FROM sqlite_schema", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(tables, 1, "nothing was added to the other program's file");
+        let garbage = dir.path().join("garbage.db");
+        std::fs::write(&garbage, vec![0x5a; 8192]).unwrap();
+        assert!(matches!(Store::open(&garbage), Err(StoreError::Open { .. })));
+        assert!(matches!(Store::open(dir.path().join("no/such/dir/s.db")), Err(StoreError::Open { .. })));
+    }
+
+    #[test]
+    fn a_corrupt_row_is_reported_not_guessed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = Store::open(&path).unwrap();
+        store.write_blocking(vec![Write::InsertApp(app(1))]).unwrap();
+        let conn = Connection::open(&path).unwrap();
+        conn.execute("UPDATE apps SET spec = '{\"requests\": 3}' WHERE id = 1", []).unwrap();
+        assert!(matches!(store.load(), Err(StoreError::Corrupt { what: "app", id: 1, .. })));
+    }
+
+    #[test]
+    fn old_rows_without_newer_optional_fields_still_read() {
+        let json = r#"{"requests":[{"resources":{"cpu_millis":1,"memory_bytes":2,"gpus":0},"count":4}]}"#;
+        let spec: SpecJson = serde_json::from_str(json).unwrap();
+        let r = RequestSpec::from(spec.requests.into_iter().next().unwrap());
+        assert_eq!(r, RequestSpec { resources: resources(1, 2, 0), count: 4, ..RequestSpec::default() });
+    }
+
+    #[test]
+    fn closing_finishes_queued_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = Store::open(&path).unwrap();
+        let acks: Vec<Ack> =
+            (1..=50).map(|i| store.submit(vec![Write::InsertApp(app(i))]).unwrap()).collect();
+        store.close().unwrap();
+        for a in acks {
+            a.wait().unwrap();
+        }
+        assert_eq!(Store::open(&path).unwrap().load().unwrap().apps.len(), 50);
+    }
+
+    #[test]
+    fn bench_reports_every_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let (rate, transactions) = bench_group_commit(&dir.path().join("b.db"), 4, 5).unwrap();
+        assert!(rate > 0.0);
+        assert!((1..=20).contains(&transactions));
+    }
+}

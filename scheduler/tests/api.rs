@@ -1,0 +1,1456 @@
+//! The REST API and the `gantry` CLI against an in-memory fake backend, over real HTTP on
+//! 127.0.0.1: every route's happy path and JSON shape (YARN's field names), filters, the error
+//! statuses and bodies, size limits, and the CLI's parsing and output. Requests are written by
+//! hand on a TCP socket so that malformed, mistyped and oversized ones reach the server exactly
+//! as sent.
+
+use clap::Parser;
+use gantry_engine::{Engine, EngineConfig, Event, GpuSpec, NodeSpec, QueueSpec};
+use gantry_scheduler::api::types::*;
+use gantry_scheduler::api::{self, ApiError, AppFilter, Backend, LogFile};
+use gantry_scheduler::cli::{self, CliError, ClientCommand};
+use gantry_sdk::abi::{GANTRY_APP_ACCEPTED, GANTRY_APP_NEW, GANTRY_APP_RUNNING, GantryResources};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const GIB: u64 = 1 << 30;
+
+fn res(cpu_millis: u64, memory_bytes: u64, gpus: u32) -> GantryResources {
+    GantryResources { cpu_millis, memory_bytes, gpus, reserved: 0 }
+}
+
+// ----- the fake backend ------------------------------------------------------------------------
+
+#[derive(Clone, Default)]
+struct Fake {
+    s: Arc<Mutex<FakeState>>,
+}
+
+#[derive(Default)]
+struct FakeState {
+    apps: Vec<AppInfo>,
+    nodes: Vec<NodeInfo>,
+    submitted: Vec<SubmitApp>,
+    killed: Vec<u64>,
+    reserved_ids: Vec<u64>,
+    next_id: u64,
+    persist_fails: bool,
+    logs: Vec<(u64, LogFile, Vec<u8>)>,
+    scheduler: Option<SchedulerInfo>,
+}
+
+fn container(id: u64, node: &str, state: ContainerState, exit_code: Option<i32>) -> ContainerInfo {
+    ContainerInfo {
+        id,
+        state,
+        node_id: node.into(),
+        request: 0,
+        resource: res(1500, 2 * GIB, 0).into(),
+        gpus: Vec::new(),
+        exit_code,
+        started_time: 1_700_000_000_000,
+        finished_time: 0,
+        diagnostics: String::new(),
+    }
+}
+
+impl Fake {
+    /// Two nodes, three apps (one running with a container on node-a, one finished, one
+    /// waiting), logs for two containers.
+    fn populated() -> Fake {
+        let fake = Fake::default();
+        {
+            let mut s = fake.s.lock().unwrap();
+            s.next_id = 10;
+            let mut a = NodeInfo::new(
+                "node-a",
+                "r1",
+                NodeState::Running,
+                res(4000, 8 * GIB, 1),
+                res(1500, 2 * GIB, 0),
+            );
+            a.labels.insert("zone".into(), "a".into());
+            a.num_containers = 1;
+            a.gpus.push(GpuInfo {
+                index: 0,
+                model: "A100".into(),
+                memory_bytes: 80 * GIB,
+                container_id: None,
+            });
+            let b = NodeInfo::new("node-b", "r2", NodeState::Lost, res(2000, 4 * GIB, 0), res(0, 0, 0));
+            s.nodes = vec![a, b];
+
+            let mut app1 = AppInfo::new(1, "train", "alice", "root.prod", AppState::Running);
+            app1.set_allocated(res(1500, 2 * GIB, 0));
+            app1.running_containers = 1;
+            app1.started_time = 1_700_000_000_000;
+            app1.elapsed_time = 125_000;
+            app1.max_app_attempts = 3;
+            app1.requests.push(RequestInfo {
+                resource: res(1500, 2 * GIB, 0).into(),
+                count: 1,
+                placed: 1,
+                gang: false,
+                priority: 0,
+                labels: BTreeMap::from([("zone".to_owned(), "a".to_owned())]),
+                rack_affinity: RackAffinity::None,
+                command: vec!["python".into(), "train.py".into()],
+            });
+            app1.containers.push(container(100, "node-a", ContainerState::Running, None));
+            let mut app2 = AppInfo::new(2, "etl", "bob", "root.default", AppState::Finished);
+            app2.containers.push(container(200, "node-a", ContainerState::Completed, Some(0)));
+            app2.containers.push(container(201, "node-b", ContainerState::Lost, Some(-1)));
+            let app3 = AppInfo::new(3, "", "alice", "root.default", AppState::Accepted);
+            let mut app4 = AppInfo::new(4, "old", "carol", "root.dev", AppState::Killed);
+            app4.diagnostics = "killed by request".into();
+            s.apps = vec![app1, app2, app3, app4];
+            s.logs = vec![
+                (100, LogFile::Stdout, b"hello from 100\nsecond line\n".to_vec()),
+                (100, LogFile::Stderr, b"warning: 100\n".to_vec()),
+                (200, LogFile::Stdout, b"done 200\n".to_vec()),
+                (201, LogFile::Stdout, b"lost 201\n".to_vec()),
+            ];
+            s.scheduler = Some(engine_scheduler_info().0);
+        }
+        fake
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        self.s.lock().unwrap()
+    }
+}
+
+impl Backend for Fake {
+    async fn info(&self) -> ClusterInfo {
+        let mut info = ClusterInfo::new(1_600_000_000_000, 1_700_000_000_000, "sqlite:/tmp/fake.db");
+        info.plugins.push(PluginInfo {
+            name: "packing".into(),
+            hooks: vec!["place".into()],
+            consecutive_failures: 0,
+            quarantined_until: None,
+        });
+        info
+    }
+
+    async fn metrics(&self) -> ClusterMetrics {
+        let s = self.state();
+        let mut m = ClusterMetrics::default();
+        for a in &s.apps {
+            m.count_app(a.state);
+        }
+        for n in &s.nodes {
+            m.count_node(n.state);
+        }
+        m.containers_allocated = 1;
+        m.containers_running = 1;
+        m.set_resources(res(4000, 8 * GIB, 1), res(1500, 2 * GIB, 0));
+        m
+    }
+
+    async fn nodes(&self) -> Vec<NodeInfo> {
+        self.state().nodes.clone()
+    }
+
+    async fn apps(&self, _filter: AppFilter) -> Vec<AppInfo> {
+        // Deliberately ignores the filter: the router must apply it.
+        self.state().apps.clone()
+    }
+
+    async fn app(&self, id: u64) -> Option<AppInfo> {
+        self.state().apps.iter().find(|a| a.id == id).cloned()
+    }
+
+    async fn new_application(&self) -> Result<NewApplication, ApiError> {
+        let mut s = self.state();
+        let id = s.next_id;
+        s.next_id += 1;
+        s.reserved_ids.push(id);
+        Ok(NewApplication { application_id: id, maximum_resource_capability: res(4000, 8 * GIB, 1).into() })
+    }
+
+    async fn submit(&self, req: SubmitApp) -> Result<u64, ApiError> {
+        let mut s = self.state();
+        if s.persist_fails {
+            return Err(ApiError::unavailable("cannot persist the submission: disk I/O error"));
+        }
+        let queue = req.queue.clone().unwrap_or_else(|| "root.default".into());
+        if !["root.default", "root.prod", "root.dev"].contains(&queue.as_str()) {
+            return Err(ApiError::unprocessable(format!("unknown queue `{queue}`")));
+        }
+        let id = match req.application_id {
+            Some(id) if s.apps.iter().any(|a| a.id == id) => {
+                return Err(ApiError::conflict(format!("application id {id} is already used")));
+            }
+            Some(id) if !s.reserved_ids.contains(&id) => {
+                return Err(ApiError::unprocessable(format!("application id {id} was not reserved")));
+            }
+            Some(id) => id,
+            None => {
+                let id = s.next_id;
+                s.next_id += 1;
+                id
+            }
+        };
+        let mut app = AppInfo::new(
+            id,
+            req.name.clone(),
+            req.user.clone().unwrap_or("nobody".into()),
+            queue,
+            AppState::Accepted,
+        );
+        app.requests = req.containers.iter().map(RequestInfo::from_request).collect();
+        s.apps.push(app);
+        s.submitted.push(req);
+        Ok(id)
+    }
+
+    async fn kill(&self, id: u64) -> Result<(), ApiError> {
+        let mut s = self.state();
+        s.killed.push(id);
+        let app = s.apps.iter_mut().find(|a| a.id == id).ok_or_else(|| ApiError::not_found("gone"))?;
+        // A running app stays RUNNING until its containers have stopped.
+        if app.running_containers == 0 {
+            app.set_state(AppState::Killed);
+        }
+        Ok(())
+    }
+
+    async fn scheduler(&self) -> SchedulerInfo {
+        self.state().scheduler.clone().unwrap_or_else(|| engine_scheduler_info().0)
+    }
+
+    async fn logs(&self, container: u64, file: LogFile, tail: Option<u64>) -> Result<Vec<u8>, ApiError> {
+        let s = self.state();
+        let (_, _, bytes) =
+            s.logs.iter().find(|(c, f, _)| *c == container && *f == file).ok_or_else(|| {
+                ApiError::not_found(format!("container {container} has no {} here", file.as_str()))
+            })?;
+        let start = tail.map_or(0, |t| bytes.len().saturating_sub(t as usize));
+        Ok(bytes[start..].to_vec())
+    }
+}
+
+/// Queue info built from a real engine: queues `root.prod` (70 %, max 100 %) and `root.dev`
+/// (30 %, max 50 %), one node of 4 cores and 8 GiB, one app of 1 core and 1 GiB running in
+/// prod, submitted through [`SubmitApp::to_app_spec`].
+fn engine_scheduler_info() -> (SchedulerInfo, Engine) {
+    let config = EngineConfig {
+        queues: vec![
+            QueueSpec { path: "root.prod".into(), guaranteed: 0.7, maximum: 1.0 },
+            QueueSpec { path: "root.dev".into(), guaranteed: 0.3, maximum: 0.5 },
+        ],
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::builtin(config).unwrap();
+    engine
+        .handle(
+            1,
+            Event::NodeRegistered(NodeSpec {
+                name: "node-a".into(),
+                rack: "r1".into(),
+                labels: vec![("zone".into(), "a".into())],
+                capacity: res(4000, 8 * GIB, 1),
+                gpu_list: vec![GpuSpec { index: 0, model: "A100".into(), memory_bytes: 80 * GIB }],
+            }),
+        )
+        .unwrap();
+    let mut submit: SubmitApp = serde_json::from_value(json!({
+        "application-name": "train",
+        "queue": "prod",
+        "containers": [{
+            "resource": {"cpuMillis": 1000, "memoryBytes": GIB},
+            "labels": {"zone": "a"},
+            "command": ["sleep", "60"]
+        }]
+    }))
+    .unwrap();
+    submit.validate().unwrap();
+    submit.normalize();
+    let commands =
+        engine.handle(2, Event::AppSubmitted(submit.to_app_spec("root.default", "alice"))).unwrap();
+    assert!(!commands.is_empty(), "the engine answers a submission");
+    let launched = engine.handle(3, Event::Tick).unwrap();
+    let container = launched
+        .iter()
+        .find_map(|c| match c {
+            gantry_engine::Command::Launch { container, .. } => Some(*container),
+            _ => None,
+        })
+        .expect("the app's container is placed");
+    engine.handle(4, Event::ContainerStarted { container }).unwrap();
+    let st = engine.state();
+    let info = SchedulerInfo::from_queues(
+        st.queues(),
+        |r| st.str(r).to_owned(),
+        st.cluster(),
+        |q| {
+            let apps = st.apps().iter().filter(|a| a.queue == q);
+            QueueApps {
+                active: apps.clone().filter(|a| a.state == GANTRY_APP_RUNNING).count() as u32,
+                pending: apps.filter(|a| matches!(a.state, GANTRY_APP_NEW | GANTRY_APP_ACCEPTED)).count()
+                    as u32,
+            }
+        },
+    );
+    (info, engine)
+}
+
+// ----- a real server and a raw HTTP client -----------------------------------------------------
+
+async fn serve(fake: Fake) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, api::router(fake)).await.unwrap() });
+    addr
+}
+
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// Asserts an error answer: the status, the `RemoteException` shape, the exception name,
+    /// and a message containing `needle`.
+    fn assert_error(&self, status: u16, exception: &str, needle: &str) {
+        assert_eq!(self.status, status, "body: {}", self.text());
+        assert!(
+            self.header("content-type").unwrap_or("").starts_with("application/json"),
+            "{:?}",
+            self.headers
+        );
+        let v = self.json();
+        let e = &v["RemoteException"];
+        assert_eq!(e["exception"], exception, "{v}");
+        assert!(e["javaClassName"].as_str().is_some_and(|s| !s.is_empty()), "{v}");
+        let message = e["message"].as_str().unwrap_or_default();
+        assert!(message.contains(needle), "message {message:?} lacks {needle:?}");
+    }
+}
+
+/// Sends one request on a fresh connection and reads the whole answer. The body is written
+/// by a task of its own so that a server that answers before reading it all (413) cannot
+/// deadlock the test; a reset after the answer has arrived is not an error.
+async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut rd, mut wr) = stream.into_split();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !body.is_empty() || method == "POST" || method == "PUT" {
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(body);
+    let writer = tokio::spawn(async move {
+        let _ = wr.write_all(&bytes).await;
+        wr
+    });
+    let mut raw = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match rd.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+    }
+    drop(writer.await);
+    parse_response(&raw)
+}
+
+fn parse_response(raw: &[u8]) -> Resp {
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no complete response head in {:?}", String::from_utf8_lossy(raw)));
+    let head = String::from_utf8(raw[..end].to_vec()).unwrap();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let rest = &raw[end + 4..];
+    let find =
+        |name: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone());
+    let body = if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        dechunk(rest)
+    } else if let Some(len) = find("content-length") {
+        let len: usize = len.parse().unwrap();
+        assert!(rest.len() >= len, "body cut short: {} of {len} bytes", rest.len());
+        rest[..len].to_vec()
+    } else {
+        rest.to_vec()
+    };
+    Resp { status, headers, body }
+}
+
+fn dechunk(mut rest: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = rest.windows(2).position(|w| w == b"\r\n").expect("chunk size line");
+        let size = usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).unwrap().trim(), 16).unwrap();
+        rest = &rest[line_end + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&rest[..size]);
+        rest = &rest[size + 2..];
+    }
+}
+
+async fn get(addr: SocketAddr, path: &str) -> Resp {
+    http(addr, "GET", path, &[], b"").await
+}
+
+async fn send_json(addr: SocketAddr, method: &str, path: &str, body: &str) -> Resp {
+    http(addr, method, path, &[("Content-Type", "application/json")], body.as_bytes()).await
+}
+
+fn valid_submission() -> Value {
+    json!({
+        "application-name": "hello",
+        "queue": "default",
+        "user": "alice",
+        "priority": 5,
+        "max-app-attempts": 2,
+        "containers": [{
+            "resource": {"cpuMillis": 500, "memoryBytes": 268435456, "gpus": 0},
+            "count": 3,
+            "gang": true,
+            "labels": {"zone": "a"},
+            "rackAffinity": "required",
+            "command": ["echo", "hello"],
+            "env": {"GREETING": "hi"}
+        }]
+    })
+}
+
+// ----- routes: happy paths and shapes ----------------------------------------------------------
+
+#[tokio::test]
+async fn cluster_info_has_yarns_shape_at_both_paths() {
+    let addr = serve(Fake::populated()).await;
+    for path in ["/ws/v1/cluster", "/ws/v1/cluster/info"] {
+        let r = get(addr, path).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        assert!(r.header("content-type").unwrap().starts_with("application/json"));
+        let v = r.json();
+        let info = &v["clusterInfo"];
+        assert_eq!(info["id"], 1_600_000_000_000u64);
+        assert_eq!(info["startedOn"], 1_700_000_000_000u64);
+        assert_eq!(info["state"], "STARTED");
+        assert_eq!(info["haState"], "ACTIVE");
+        assert_eq!(info["rmStateStoreName"], "sqlite:/tmp/fake.db");
+        assert_eq!(info["resourceManagerVersion"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(info["plugins"][0]["name"], "packing");
+        assert_eq!(info["plugins"][0]["consecutiveFailures"], 0);
+    }
+}
+
+#[tokio::test]
+async fn cluster_metrics_count_apps_nodes_containers_and_resources() {
+    let addr = serve(Fake::populated()).await;
+    let r = get(addr, "/ws/v1/cluster/metrics").await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    let m = &v["clusterMetrics"];
+    assert_eq!(m["appsSubmitted"], 4);
+    assert_eq!(m["appsRunning"], 1);
+    assert_eq!(m["appsCompleted"], 1);
+    assert_eq!(m["appsPending"], 1);
+    assert_eq!(m["appsKilled"], 1);
+    assert_eq!(m["appsFailed"], 0);
+    assert_eq!(m["totalMB"], 8192);
+    assert_eq!(m["allocatedMB"], 2048);
+    assert_eq!(m["availableMB"], 6144);
+    assert_eq!(m["totalVirtualCores"], 4);
+    assert_eq!(m["allocatedVirtualCores"], 1, "1.5 cores round down");
+    assert_eq!(m["availableVirtualCores"], 2, "2.5 cores round down");
+    assert_eq!(m["allocatedResources"]["cpuMillis"], 1500);
+    assert_eq!(m["availableResources"]["cpuMillis"], 2500);
+    assert_eq!(m["totalResources"]["gpus"], 1);
+    assert_eq!(m["containersAllocated"], 1);
+    assert_eq!(m["totalNodes"], 2);
+    assert_eq!(m["activeNodes"], 1);
+    assert_eq!(m["lostNodes"], 1);
+    assert_eq!(m["unhealthyNodes"], 0);
+    assert_eq!(m["decommissioningNodes"], 0);
+}
+
+#[tokio::test]
+async fn nodes_list_and_one_node_and_unknown_node() {
+    let addr = serve(Fake::populated()).await;
+    let v = get(addr, "/ws/v1/cluster/nodes").await.json();
+    let nodes = v["nodes"]["node"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2);
+    let a = &nodes[0];
+    assert_eq!(a["id"], "node-a");
+    assert_eq!(a["rack"], "r1");
+    assert_eq!(a["state"], "RUNNING");
+    assert_eq!(a["nodeHostName"], "node-a");
+    assert_eq!(a["numContainers"], 1);
+    assert_eq!(a["usedMemoryMB"], 2048);
+    assert_eq!(a["availMemoryMB"], 6144);
+    assert_eq!(a["usedVirtualCores"], 1);
+    assert_eq!(a["availableVirtualCores"], 2);
+    assert_eq!(a["totalResource"]["memory"], 8192);
+    assert_eq!(a["totalResource"]["vCores"], 4);
+    assert_eq!(a["usedResource"]["cpuMillis"], 1500);
+    assert_eq!(a["labels"]["zone"], "a");
+    assert_eq!(a["gpus"][0]["model"], "A100");
+    assert_eq!(nodes[1]["state"], "LOST");
+
+    let one = get(addr, "/ws/v1/cluster/nodes/node-b").await;
+    assert_eq!(one.status, 200);
+    assert_eq!(one.json()["node"]["id"], "node-b");
+
+    get(addr, "/ws/v1/cluster/nodes/node-z").await.assert_error(404, "NotFoundException", "node-z");
+}
+
+#[tokio::test]
+async fn submit_is_accepted_with_location_and_the_app_can_be_read_back() {
+    let fake = Fake::populated();
+    let addr = serve(fake.clone()).await;
+    let r = send_json(addr, "POST", "/ws/v1/cluster/apps", &valid_submission().to_string()).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(r.header("location"), Some("/ws/v1/cluster/apps/10"));
+    assert_eq!(r.json(), json!({"application-id": 10}));
+
+    {
+        let s = fake.state();
+        let sub = s.submitted.last().unwrap();
+        assert_eq!(sub.queue.as_deref(), Some("root.default"), "the queue is normalised to a full path");
+        assert_eq!(sub.name, "hello");
+        assert_eq!(sub.max_app_attempts, 2);
+        let c = &sub.containers[0];
+        assert_eq!(c.resource, ResourceRequest { cpu_millis: 500, memory_bytes: 256 << 20, gpus: 0 });
+        assert_eq!((c.count, c.gang, c.rack_affinity), (3, true, RackAffinity::Required));
+        assert_eq!(c.command, ["echo", "hello"]);
+        assert_eq!(c.env["GREETING"], "hi");
+    }
+
+    let v = get(addr, "/ws/v1/cluster/apps/10").await.json();
+    let app = &v["app"];
+    assert_eq!(app["id"], 10);
+    assert_eq!(app["name"], "hello");
+    assert_eq!(app["user"], "alice");
+    assert_eq!(app["queue"], "root.default");
+    assert_eq!(app["state"], "ACCEPTED");
+    assert_eq!(app["finalStatus"], "UNDEFINED");
+    for field in [
+        "progress",
+        "diagnostics",
+        "startedTime",
+        "finishedTime",
+        "elapsedTime",
+        "allocatedMB",
+        "allocatedVCores",
+        "runningContainers",
+    ] {
+        assert!(app.get(field).is_some(), "app lacks YARN's `{field}`: {app}");
+    }
+    assert_eq!(app["requests"][0]["count"], 3);
+    assert_eq!(app["requests"][0]["resource"]["cpuMillis"], 500);
+    assert_eq!(app["requests"][0]["command"], json!(["echo", "hello"]));
+    assert!(app["requests"][0].get("env").is_none(), "the environment is not echoed back");
+
+    let s = get(addr, "/ws/v1/cluster/apps/10/state").await;
+    assert_eq!((s.status, s.json()), (200, json!({"state": "ACCEPTED"})));
+}
+
+#[tokio::test]
+async fn a_submission_with_only_the_required_fields_gets_defaults() {
+    let fake = Fake::populated();
+    let addr = serve(fake.clone()).await;
+    let body = json!({"containers": [{"resource": {"cpuMillis": 1000, "memoryBytes": 1048576}, "command": ["true"]}]});
+    let r = send_json(addr, "POST", "/ws/v1/cluster/apps", &body.to_string()).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    let s = fake.state();
+    let sub = s.submitted.last().unwrap();
+    assert_eq!((sub.queue.as_deref(), sub.user.as_deref(), sub.priority), (None, None, 0));
+    assert_eq!((sub.containers[0].count, sub.containers[0].gang), (1, false));
+    assert_eq!(sub.containers[0].resource.gpus, 0);
+}
+
+#[tokio::test]
+async fn new_application_reserves_an_id_that_a_submission_can_use_once() {
+    let addr = serve(Fake::populated()).await;
+    let r = http(addr, "POST", "/ws/v1/cluster/apps/new-application", &[], b"").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["application-id"], 10);
+    assert_eq!(v["maximum-resource-capability"]["memory"], 8192);
+    assert_eq!(v["maximum-resource-capability"]["vCores"], 4);
+
+    let mut body = valid_submission();
+    body["application-id"] = json!(10);
+    let r = send_json(addr, "POST", "/ws/v1/cluster/apps", &body.to_string()).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(r.json()["application-id"], 10);
+    send_json(addr, "POST", "/ws/v1/cluster/apps", &body.to_string()).await.assert_error(
+        409,
+        "ConflictException",
+        "already used",
+    );
+}
+
+#[tokio::test]
+async fn apps_are_filtered_by_state_queue_user_and_limit() {
+    let addr = serve(Fake::populated()).await;
+    let ids = |v: Value| -> Vec<u64> {
+        v["apps"]["app"].as_array().unwrap().iter().map(|a| a["id"].as_u64().unwrap()).collect()
+    };
+    assert_eq!(ids(get(addr, "/ws/v1/cluster/apps").await.json()), [1, 2, 3, 4]);
+    assert_eq!(ids(get(addr, "/ws/v1/cluster/apps?states=RUNNING").await.json()), [1]);
+    assert_eq!(ids(get(addr, "/ws/v1/cluster/apps?states=running,finished").await.json()), [1, 2]);
+    assert_eq!(ids(get(addr, "/ws/v1/cluster/apps?state=KILLED").await.json()), [4]);
+    assert_eq!(ids(get(addr, "/ws/v1/cluster/apps?queue=root.default").await.json()), [2, 3]);
+    assert_eq!(ids(get(addr, "/ws/v1/cluster/apps?queue=prod").await.json()), [1], "a leaf's own name");
+    assert_eq!(ids(get(addr, "/ws/v1/cluster/apps?user=alice").await.json()), [1, 3]);
+    assert_eq!(ids(get(addr, "/ws/v1/cluster/apps?user=alice&states=ACCEPTED").await.json()), [3]);
+    assert_eq!(ids(get(addr, "/ws/v1/cluster/apps?limit=2").await.json()), [1, 2]);
+    assert_eq!(ids(get(addr, "/ws/v1/cluster/apps?user=nobody").await.json()), Vec::<u64>::new());
+    assert_eq!(get(addr, "/ws/v1/cluster/apps?user=nobody").await.json(), json!({"apps": {"app": []}}));
+    assert_eq!(
+        ids(get(addr, "/ws/v1/cluster/apps?queue=&user=").await.json()),
+        [1, 2, 3, 4],
+        "empty = no filter"
+    );
+
+    get(addr, "/ws/v1/cluster/apps?states=SLEEPING").await.assert_error(
+        400,
+        "BadRequestException",
+        "SLEEPING",
+    );
+    get(addr, "/ws/v1/cluster/apps?limit=-1").await.assert_error(400, "BadRequestException", "limit");
+    get(addr, "/ws/v1/cluster/apps?limit=0").await.assert_error(400, "BadRequestException", "limit");
+    get(addr, "/ws/v1/cluster/apps?colour=red").await.assert_error(400, "BadRequestException", "colour");
+}
+
+#[test]
+fn rejected_apps_read_as_failed() {
+    assert_eq!(AppState::from_abi(gantry_sdk::abi::GANTRY_APP_REJECTED), Some(AppState::Failed));
+    assert_eq!(FinalStatus::of(AppState::Failed), FinalStatus::Failed);
+    assert_eq!(AppState::from_abi(gantry_sdk::abi::GANTRY_APP_RUNNING), Some(AppState::Running));
+    assert_eq!(AppState::from_abi(99), None);
+    assert_eq!(NodeState::from_abi(gantry_sdk::abi::GANTRY_NODE_DRAINING), Some(NodeState::Decommissioning));
+}
+
+#[tokio::test]
+async fn unknown_and_malformed_app_ids() {
+    let addr = serve(Fake::populated()).await;
+    get(addr, "/ws/v1/cluster/apps/999").await.assert_error(404, "NotFoundException", "999");
+    get(addr, "/ws/v1/cluster/apps/999/state").await.assert_error(404, "NotFoundException", "999");
+    get(addr, "/ws/v1/cluster/apps/application_1_2").await.assert_error(
+        400,
+        "BadRequestException",
+        "not a number",
+    );
+    get(addr, "/ws/v1/cluster/apps/-1/state").await.assert_error(400, "BadRequestException", "not a number");
+}
+
+// ----- routes: kill ----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn put_killed_kills_and_answers_with_the_state() {
+    let fake = Fake::populated();
+    let addr = serve(fake.clone()).await;
+    // A running app: 202, still RUNNING while its containers stop.
+    let r = send_json(addr, "PUT", "/ws/v1/cluster/apps/1/state", r#"{"state":"KILLED"}"#).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(r.json(), json!({"state": "RUNNING"}));
+    assert_eq!(r.header("location"), Some("/ws/v1/cluster/apps/1/state"));
+    // An accepted app with nothing running: killed at once (lower case is accepted).
+    let r = send_json(addr, "PUT", "/ws/v1/cluster/apps/3/state", r#"{"state":"killed"}"#).await;
+    assert_eq!((r.status, r.json()), (202, json!({"state": "KILLED"})));
+    // Already killed: 200 and nothing asked of the backend.
+    let r = send_json(addr, "PUT", "/ws/v1/cluster/apps/4/state", r#"{"state":"KILLED"}"#).await;
+    assert_eq!((r.status, r.json()), (200, json!({"state": "KILLED"})));
+    assert_eq!(fake.state().killed, [1, 3]);
+}
+
+#[tokio::test]
+async fn put_state_refuses_other_states_ended_apps_and_unknown_apps() {
+    let fake = Fake::populated();
+    let addr = serve(fake.clone()).await;
+    let path = "/ws/v1/cluster/apps/1/state";
+    send_json(addr, "PUT", path, r#"{"state":"RUNNING"}"#).await.assert_error(
+        400,
+        "BadRequestException",
+        "only KILLED",
+    );
+    send_json(addr, "PUT", path, r#"{"state":"FINISHED"}"#).await.assert_error(
+        400,
+        "BadRequestException",
+        "FINISHED",
+    );
+    send_json(addr, "PUT", path, r#"{"state":"KILLED","why":"x"}"#).await.assert_error(
+        422,
+        "UnprocessableEntityException",
+        "why",
+    );
+    send_json(addr, "PUT", path, r#"{"state":"#).await.assert_error(
+        400,
+        "BadRequestException",
+        "malformed JSON",
+    );
+    send_json(addr, "PUT", "/ws/v1/cluster/apps/2/state", r#"{"state":"KILLED"}"#).await.assert_error(
+        409,
+        "ConflictException",
+        "FINISHED",
+    );
+    send_json(addr, "PUT", "/ws/v1/cluster/apps/999/state", r#"{"state":"KILLED"}"#).await.assert_error(
+        404,
+        "NotFoundException",
+        "999",
+    );
+    assert!(fake.state().killed.is_empty(), "no refused request reached the backend");
+    assert_eq!(fake.state().apps[0].state, AppState::Running);
+}
+
+// ----- routes: refused submissions change nothing ----------------------------------------------
+
+#[tokio::test]
+async fn malformed_mistyped_and_absurd_submissions_are_refused_with_a_message() {
+    let fake = Fake::populated();
+    let addr = serve(fake.clone()).await;
+    let path = "/ws/v1/cluster/apps";
+    let with = |edit: &dyn Fn(&mut Value)| {
+        let mut v = valid_submission();
+        edit(&mut v);
+        v.to_string()
+    };
+    let cases: Vec<(String, u16, &str, &str)> = vec![
+        ("{\"containers\": [".into(), 400, "BadRequestException", "malformed JSON"),
+        ("".into(), 400, "BadRequestException", "malformed JSON"),
+        ("[1, 2]".into(), 422, "UnprocessableEntityException", "invalid request body"),
+        (with(&|v| v["colour"] = json!("red")), 422, "UnprocessableEntityException", "colour"),
+        (
+            with(&|v| v["containers"][0]["resource"]["memory"] = json!(512)),
+            422,
+            "UnprocessableEntityException",
+            "unknown field `memory`",
+        ),
+        (
+            with(&|v| v["containers"][0]["resource"]["memoryBytes"] = json!(-1)),
+            422,
+            "UnprocessableEntityException",
+            "containers[0].resource.memoryBytes",
+        ),
+        (
+            with(&|v| v["containers"][0]["resource"]["cpuMillis"] = json!(1.5)),
+            422,
+            "UnprocessableEntityException",
+            "cpuMillis",
+        ),
+        (
+            with(&|v| v["containers"][0]["resource"]["cpuMillis"] = json!(5)),
+            422,
+            "UnprocessableEntityException",
+            "containers[0].resource.cpuMillis: 5 millicores",
+        ),
+        (
+            with(&|v| v["containers"][0]["resource"]["cpuMillis"] = json!(1u64 << 40)),
+            422,
+            "UnprocessableEntityException",
+            "cpuMillis",
+        ),
+        (
+            with(&|v| v["containers"][0]["resource"]["memoryBytes"] = json!(1u64 << 60)),
+            422,
+            "UnprocessableEntityException",
+            "memoryBytes",
+        ),
+        (
+            with(&|v| v["containers"][0]["resource"]["gpus"] = json!(100_000)),
+            422,
+            "UnprocessableEntityException",
+            "gpus",
+        ),
+        (
+            with(&|v| v["containers"][0]["command"] = json!([])),
+            422,
+            "UnprocessableEntityException",
+            "command",
+        ),
+        (
+            with(&|v| v["containers"][0]["command"] = json!([""])),
+            422,
+            "UnprocessableEntityException",
+            "command[0]",
+        ),
+        (
+            with(&|v| v["containers"][0]["command"] = json!(["echo", "a\u{0}b"])),
+            422,
+            "UnprocessableEntityException",
+            "command[1]",
+        ),
+        (
+            with(&|v| {
+                v["containers"][0].as_object_mut().unwrap().remove("command");
+            }),
+            422,
+            "UnprocessableEntityException",
+            "command",
+        ),
+        (with(&|v| v["containers"][0]["count"] = json!(0)), 422, "UnprocessableEntityException", "count"),
+        (
+            with(&|v| v["containers"][0]["count"] = json!(1_000_000)),
+            422,
+            "UnprocessableEntityException",
+            "count",
+        ),
+        (with(&|v| v["containers"] = json!([])), 422, "UnprocessableEntityException", "containers"),
+        (
+            with(&|v| v["max-app-attempts"] = json!(1000)),
+            422,
+            "UnprocessableEntityException",
+            "max-app-attempts",
+        ),
+        (with(&|v| v["priority"] = json!(1u64 << 40)), 422, "UnprocessableEntityException", "priority"),
+        (
+            with(&|v| v["application-name"] = json!("x".repeat(300))),
+            422,
+            "UnprocessableEntityException",
+            "application-name",
+        ),
+        (with(&|v| v["queue"] = json!("root..prod")), 422, "UnprocessableEntityException", "queue"),
+        (with(&|v| v["user"] = json!("")), 422, "UnprocessableEntityException", "user"),
+        (
+            with(&|v| v["containers"][0]["env"] = json!({"A=B": "c"})),
+            422,
+            "UnprocessableEntityException",
+            "env",
+        ),
+        (
+            with(&|v| v["containers"][0]["labels"] = json!({"": "x"})),
+            422,
+            "UnprocessableEntityException",
+            "labels",
+        ),
+        (
+            with(&|v| v["containers"][0]["rackAffinity"] = json!("sometimes")),
+            422,
+            "UnprocessableEntityException",
+            "rackAffinity",
+        ),
+        (
+            with(&|v| v["containers"][0]["expectedMs"] = json!(1u64 << 50)),
+            422,
+            "UnprocessableEntityException",
+            "expectedMs",
+        ),
+        (with(&|v| v["application-id"] = json!(0)), 422, "UnprocessableEntityException", "application-id"),
+        // The backend's own refusal passes through with its status.
+        (with(&|v| v["queue"] = json!("nowhere")), 422, "UnprocessableEntityException", "root.nowhere"),
+    ];
+    for (body, status, exception, needle) in &cases {
+        let r = send_json(addr, "POST", path, body).await;
+        r.assert_error(*status, exception, needle);
+    }
+    // Not JSON at all.
+    let r = http(
+        addr,
+        "POST",
+        path,
+        &[("Content-Type", "text/plain")],
+        valid_submission().to_string().as_bytes(),
+    )
+    .await;
+    r.assert_error(415, "UnsupportedMediaTypeException", "Content-Type: application/json");
+    let r = http(addr, "POST", path, &[], valid_submission().to_string().as_bytes()).await;
+    r.assert_error(415, "UnsupportedMediaTypeException", "application/json");
+
+    let s = fake.state();
+    assert!(s.submitted.is_empty(), "a refused submission reached the backend");
+    assert_eq!(s.apps.len(), 4);
+}
+
+#[tokio::test]
+async fn an_oversized_body_gets_413_and_changes_nothing() {
+    let fake = Fake::populated();
+    let addr = serve(fake.clone()).await;
+    // Valid JSON, padded past the limit with spaces: only its size is wrong.
+    let mut body = valid_submission().to_string().into_bytes();
+    body.resize(api::MAX_BODY_BYTES + 1, b' ');
+    let r = http(addr, "POST", "/ws/v1/cluster/apps", &[("Content-Type", "application/json")], &body).await;
+    r.assert_error(413, "PayloadTooLargeException", &api::MAX_BODY_BYTES.to_string());
+    // Just under the limit is fine.
+    body.truncate(api::MAX_BODY_BYTES);
+    let r = http(addr, "POST", "/ws/v1/cluster/apps", &[("Content-Type", "application/json")], &body).await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    assert_eq!(fake.state().submitted.len(), 1);
+}
+
+#[tokio::test]
+async fn a_backend_that_cannot_persist_gives_503_and_records_nothing() {
+    let fake = Fake::populated();
+    fake.state().persist_fails = true;
+    let addr = serve(fake.clone()).await;
+    let r = send_json(addr, "POST", "/ws/v1/cluster/apps", &valid_submission().to_string()).await;
+    r.assert_error(503, "ServiceUnavailableException", "cannot persist");
+    assert!(fake.state().submitted.is_empty());
+    assert_eq!(get(addr, "/ws/v1/cluster/apps").await.json()["apps"]["app"].as_array().unwrap().len(), 4);
+}
+
+// ----- routes: methods and paths ---------------------------------------------------------------
+
+#[tokio::test]
+async fn wrong_methods_get_405_and_unknown_paths_404_both_in_json() {
+    let addr = serve(Fake::populated()).await;
+    for (method, path) in [
+        ("DELETE", "/ws/v1/cluster/apps"),
+        ("POST", "/ws/v1/cluster/info"),
+        ("PUT", "/ws/v1/cluster/nodes"),
+        ("GET", "/ws/v1/cluster/apps/new-application"),
+        ("POST", "/ws/v1/cluster/apps/1/state"),
+        ("DELETE", "/ws/v1/cluster/apps/1"),
+    ] {
+        let r = http(addr, method, path, &[], b"").await;
+        r.assert_error(405, "MethodNotAllowedException", method);
+        assert!(r.header("allow").is_some_and(|a| !a.is_empty()), "405 without Allow: {:?}", r.headers);
+    }
+    get(addr, "/ws/v1/cluster/nope").await.assert_error(404, "NotFoundException", "/ws/v1/cluster/nope");
+    get(addr, "/ws/v1/cluster/apps/").await.assert_error(404, "NotFoundException", "trailing slash");
+    get(addr, "/metrics/x").await.assert_error(404, "NotFoundException", "/ws/v1/cluster");
+}
+
+// ----- routes: scheduler and logs --------------------------------------------------------------
+
+#[tokio::test]
+async fn scheduler_reports_the_engines_queue_tree_in_yarns_shape() {
+    let addr = serve(Fake::populated()).await;
+    let v = get(addr, "/ws/v1/cluster/scheduler").await.json();
+    let info = &v["scheduler"]["schedulerInfo"];
+    assert_eq!(info["type"], "capacityScheduler");
+    assert_eq!(info["queueName"], "root");
+    assert_eq!(info["capacity"], 100.0);
+    assert_eq!(info["maxCapacity"], 100.0);
+    assert_eq!(info["usedCapacity"], 25.0, "1 of 4 cores is the dominant share");
+    assert_eq!(info["totalResources"]["cpuMillis"], 4000);
+    let queues = info["queues"]["queue"].as_array().unwrap();
+    let by_name =
+        |n: &str| queues.iter().find(|q| q["queueName"] == n).unwrap_or_else(|| panic!("{n} in {v}"));
+    let prod = by_name("prod");
+    assert_eq!(prod["queuePath"], "root.prod");
+    assert_eq!(prod["type"], "capacitySchedulerLeafQueueInfo");
+    assert_eq!(prod["leaf"], true);
+    assert_eq!(prod["state"], "RUNNING");
+    assert_eq!(prod["capacity"], 70.0);
+    assert_eq!(prod["maxCapacity"], 100.0);
+    assert_eq!(prod["absoluteCapacity"], 70.0);
+    assert_eq!(prod["absoluteMaxCapacity"], 100.0);
+    assert_eq!(prod["absoluteUsedCapacity"], 25.0);
+    assert_eq!(prod["usedCapacity"], 35.71, "1000 of the 2800 guaranteed millicores");
+    assert_eq!(prod["numApplications"], 1);
+    assert_eq!(prod["numActiveApplications"], 1);
+    assert_eq!(prod["numPendingApplications"], 0);
+    assert_eq!(prod["resourcesUsed"]["cpuMillis"], 1000);
+    assert_eq!(prod["resourcesUsed"]["memory"], 1024);
+    assert_eq!(prod["guaranteedResources"]["cpuMillis"], 2800);
+    assert!(prod.get("queues").is_none(), "a leaf has no children");
+    let dev = by_name("dev");
+    assert_eq!(dev["capacity"], 30.0);
+    assert_eq!(dev["maxCapacity"], 50.0);
+    assert_eq!(dev["absoluteMaxCapacity"], 50.0);
+    assert_eq!(dev["usedCapacity"], 0.0);
+    assert_eq!(dev["maximumResources"]["cpuMillis"], 2000);
+}
+
+#[test]
+fn nested_queues_nest_with_multiplied_absolute_capacities() {
+    let config = EngineConfig {
+        queues: vec![
+            QueueSpec { path: "root.prod".into(), guaranteed: 0.5, maximum: 0.8 },
+            QueueSpec { path: "root.prod.etl".into(), guaranteed: 0.4, maximum: 0.5 },
+            QueueSpec { path: "root.prod.web".into(), guaranteed: 0.6, maximum: 1.0 },
+            QueueSpec { path: "root.dev".into(), guaranteed: 0.5, maximum: 1.0 },
+        ],
+        ..EngineConfig::default()
+    };
+    let engine = Engine::builtin(config).unwrap();
+    let st = engine.state();
+    let info = SchedulerInfo::from_queues(
+        st.queues(),
+        |r| st.str(r).to_owned(),
+        st.cluster(),
+        |_| QueueApps::default(),
+    );
+    let prod = info.queues.queue.iter().find(|q| q.queue_name == "prod").unwrap();
+    assert!(!prod.leaf);
+    assert_eq!(prod.kind, None);
+    let children = &prod.queues.as_ref().unwrap().queue;
+    let names: Vec<&str> = children.iter().map(|q| q.queue_path.as_str()).collect();
+    assert_eq!(names, ["root.prod.etl", "root.prod.web"]);
+    assert_eq!(children[0].absolute_capacity, 20.0);
+    assert_eq!(children[0].absolute_max_capacity, 40.0);
+    let flat: Vec<&str> = prod.flatten().iter().map(|q| q.queue_path.as_str()).collect();
+    assert_eq!(flat, ["root.prod", "root.prod.etl", "root.prod.web"]);
+    // No nodes: no capacity, and no NaN or infinity in the answer.
+    assert_eq!(info.used_capacity, 0.0);
+    assert!(serde_json::to_string(&info).unwrap().contains("\"usedCapacity\":0.0"));
+}
+
+#[tokio::test]
+async fn logs_come_back_as_text_with_tail_and_clear_errors() {
+    let addr = serve(Fake::populated()).await;
+    let r = get(addr, "/ws/v1/cluster/containers/100/logs/stdout").await;
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+    assert_eq!(r.text(), "hello from 100\nsecond line\n");
+    assert_eq!(get(addr, "/ws/v1/cluster/containers/100/logs/stderr").await.text(), "warning: 100\n");
+    assert_eq!(get(addr, "/ws/v1/cluster/containers/100/logs/stdout?tail=12").await.text(), "second line\n");
+    assert_eq!(get(addr, "/ws/v1/cluster/containers/100/logs/stdout?tail=0").await.text(), "");
+
+    let base = "/ws/v1/cluster/containers";
+    get(addr, &format!("{base}/100/logs/syslog")).await.assert_error(404, "NotFoundException", "stdout");
+    get(addr, &format!("{base}/100/logs/stdout?tail=lots")).await.assert_error(
+        400,
+        "BadRequestException",
+        "tail",
+    );
+    get(addr, &format!("{base}/100/logs/stdout?tail=99999999999")).await.assert_error(
+        400,
+        "BadRequestException",
+        "tail",
+    );
+    get(addr, &format!("{base}/100/logs/stdout?lines=3")).await.assert_error(
+        400,
+        "BadRequestException",
+        "lines",
+    );
+    get(addr, &format!("{base}/x/logs/stdout")).await.assert_error(
+        400,
+        "BadRequestException",
+        "not a number",
+    );
+    get(addr, &format!("{base}/555/logs/stdout")).await.assert_error(404, "NotFoundException", "555");
+}
+
+// ----- the typed client ------------------------------------------------------------------------
+
+#[tokio::test]
+async fn the_typed_client_reads_what_the_router_writes() {
+    let addr = serve(Fake::populated()).await;
+    let client = api::client::Client::new(&format!("{addr}")).unwrap();
+    assert_eq!(client.base_url(), format!("http://{addr}"));
+    assert_eq!(client.info().await.unwrap().ha_state, "ACTIVE");
+    assert_eq!(client.metrics().await.unwrap().apps_submitted, 4);
+    assert_eq!(client.nodes().await.unwrap().len(), 2);
+    assert_eq!(client.node("node-a").await.unwrap().labels["zone"], "a");
+    let filter = AppFilter { states: vec![AppState::Running], ..AppFilter::default() };
+    assert_eq!(client.apps(&filter).await.unwrap().len(), 1);
+    assert_eq!(client.app_state(2).await.unwrap(), AppState::Finished);
+    let new = client.new_application().await.unwrap();
+    let mut sub: SubmitApp = serde_json::from_value(valid_submission()).unwrap();
+    sub.application_id = Some(new.application_id);
+    assert_eq!(client.submit(&sub).await.unwrap(), new.application_id);
+    let outcome = client.kill(new.application_id).await.unwrap();
+    assert!(outcome.accepted);
+    assert_eq!(outcome.state, AppState::Killed);
+    assert!(!client.kill(new.application_id).await.unwrap().accepted);
+    assert_eq!(client.scheduler().await.unwrap().queue_name, "root");
+    assert_eq!(&client.logs(100, LogFile::Stderr, None).await.unwrap()[..], b"warning: 100\n");
+
+    let e = client.app(999).await.unwrap_err();
+    assert_eq!(e.status(), Some(404));
+    assert!(e.to_string().contains("999"), "{e}");
+    for bad in ["https://x:1", "ftp://x", "http://x:1/?q=1", "http://"] {
+        assert!(api::client::Client::new(bad).is_err(), "{bad}");
+    }
+}
+
+// ----- the CLI: parsing ------------------------------------------------------------------------
+
+#[derive(Debug, Parser)]
+struct TestCli {
+    #[command(subcommand)]
+    cmd: ClientCommand,
+}
+
+fn parse(args: &[&str]) -> Result<ClientCommand, clap::Error> {
+    TestCli::try_parse_from(std::iter::once("gantry").chain(args.iter().copied())).map(|c| c.cmd)
+}
+
+#[test]
+fn cpu_amounts_are_exact_millicores() {
+    assert_eq!(cli::parse_cpu("1"), Ok(1000));
+    assert_eq!(cli::parse_cpu("1.5"), Ok(1500));
+    assert_eq!(cli::parse_cpu("0.25"), Ok(250));
+    assert_eq!(cli::parse_cpu(".5"), Ok(500));
+    assert_eq!(cli::parse_cpu("0.001"), Ok(1));
+    assert_eq!(cli::parse_cpu("500m"), Ok(500));
+    assert_eq!(cli::parse_cpu(" 2 "), Ok(2000));
+    for bad in ["0", "0.0", "-1", "1.0005", "abc", "", "1e3", "m", "1.5m", "99999999999999999999"] {
+        assert!(cli::parse_cpu(bad).is_err(), "{bad:?} was accepted");
+    }
+}
+
+#[test]
+fn memory_sizes_use_binary_units_and_bare_numbers_are_mib() {
+    assert_eq!(cli::parse_memory("512M"), Ok(512 << 20));
+    assert_eq!(cli::parse_memory("512"), Ok(512 << 20));
+    assert_eq!(cli::parse_memory("2G"), Ok(2 << 30));
+    assert_eq!(cli::parse_memory("2g"), Ok(2 << 30));
+    assert_eq!(cli::parse_memory("1.5G"), Ok(3 << 29));
+    assert_eq!(cli::parse_memory("1.5GiB"), Ok(3 << 29));
+    assert_eq!(cli::parse_memory("64Ki"), Ok(64 << 10));
+    assert_eq!(cli::parse_memory("1T"), Ok(1 << 40));
+    assert_eq!(cli::parse_memory("100B"), Ok(100));
+    for bad in ["0", "0M", "-1G", "1X", "G", "", "1.2.3G", "99999999P", "1.5 potatoes"] {
+        assert!(cli::parse_memory(bad).is_err(), "{bad:?} was accepted");
+    }
+    assert_eq!(cli::parse_bytes("4096"), Ok(4096));
+    assert_eq!(cli::parse_bytes("64K"), Ok(65536));
+    assert_eq!(cli::parse_bytes("0"), Ok(0));
+    assert_eq!(cli::parse_key_value("zone=a"), Ok(("zone".into(), "a".into())));
+    assert_eq!(cli::parse_key_value("OPTS=-Xmx=1g"), Ok(("OPTS".into(), "-Xmx=1g".into())));
+    assert_eq!(cli::parse_key_value("EMPTY="), Ok(("EMPTY".into(), String::new())));
+    assert!(cli::parse_key_value("=a").is_err());
+    assert!(cli::parse_key_value("noequals").is_err());
+}
+
+#[test]
+fn submit_arguments_become_one_container_group() {
+    let cmd = parse(&[
+        "submit",
+        "--scheduler",
+        "http://h:1",
+        "--queue",
+        "prod",
+        "--cpu",
+        "1.5",
+        "--mem",
+        "2G",
+        "--gpus",
+        "1",
+        "--count",
+        "4",
+        "--gang",
+        "--label",
+        "zone=a",
+        "--label",
+        "gpu=a100",
+        "--env",
+        "K=V",
+        "--priority",
+        "-5",
+        "--max-attempts",
+        "2",
+        "--name",
+        "job",
+        "--rack-affinity",
+        "preferred",
+        "--",
+        "python",
+        "-u",
+        "train.py",
+        "--epochs",
+        "3",
+    ])
+    .unwrap();
+    let ClientCommand::Submit(a) = cmd else { panic!("not a submit: {cmd:?}") };
+    assert_eq!(a.conn.scheduler, "http://h:1");
+    let sub = a.to_submit();
+    assert_eq!(sub.queue.as_deref(), Some("prod"));
+    assert_eq!(sub.name, "job");
+    assert_eq!(sub.priority, -5);
+    assert_eq!(sub.max_app_attempts, 2);
+    let c = &sub.containers[0];
+    assert_eq!(c.resource, ResourceRequest { cpu_millis: 1500, memory_bytes: 2 << 30, gpus: 1 });
+    assert_eq!((c.count, c.gang, c.rack_affinity), (4, true, RackAffinity::Preferred));
+    assert_eq!(c.labels, BTreeMap::from([("zone".into(), "a".into()), ("gpu".into(), "a100".into())]));
+    assert_eq!(c.env["K"], "V");
+    assert_eq!(c.command, ["python", "-u", "train.py", "--epochs", "3"]);
+    sub.validate().unwrap();
+
+    // Defaults: one container of 1 core and 512 MiB, named after the program.
+    let ClientCommand::Submit(a) = parse(&["submit", "--", "/bin/echo", "hello"]).unwrap() else { panic!() };
+    let sub = a.to_submit();
+    assert_eq!(sub.name, "echo");
+    assert_eq!(
+        sub.containers[0].resource,
+        ResourceRequest { cpu_millis: 1000, memory_bytes: 512 << 20, gpus: 0 }
+    );
+    assert_eq!((sub.containers[0].count, sub.queue.as_deref()), (1, None));
+    if std::env::var_os("GANTRY_SCHEDULER").is_none() {
+        assert_eq!(a.conn.scheduler, cli::DEFAULT_SCHEDULER);
+    }
+
+    assert!(parse(&["submit"]).is_err(), "a command is required");
+    // Without `--`, everything from the program on is the program's, flags included.
+    let ClientCommand::Submit(a) = parse(&["submit", "--count", "2", "echo", "-n", "--count", "3"]).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(a.count, 2);
+    assert_eq!(a.command, ["echo", "-n", "--count", "3"]);
+    assert!(parse(&["submit", "--cpus", "2", "--", "true"]).is_err(), "a misspelt flag is not a program");
+    assert!(parse(&["submit", "--cpu", "lots", "--", "true"]).is_err());
+    assert!(parse(&["submit", "--mem", "-1G", "--", "true"]).is_err());
+    assert!(parse(&["submit", "--label", "nokey", "--", "true"]).is_err());
+    assert!(parse(&["submit", "--rack-affinity", "maybe", "--", "true"]).is_err());
+    assert!(parse(&["apps", "--state", "SLEEPING"]).is_err());
+    let ClientCommand::Apps(a) = parse(&["apps", "--state", "running,FINISHED", "--user", "bob"]).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(a.states, [AppState::Running, AppState::Finished]);
+    assert!(
+        matches!(parse(&["logs", "7", "--stderr", "--tail", "4K"]), Ok(ClientCommand::Logs(l)) if l.tail == Some(4096) && l.stderr)
+    );
+}
+
+// ----- the CLI against the fake server ---------------------------------------------------------
+
+/// A server on its own runtime, so the blocking CLI entry point can be called from the test's
+/// thread exactly as the binary calls it.
+struct BlockingServer {
+    addr: SocketAddr,
+    fake: Fake,
+    _rt: tokio::runtime::Runtime,
+}
+
+fn blocking_server() -> BlockingServer {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let fake = Fake::populated();
+    let addr = rt.block_on(serve(fake.clone()));
+    BlockingServer { addr, fake, _rt: rt }
+}
+
+impl BlockingServer {
+    fn run(&self, args: &[&str]) -> Result<String, CliError> {
+        let url = format!("http://{}", self.addr);
+        let mut full: Vec<&str> = args.to_vec();
+        let at = full.iter().position(|a| *a == "--").unwrap_or(full.len());
+        full.splice(at..at, ["--scheduler", url.as_str()]);
+        let cmd = parse(&full).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        let mut out = Vec::new();
+        cli::run_to(cmd, &mut out)?;
+        Ok(String::from_utf8(out).unwrap())
+    }
+}
+
+/// Asserts that every line's cell under `column` starts at the header's offset.
+fn assert_aligned(table: &str, column: &str) {
+    let mut lines = table.lines();
+    let header = lines.next().unwrap();
+    let at = header.find(column).unwrap_or_else(|| panic!("no {column} in {header:?}"));
+    for l in lines {
+        let before = &l[..at];
+        assert!(before.ends_with("  ") || before.is_empty(), "{column} misaligned in {l:?}\n{table}");
+        assert_ne!(l.as_bytes()[at], b' ', "{column} misaligned in {l:?}\n{table}");
+    }
+}
+
+#[test]
+fn cli_submit_sends_the_flags_and_prints_the_id() {
+    let s = blocking_server();
+    let out = s
+        .run(&[
+            "submit", "--queue", "prod", "--cpu", "0.5", "--mem", "1G", "--count", "2", "--gang", "--label",
+            "zone=a", "--", "echo", "hello",
+        ])
+        .unwrap();
+    assert!(out.starts_with("application 10 accepted\n"), "{out}");
+    assert!(out.contains("gantry logs 10"), "{out}");
+    let state = s.fake.state();
+    let sub = state.submitted.last().unwrap();
+    assert_eq!(sub.queue.as_deref(), Some("root.prod"));
+    assert_eq!(sub.name, "echo");
+    assert_eq!(
+        sub.containers[0].resource,
+        ResourceRequest { cpu_millis: 500, memory_bytes: 1 << 30, gpus: 0 }
+    );
+    assert_eq!((sub.containers[0].count, sub.containers[0].gang), (2, true));
+    assert_eq!(sub.containers[0].labels["zone"], "a");
+    assert_eq!(sub.containers[0].command, ["echo", "hello"]);
+    drop(state);
+
+    let json: Value = serde_json::from_str(&s.run(&["submit", "--json", "--", "true"]).unwrap()).unwrap();
+    assert_eq!(json, json!({"application-id": 11}));
+}
+
+#[test]
+fn cli_submit_checks_sizes_before_sending() {
+    let s = blocking_server();
+    let e = s.run(&["submit", "--cpu", "0.001", "--", "true"]).unwrap_err();
+    assert!(e.to_string().starts_with("--cpu: 1 millicores is outside"), "{e}");
+    let e = s.run(&["submit", "--mem", "100B", "--", "true"]).unwrap_err();
+    assert!(e.to_string().starts_with("--mem: "), "{e}");
+    let e = s.run(&["submit", "--count", "0", "--", "true"]).unwrap_err();
+    assert!(e.to_string().starts_with("--count: "), "{e}");
+    let e = s.run(&["submit", "--", ""]).unwrap_err();
+    assert!(e.to_string().contains("program name is empty"), "{e}");
+    // The server's refusal comes back as its message.
+    let e = s.run(&["submit", "--queue", "nowhere", "--", "true"]).unwrap_err();
+    assert_eq!(e.to_string(), "unknown queue `root.nowhere`");
+    assert!(s.fake.state().submitted.is_empty());
+}
+
+#[test]
+fn cli_apps_prints_an_aligned_table_and_filters() {
+    let s = blocking_server();
+    let out = s.run(&["apps"]).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    assert!(lines[0].starts_with("ID  NAME   USER   QUEUE         STATE     FINAL"), "{out}");
+    assert!(
+        lines[1].starts_with("1   train  alice  root.prod     RUNNING   UNDEFINED  1        1.5  2Gi"),
+        "{out}"
+    );
+    assert!(lines[1].ends_with("2m05s"), "{out}");
+    assert!(lines[3].starts_with("3   -      alice"), "an empty name is a dash: {out}");
+    for col in ["NAME", "QUEUE", "STATE", "FINAL", "RUNNING", "CPU", "MEM", "GPUS", "ELAPSED"] {
+        assert_aligned(&out, col);
+    }
+    assert!(out.lines().all(|l| !l.ends_with(' ')), "trailing spaces: {out:?}");
+
+    let out = s.run(&["apps", "--state", "running,finished", "--user", "alice"]).unwrap();
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert_eq!(s.run(&["apps", "--queue", "nowhere"]).unwrap(), "no applications\n");
+
+    let json: Value = serde_json::from_str(&s.run(&["apps", "--json", "--queue", "prod"]).unwrap()).unwrap();
+    assert_eq!(json["apps"]["app"][0]["id"], 1);
+    assert_eq!(json["apps"]["app"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn cli_app_shows_fields_groups_and_containers() {
+    let s = blocking_server();
+    let out = s.run(&["app", "1"]).unwrap();
+    assert!(out.contains("id:          1\n"), "{out}");
+    assert!(out.contains("state:       RUNNING (final status UNDEFINED)\n"), "{out}");
+    assert!(out.contains("submitted:   2023-11-14 22:13:20 UTC\n"), "{out}");
+    assert!(out.contains("allocated:   cpu 1.5, mem 2Gi, gpus 0\n"), "{out}");
+    assert!(out.contains("python train.py"), "{out}");
+    assert!(out.contains("zone=a"), "{out}");
+    let containers = &out[out.find("CONTAINER").unwrap()..];
+    assert!(containers.lines().nth(1).unwrap().starts_with("100        0      node-a  RUNNING  -"), "{out}");
+    assert_aligned(containers, "STATE");
+
+    let json: Value = serde_json::from_str(&s.run(&["app", "2", "--json"]).unwrap()).unwrap();
+    assert_eq!(json["app"]["containers"][0]["exitCode"], 0);
+
+    let e = s.run(&["app", "999"]).unwrap_err();
+    assert!(matches!(&e, CliError::Client(c) if c.status() == Some(404)), "{e:?}");
+    assert_eq!(e.to_string(), "application 999 is not known to the scheduler");
+}
+
+#[test]
+fn cli_kill_reports_what_happened() {
+    let s = blocking_server();
+    assert_eq!(
+        s.run(&["kill", "1"]).unwrap(),
+        "application 1: kill requested; it is RUNNING until its containers have stopped\n"
+    );
+    assert_eq!(s.run(&["kill", "3"]).unwrap(), "application 3 killed\n");
+    assert_eq!(s.run(&["kill", "4"]).unwrap(), "application 4 was already KILLED\n");
+    let e = s.run(&["kill", "2"]).unwrap_err();
+    assert_eq!(e.to_string(), "application 2 has already ended: it is FINISHED");
+    let json: Value = serde_json::from_str(&s.run(&["kill", "4", "--json"]).unwrap()).unwrap();
+    assert_eq!(json, json!({"state": "KILLED"}));
+}
+
+#[test]
+fn cli_nodes_and_queues_print_tables() {
+    let s = blocking_server();
+    let out = s.run(&["nodes"]).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "NODE    RACK  STATE    CONTAINERS  CPU    MEM      GPUS  LABELS");
+    assert_eq!(lines[1], "node-a  r1    RUNNING  1           1.5/4  2Gi/8Gi  0/1   zone=a");
+    assert_eq!(lines[2], "node-b  r2    LOST     0           0/2    0B/4Gi   0/0   -");
+
+    let out = s.run(&["queues"]).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("QUEUE      CAPACITY  MAX   USED    ABS-USED  RUNNING  PENDING  CPU  MEM"),
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("root       100%      100%  25%     25%       1        0        1    1Gi"),
+        "{out}"
+    );
+    assert!(out.contains("root.prod  70%       100%  35.71%  25%       1        0        1    1Gi"), "{out}");
+    assert!(out.contains("root.dev   30%       50%   0%"), "{out}");
+
+    let json: Value = serde_json::from_str(&s.run(&["nodes", "--json"]).unwrap()).unwrap();
+    assert_eq!(json["nodes"]["node"][1]["state"], "LOST");
+    let json: Value = serde_json::from_str(&s.run(&["queues", "--json"]).unwrap()).unwrap();
+    assert_eq!(json["scheduler"]["schedulerInfo"]["type"], "capacityScheduler");
+}
+
+#[test]
+fn cli_logs_prints_one_container_raw_and_several_under_headers() {
+    let s = blocking_server();
+    assert_eq!(s.run(&["logs", "1"]).unwrap(), "hello from 100\nsecond line\n");
+    assert_eq!(s.run(&["logs", "1", "--stderr"]).unwrap(), "warning: 100\n");
+    assert_eq!(s.run(&["logs", "1", "--tail", "12"]).unwrap(), "second line\n");
+    assert_eq!(
+        s.run(&["logs", "2"]).unwrap(),
+        "==> container 200 on node-a (COMPLETED, exit 0) <==\ndone 200\n\n==> container 201 on node-b (LOST, exit -1) <==\nlost 201\n"
+    );
+    assert_eq!(s.run(&["logs", "2", "--container", "201"]).unwrap(), "lost 201\n");
+    let e = s.run(&["logs", "2", "--container", "100"]).unwrap_err();
+    assert!(e.to_string().contains("container 100 is not one of application 2's"), "{e}");
+    let e = s.run(&["logs", "3"]).unwrap_err();
+    assert!(e.to_string().contains("has no containers yet"), "{e}");
+    let e = s.run(&["logs", "1", "--stderr", "--container", "100", "--tail", "1M"]).map(|o| o.len());
+    assert_eq!(e.unwrap(), "warning: 100\n".len());
+}
+
+#[test]
+fn cli_without_a_scheduler_says_where_it_looked() {
+    // A port that was free a moment ago: connecting is refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let cmd = parse(&["nodes", "--scheduler", &url]).unwrap();
+    let e = cli::run_to(cmd, &mut Vec::new()).unwrap_err();
+    assert!(matches!(e, CliError::Unreachable(_)), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains(&url) && msg.contains("GANTRY_SCHEDULER"), "{msg}");
+
+    let cmd = parse(&["nodes", "--scheduler", "https://secure:8088"]).unwrap();
+    let e = cli::run_to(cmd, &mut Vec::new()).unwrap_err();
+    assert!(e.to_string().contains("https is not supported"), "{e}");
+}
+
+#[test]
+fn formatting_helpers() {
+    assert_eq!(cli::fmt_cores(1500), "1.5");
+    assert_eq!(cli::fmt_cores(2000), "2");
+    assert_eq!(cli::fmt_cores(10), "0.01");
+    assert_eq!(cli::fmt_bytes(512 << 20), "512Mi");
+    assert_eq!(cli::fmt_bytes(3 << 29), "1.5Gi");
+    assert_eq!(cli::fmt_bytes(0), "0B");
+    assert_eq!(cli::fmt_duration(450), "450ms");
+    assert_eq!(cli::fmt_duration(3_725_000), "1h02m");
+    assert_eq!(cli::fmt_duration(90_000_000), "1d01h");
+    assert_eq!(cli::fmt_time(0), "-");
+    assert_eq!(cli::fmt_time(951_782_400_000), "2000-02-29 00:00:00 UTC");
+    assert_eq!(cli::table(&["A", "BB"], &[vec!["xyz".into(), "1".into()]]), "A    BB\nxyz  1\n");
+    assert_eq!(percent_encode("root.a b/ü"), "root.a%20b%2F%C3%BC");
+}
