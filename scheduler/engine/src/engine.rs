@@ -1007,6 +1007,14 @@ impl ClusterState {
     pub fn gpus(&self) -> &[GantryGpu] {
         &self.gpus
     }
+    /// Label records (node labels, selectors, preferences).
+    pub fn labels(&self) -> &[GantryLabel] {
+        &self.labels
+    }
+    /// The id the next new application will get.
+    pub fn next_app_id(&self) -> u64 {
+        self.next_app
+    }
     /// Reservations.
     pub fn reservations(&self) -> &[GantryReservation] {
         &self.reservations

@@ -33,6 +33,8 @@ pub enum Request {
     Submit {
         /// The engine's view of it.
         spec: AppSpec,
+        /// An id reserved earlier with `new-application`, if the client uses one.
+        id: Option<AppId>,
         /// One template per request, in order.
         templates: Vec<LaunchTemplate>,
         /// Where the id goes.
@@ -112,8 +114,18 @@ impl CoreHandle {
         spec: AppSpec,
         templates: Vec<LaunchTemplate>,
     ) -> Result<Result<AppId, EngineError>, CoreGone> {
+        self.submit_with_id(spec, templates, None).await
+    }
+
+    /// Submits an application under an id reserved with [`Core::reserve_app_id`], or a new one.
+    pub async fn submit_with_id(
+        &self,
+        spec: AppSpec,
+        templates: Vec<LaunchTemplate>,
+        id: Option<AppId>,
+    ) -> Result<Result<AppId, EngineError>, CoreGone> {
         let (reply, rx) = oneshot::channel();
-        self.send(Request::Submit { spec, templates, reply }).await?;
+        self.send(Request::Submit { spec, id, templates, reply }).await?;
         rx.await.map_err(|_| CoreGone)
     }
 
@@ -159,6 +171,8 @@ pub struct Core {
     dirty: bool,
     stats: CoreStats,
     started: Instant,
+    /// The last application id handed out by `new-application` (ids are never reused).
+    last_reserved: std::cell::Cell<u64>,
 }
 
 impl std::fmt::Debug for Core {
@@ -185,7 +199,16 @@ impl Core {
             dirty: false,
             stats: CoreStats::default(),
             started: Instant::now(),
+            last_reserved: std::cell::Cell::new(0),
         }
+    }
+
+    /// Hands out an application id for a later submission (YARN's `new-application`): past
+    /// every id the engine has given and every id reserved before.
+    pub fn reserve_app_id(&self) -> u64 {
+        let id = self.engine.state().next_app_id().max(self.last_reserved.get() + 1);
+        self.last_reserved.set(id);
+        id
     }
 
     /// The engine (read-only).
@@ -296,7 +319,7 @@ impl Core {
 
     fn handle(&mut self, r: Request) {
         match r {
-            Request::Submit { spec, templates, reply } => {
+            Request::Submit { spec, id, templates, reply } => {
                 let result = (|| {
                     if templates.len() != spec.requests.len() {
                         return Err(EngineError::Invalid {
@@ -304,11 +327,27 @@ impl Core {
                             reason: "one command per container request is needed".into(),
                         });
                     }
-                    let commands = self.engine.handle(now_ms(), Event::AppSubmitted(spec))?;
-                    let id = commands.iter().find_map(|c| match c {
-                        Command::AppAccepted { app } => Some(*app),
-                        _ => None,
-                    });
+                    let (id, commands) = match id {
+                        // A reserved id: recorded as given (the engine refuses one in use).
+                        Some(app) => {
+                            let event = Event::AppRestored {
+                                app,
+                                spec,
+                                state: GANTRY_APP_NEW,
+                                failures: 0,
+                                submit_ms: now_ms(),
+                            };
+                            (Some(app), self.engine.handle(now_ms(), event)?)
+                        }
+                        None => {
+                            let commands = self.engine.handle(now_ms(), Event::AppSubmitted(spec))?;
+                            let id = commands.iter().find_map(|c| match c {
+                                Command::AppAccepted { app } => Some(*app),
+                                _ => None,
+                            });
+                            (id, commands)
+                        }
+                    };
                     let id = id.ok_or_else(|| EngineError::Conflict("the engine gave no id".into()))?;
                     self.templates.insert(id.0, templates);
                     self.apply(commands);

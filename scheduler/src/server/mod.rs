@@ -2,9 +2,11 @@
 //! ([`agents`]), and [`serve`], which starts them from a configuration.
 
 pub mod agents;
+pub mod backend;
 pub mod core;
 
 use crate::config::SchedulerConfig;
+use crate::metrics::SchedulerMetrics;
 use crate::{BuildError, build_engine};
 use std::future::Future;
 use std::time::Duration;
@@ -35,13 +37,52 @@ pub enum ServerError {
 pub struct Bound {
     /// The agents' gRPC endpoint.
     pub agent_addr: std::net::SocketAddr,
+    /// The REST API and `/metrics`.
+    pub api_addr: std::net::SocketAddr,
     /// The core.
     pub core: core::CoreHandle,
+}
+
+/// How the daemon is embedded.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    /// The work root of an agent on this same machine (`gantry dev`): container logs are read
+    /// from it directly.
+    pub local_work_root: Option<std::path::PathBuf>,
+}
+
+/// `GET /metrics`: the scheduler's metrics, refreshed from the engine at scrape time.
+async fn metrics_handler(
+    axum::extract::State((core, metrics)): axum::extract::State<(
+        core::CoreHandle,
+        std::sync::Arc<SchedulerMetrics>,
+    )>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let m = metrics.clone();
+    let streams = core
+        .read(move |c| {
+            m.update_from_engine(c.engine());
+            c.agents().len() as u64
+        })
+        .await;
+    if let Ok(n) = streams {
+        metrics.set_agent_streams(n);
+    }
+    let accept = headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok());
+    match metrics.render(accept) {
+        Ok((content_type, body)) => {
+            ([(axum::http::header::CONTENT_TYPE, content_type)], body).into_response()
+        }
+        Err(e) => (axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
 }
 
 /// Runs the daemon until `shutdown` completes. `on_bound` is told the addresses once listening.
 pub async fn serve(
     config: &SchedulerConfig,
+    options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_bound: impl FnOnce(Bound),
 ) -> Result<(), ServerError> {
@@ -62,7 +103,19 @@ pub async fn serve(
     let agent_addr = agent_listener
         .local_addr()
         .map_err(|source| ServerError::Listen { addr: config.server.agent_listen.clone(), source })?;
-    on_bound(Bound { agent_addr, core: core.clone() });
+    let api_listener = tokio::net::TcpListener::bind(&config.server.listen)
+        .await
+        .map_err(|source| ServerError::Listen { addr: config.server.listen.clone(), source })?;
+    let api_addr = api_listener
+        .local_addr()
+        .map_err(|source| ServerError::Listen { addr: config.server.listen.clone(), source })?;
+    let metrics = std::sync::Arc::new(SchedulerMetrics::new());
+    let app = crate::api::router(backend::DaemonBackend::new(core.clone(), options.local_work_root))
+        .route("/metrics", axum::routing::get(metrics_handler).with_state((core.clone(), metrics)));
+    let api_task = tokio::spawn(
+        axum::serve(api_listener, app).with_graceful_shutdown(stopped(stop_rx.clone())).into_future(),
+    );
+    on_bound(Bound { agent_addr, api_addr, core: core.clone() });
     let grpc = tonic::transport::Server::builder()
         .add_service(agents::AgentEndpoint::new(core.clone()).into_service())
         .serve_with_incoming_shutdown(
@@ -73,6 +126,9 @@ pub async fn serve(
     shutdown.await;
     let _ = stop_tx.send(true);
     let _ = core_task.await;
+    if let Ok(Err(e)) = api_task.await {
+        tracing::error!(error = %e, "REST API");
+    }
     match grpc_task.await {
         Ok(r) => r?,
         Err(e) => tracing::error!(error = %e, "agent endpoint task"),
