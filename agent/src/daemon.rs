@@ -58,6 +58,24 @@ pub async fn run(
     shim_program: PathBuf,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
+    run_with(config, shim_program, RunOptions::default(), shutdown).await
+}
+
+/// How the agent behaves beyond its configuration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Kill every container when the agent stops (an all-in-one development cluster leaves
+    /// nothing behind). A production agent leaves them running and re-adopts them.
+    pub kill_containers_on_exit: bool,
+}
+
+/// [`run`] with options.
+pub async fn run_with(
+    config: AgentConfig,
+    shim_program: PathBuf,
+    options: RunOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DaemonError> {
     // The containers' control directories are the agent's whole state across restarts.
     let dir = config.containers_dir();
     std::fs::create_dir_all(&dir).map_err(|source| DaemonError::WorkRoot { path: dir.clone(), source })?;
@@ -191,6 +209,26 @@ pub async fn run(
     let _ = stop_tx.send(true);
     let _ = client_task.await;
     let _ = metrics_task.await;
+    if options.kill_containers_on_exit {
+        for id in executor.running() {
+            if let Err(e) = executor.force_kill(id) {
+                tracing::warn!(container = id, error = %e, "kill at exit");
+            }
+        }
+        // Reap what was killed, then drop the records.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !executor.running().is_empty() && std::time::Instant::now() < deadline {
+            let _ = executor.collect_exits();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for exit in executor.collect_exits() {
+            let _ = executor.forget(exit.container_id);
+        }
+        for c in executor.list() {
+            let _ = executor.forget(c.container_id);
+        }
+        let _ = executor.remove_parent_cgroup();
+    }
     Ok(())
 }
 

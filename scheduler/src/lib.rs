@@ -8,6 +8,7 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod dev;
 pub mod metrics;
 pub mod plugin_host;
 pub mod server;

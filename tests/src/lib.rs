@@ -58,6 +58,32 @@ pub fn gantry_bin() -> anyhow::Result<PathBuf> {
     Ok(build_artifacts()?.join("gantry"))
 }
 
+/// Kills every container process an agent left under `work_root` (their supervisors and
+/// command process groups, from the pid records) and removes the agent's cgroups named
+/// `cgroup_name`: tests that `kill -9` agents leave containers running by design.
+pub fn kill_leftover_containers(work_root: &Path, cgroup_name: &str) {
+    let entries = std::fs::read_dir(work_root.join("containers")).into_iter().flatten().flatten();
+    for e in entries {
+        let Ok(text) = std::fs::read_to_string(e.path().join("pid")) else { continue };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
+        for (key, group) in [("pid", true), ("shim_pid", false)] {
+            if let Some(pid) = v[key].as_u64().filter(|p| *p > 1) {
+                let target = if group { format!("-{pid}") } else { pid.to_string() };
+                let _ = Command::new("kill").args(["-KILL", "--", &target]).output();
+            }
+        }
+    }
+    for controller in ["memory", "cpu", "cpuacct", "pids", "freezer", "unified"] {
+        let parent = Path::new("/sys/fs/cgroup").join(controller).join(cgroup_name);
+        for child in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
+            if child.path().is_dir() {
+                let _ = std::fs::remove_dir(child.path());
+            }
+        }
+        let _ = std::fs::remove_dir(&parent);
+    }
+}
+
 /// Path of the `gantry-agent` binary (built on demand).
 pub fn agent_bin() -> anyhow::Result<PathBuf> {
     Ok(build_artifacts()?.join("gantry-agent"))

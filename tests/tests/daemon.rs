@@ -17,6 +17,8 @@ const GUARD: Duration = Duration::from_secs(60);
 struct Agent {
     child: Child,
     work: PathBuf,
+    config: PathBuf,
+    cgroup: String,
 }
 
 impl Agent {
@@ -25,26 +27,35 @@ impl Agent {
         let port =
             std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
         let config = dir.join(format!("{name}.toml"));
+        let cgroup = format!("gantry-daemon-test-{}-{name}", std::process::id());
         std::fs::write(
             &config,
             format!(
                 "node_name = \"{name}\"\nrack = \"{rack}\"\nwork_root = {:?}\nmetrics_listen = \"127.0.0.1:{port}\"\n\
-                 cgroup_name = \"gantry-daemon-test-{}-{name}\"\nsample_interval_ms = 200\nkill_grace_ms = 1000\n\
+                 cgroup_name = \"{cgroup}\"\nsample_interval_ms = 200\nkill_grace_ms = 1000\n\
                  [reserve]\ncpu_millis = 0\nmemory_bytes = 0\n[labels]\nrole = \"{rack}\"\n",
                 work.display().to_string(),
-                std::process::id()
             ),
         )
         .expect("agent config");
-        let child = Command::new(agent_bin().expect("agent binary"))
+        let child = Self::spawn(&config, scheduler);
+        Agent { child, work, config, cgroup }
+    }
+
+    fn spawn(config: &Path, scheduler: std::net::SocketAddr) -> Child {
+        Command::new(agent_bin().expect("agent binary"))
             .args(["run", "--config"])
-            .arg(&config)
+            .arg(config)
             .args(["--scheduler", &format!("http://{scheduler}")])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
-            .expect("start agent");
-        Agent { child, work }
+            .expect("start agent")
+    }
+
+    /// Starts the agent again with the same configuration (after `kill9`).
+    fn restart(&mut self, scheduler: std::net::SocketAddr) {
+        self.child = Self::spawn(&self.config, scheduler);
     }
 
     fn kill9(&mut self) {
@@ -56,7 +67,24 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         self.kill9();
+        gantry_tests::kill_leftover_containers(&self.work, &self.cgroup);
     }
+}
+
+fn pid_alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+/// The command pids of the containers an agent started, from their pid records.
+fn command_pids(work: &Path) -> Vec<u64> {
+    std::fs::read_dir(work.join("containers"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("pid")).ok())
+        .filter_map(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .filter_map(|v| v["pid"].as_u64())
+        .collect()
 }
 
 /// Starts the daemon on ephemeral ports in a background runtime thread; returns its core.
@@ -168,8 +196,9 @@ fn apps_run_gangs_start_whole_and_a_lost_node_s_work_reruns_elsewhere() {
         let before: Vec<u64> = running.iter().map(|x| x.0).collect();
         // Either node can hold the whole gang; kill -9 the agent of a node that runs part of it.
         let victim = running[0].1.clone();
-        let survivor = if victim == "node-a" { "node-b" } else { "node-a" };
-        if victim == "node-a" {
+        let victim_is_a = victim == "node-a";
+        let survivor = if victim_is_a { "node-b" } else { "node-a" };
+        if victim_is_a {
             a.kill9()
         } else {
             b.kill9()
@@ -193,6 +222,22 @@ fn apps_run_gangs_start_whole_and_a_lost_node_s_work_reruns_elsewhere() {
             .expect("core");
         assert_eq!(victim_state, Some(GANTRY_NODE_LOST));
 
+        // The dead agent's containers outlived it. When it comes back, the scheduler no longer
+        // wants them (their work runs elsewhere): reconciliation kills them, no duplicates stay.
+        let victim_agent = if victim_is_a { &mut a } else { &mut b };
+        let orphans: Vec<u64> =
+            command_pids(&victim_agent.work).into_iter().filter(|p| pid_alive(*p)).collect();
+        assert!(!orphans.is_empty(), "the killed agent's containers kept running");
+        victim_agent.restart(bound.agent_addr);
+        let start = Instant::now();
+        while orphans.iter().any(|p| pid_alive(*p)) {
+            assert!(start.elapsed() < GUARD, "guard: orphans {orphans:?} were not killed at reconciliation");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let rerun_ids: Vec<u64> = rerun.iter().map(|x| x.0).collect();
+        let still = core.read(move |c| containers_of(c, gang)).await.expect("core");
+        assert_eq!(still.iter().map(|x| x.0).collect::<Vec<_>>(), rerun_ids, "the rerun is untouched");
+
         // Kill works: the app ends KILLED and its containers go away.
         core.kill(gang).await.expect("core").expect("kill");
         wait_until(&core, "the gang's containers to end", move |c| {
@@ -205,5 +250,6 @@ fn apps_run_gangs_start_whole_and_a_lost_node_s_work_reruns_elsewhere() {
         );
     });
     let _ = stop.send(());
+    drop(a);
     drop(b);
 }

@@ -16,6 +16,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run an all-in-one local cluster: the scheduler and one agent for this machine.
+    Dev(gantry_scheduler::dev::DevArgs),
     /// Work with policy plugins.
     Plugin {
         #[command(subcommand)]
@@ -72,10 +74,28 @@ fn inspect(path: PathBuf, json: bool) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    // `gantry shim <DIR>`: a container's supervisor, started by the agent that `gantry dev` runs
+    // in this process; dispatched before anything else, because it forks and must stay
+    // single-threaded.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().take(3).collect();
+    if let [_, cmd, dir] = args.as_slice() {
+        if cmd == "shim" {
+            std::process::exit(gantry_agent::shim::run_shim(std::path::Path::new(dir)));
+        }
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Plugin { command: PluginCommand::Inspect { path, json } } => inspect(path, json),
         Command::Cluster(c) => gantry_scheduler::cli::run(c).map_err(Into::into),
+        Command::Dev(args) => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+                )
+                .with_writer(std::io::stderr)
+                .init();
+            gantry_scheduler::dev::run(args)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

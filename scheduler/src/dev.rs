@@ -1,0 +1,130 @@
+//! `gantry dev`: an all-in-one local cluster — the scheduler (REST API, agent endpoint, built-in
+//! policies) and one agent for this machine, in one process. Ctrl-C stops both and kills every
+//! container it started, leaving nothing behind.
+
+use crate::config::SchedulerConfig;
+use crate::server::{ServeOptions, serve};
+use anyhow::Context;
+use gantry_agent::config::AgentConfig;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// Options of `gantry dev`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DevArgs {
+    /// Address of the REST API and /metrics.
+    #[arg(long, default_value = "127.0.0.1:8088")]
+    pub listen: String,
+    /// Directory for the scheduler's state; the agent's container directories go under it too.
+    #[arg(long, default_value = "gantry-dev")]
+    pub data_dir: PathBuf,
+}
+
+/// Creates `dir` (and parents) so that the unprivileged container user can traverse it.
+fn traversable_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+        .with_context(|| format!("making {} traversable", dir.display()))
+}
+
+/// Runs the local cluster until Ctrl-C or SIGTERM.
+pub fn run(args: DevArgs) -> anyhow::Result<()> {
+    let data_dir = std::path::absolute(&args.data_dir).context("resolving --data-dir")?;
+    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+    let text = format!(
+        "[server]\nlisten = {:?}\nagent_listen = \"127.0.0.1:0\"\ndata_dir = {:?}\n",
+        args.listen,
+        data_dir.join("scheduler").display().to_string()
+    );
+    let config = SchedulerConfig::from_str_at(&text, Path::new("<gantry dev>"), data_dir.clone())?;
+    // Containers run as `nobody`, who must reach their directories: the agent's work root lives
+    // in a world-traversable directory of its own.
+    let work_root = std::env::temp_dir().join(format!("gantry-dev-{}", nix::unistd::getuid())).join("agent");
+    for dir in [work_root.parent().unwrap_or(&work_root), &work_root] {
+        traversable_dir(dir)?;
+    }
+    let shim = std::env::current_exe().context("finding gantry's own executable")?;
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    rt.block_on(async move {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+        let options = ServeOptions { local_work_root: Some(work_root.clone()) };
+        let scheduler = tokio::spawn({
+            let config = config.clone();
+            let stopped = stopped(stop_rx.clone());
+            async move {
+                serve(&config, options, stopped, move |b| {
+                    let _ = bound_tx.send(b);
+                })
+                .await
+            }
+        });
+        let bound = match bound_rx.await {
+            Ok(b) => b,
+            Err(_) => {
+                return match scheduler.await {
+                    Ok(Err(e)) => Err(anyhow::Error::new(e).context("starting the scheduler")),
+                    _ => Err(anyhow::anyhow!("the scheduler stopped before listening")),
+                };
+            }
+        };
+        let agent_config = AgentConfig {
+            node_name: Some("dev".into()),
+            scheduler: format!("http://{}", bound.agent_addr),
+            work_root: work_root.clone(),
+            metrics_listen: "127.0.0.1:0".into(),
+            cgroup_name: format!("gantry-dev-{}", std::process::id()),
+            ..AgentConfig::default()
+        };
+        agent_config.validate()?;
+        let agent = tokio::spawn(gantry_agent::daemon::run_with(
+            agent_config,
+            shim,
+            gantry_agent::daemon::RunOptions { kill_containers_on_exit: true },
+            stopped(stop_rx.clone()),
+        ));
+        let api = bound.api_addr;
+        println!("gantry dev: a scheduler and one agent on this machine");
+        println!("  REST API   http://{api}/ws/v1/cluster   (metrics: http://{api}/metrics)");
+        println!("  state      {}", data_dir.display());
+        println!("  containers {}", work_root.display());
+        println!();
+        println!("In another terminal:");
+        println!("  export GANTRY_SCHEDULER=http://{api}");
+        println!("  gantry submit -- echo hello");
+        println!("  gantry apps; gantry logs 1");
+        println!();
+        println!("Ctrl-C stops the cluster and every container it started.");
+        wait_for_signal().await;
+        let _ = stop_tx.send(true);
+        match agent.await {
+            Ok(Err(e)) => eprintln!("gantry dev: agent: {e}"),
+            Err(e) => eprintln!("gantry dev: agent task: {e}"),
+            Ok(Ok(())) => {}
+        }
+        match scheduler.await {
+            Ok(r) => r.context("scheduler")?,
+            Err(e) => eprintln!("gantry dev: scheduler task: {e}"),
+        }
+        println!("gantry dev: stopped");
+        Ok(())
+    })
+}
+
+async fn wait_for_signal() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
