@@ -45,10 +45,25 @@ impl DaemonBackend {
     }
 }
 
-fn summary_info(s: &AppSummary) -> AppInfo {
+fn summary_info(core: &Core, s: &AppSummary) -> AppInfo {
     let state = AppState::from_abi(s.state).unwrap_or(AppState::Failed);
     let mut a = AppInfo::new(s.id.0, s.name.clone(), s.user.clone(), s.queue.clone(), state);
     a.diagnostics.clone_from(&s.diagnostics);
+    for c in core.launched(s.id.0) {
+        let Some(state) = ContainerState::from_abi(c.state) else { continue };
+        a.containers.push(ContainerInfo {
+            id: c.id,
+            state,
+            node_id: c.node.clone(),
+            request: c.request,
+            resource: ResourceInfo::default(),
+            gpus: Vec::new(),
+            exit_code: c.exit_code,
+            started_time: 0,
+            finished_time: 0,
+            diagnostics: String::new(),
+        });
+    }
     a
 }
 
@@ -220,7 +235,7 @@ impl Backend for DaemonBackend {
     async fn apps(&self, _filter: AppFilter) -> Vec<AppInfo> {
         self.core
             .read(|c| {
-                let mut out: Vec<AppInfo> = c.engine().history().map(summary_info).collect();
+                let mut out: Vec<AppInfo> = c.engine().history().map(|h| summary_info(c, h)).collect();
                 out.extend((0..c.engine().state().apps().len() as u32).filter_map(|i| live_info(c, i)));
                 out.sort_by_key(|a| a.id);
                 out
@@ -233,7 +248,7 @@ impl Backend for DaemonBackend {
         self.core
             .read(move |c| match c.engine().state().app_index(AppId(id)) {
                 Some(i) => live_info(c, i),
-                None => c.engine().history().filter(|h| h.id.0 == id).last().map(summary_info),
+                None => c.engine().history().filter(|h| h.id.0 == id).last().map(|h| summary_info(c, h)),
             })
             .await
             .ok()

@@ -137,6 +137,25 @@ impl CoreHandle {
     }
 }
 
+/// A container the core launched, remembered after it ends (for `gantry app` and `gantry logs`
+/// on finished applications).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchedContainer {
+    /// Container id.
+    pub id: u64,
+    /// Its node.
+    pub node: String,
+    /// Index of its request in the application.
+    pub request: u32,
+    /// Its last known state (`GANTRY_CONTAINER_*`).
+    pub state: u32,
+    /// Its exit status, once it ended.
+    pub exit_code: Option<i32>,
+}
+
+/// Applications whose launched containers are remembered; the oldest are forgotten first.
+const LAUNCHED_HISTORY: usize = 10_000;
+
 /// What the core keeps of a connected agent.
 #[derive(Debug)]
 pub struct AgentLink {
@@ -173,6 +192,10 @@ pub struct Core {
     started: Instant,
     /// The last application id handed out by `new-application` (ids are never reused).
     last_reserved: std::cell::Cell<u64>,
+    /// Containers launched per application, and which app each container belongs to.
+    launched: HashMap<u64, Vec<LaunchedContainer>>,
+    launched_app: HashMap<u64, u64>,
+    launched_order: std::collections::VecDeque<u64>,
 }
 
 impl std::fmt::Debug for Core {
@@ -200,6 +223,37 @@ impl Core {
             stats: CoreStats::default(),
             started: Instant::now(),
             last_reserved: std::cell::Cell::new(0),
+            launched: HashMap::new(),
+            launched_app: HashMap::new(),
+            launched_order: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// The containers launched for an application, including ended ones.
+    pub fn launched(&self, app: u64) -> &[LaunchedContainer] {
+        self.launched.get(&app).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    fn remember_launch(&mut self, app: u64, c: LaunchedContainer) {
+        if !self.launched.contains_key(&app) {
+            self.launched_order.push_back(app);
+            while self.launched_order.len() > LAUNCHED_HISTORY {
+                if let Some(old) = self.launched_order.pop_front() {
+                    for c in self.launched.remove(&old).unwrap_or_default() {
+                        self.launched_app.remove(&c.id);
+                    }
+                }
+            }
+        }
+        self.launched_app.insert(c.id, app);
+        self.launched.entry(app).or_default().push(c);
+    }
+
+    fn remember_end(&mut self, container: u64, state: u32, exit_code: Option<i32>) {
+        let Some(app) = self.launched_app.get(&container) else { return };
+        if let Some(c) = self.launched.get_mut(app).and_then(|v| v.iter_mut().find(|c| c.id == container)) {
+            c.state = state;
+            c.exit_code = exit_code;
         }
     }
 
@@ -282,6 +336,16 @@ impl Core {
                         gpus,
                         ..Default::default()
                     };
+                    self.remember_launch(
+                        app.0,
+                        LaunchedContainer {
+                            id: container.0,
+                            node: name.clone(),
+                            request,
+                            state: GANTRY_CONTAINER_ALLOCATED,
+                            exit_code: None,
+                        },
+                    );
                     if self.send_to(&name, Down::Launch(launch)) {
                         self.stats.launches_sent += 1;
                     } else {
@@ -453,7 +517,17 @@ impl Core {
 
     fn exited(&mut self, node: &str, e: &v1::ContainerExited) {
         let id = ContainerId(e.container_id);
-        let event = match v1::ExitReason::try_from(e.reason).unwrap_or(v1::ExitReason::Unspecified) {
+        let reason = v1::ExitReason::try_from(e.reason).unwrap_or(v1::ExitReason::Unspecified);
+        let (state, code) = match reason {
+            v1::ExitReason::Exited if e.exit_code == 0 => (GANTRY_CONTAINER_COMPLETED, Some(0)),
+            v1::ExitReason::Exited => (GANTRY_CONTAINER_FAILED, Some(e.exit_code)),
+            v1::ExitReason::Signaled => (GANTRY_CONTAINER_FAILED, Some(128 + e.signal)),
+            v1::ExitReason::MemoryLimit => (GANTRY_CONTAINER_FAILED, Some(137)),
+            v1::ExitReason::KilledByRequest => (GANTRY_CONTAINER_KILLED, Some(137)),
+            v1::ExitReason::Lost | v1::ExitReason::Unspecified => (GANTRY_CONTAINER_LOST, None),
+        };
+        self.remember_end(e.container_id, state, code);
+        let event = match reason {
             v1::ExitReason::Lost | v1::ExitReason::Unspecified => Event::ContainerLost { container: id },
             v1::ExitReason::Exited => Event::ContainerExited { container: id, exit_code: e.exit_code },
             v1::ExitReason::Signaled => Event::ContainerExited { container: id, exit_code: 128 + e.signal },
@@ -485,6 +559,7 @@ impl Core {
                 let _ = self.send_to(node, Down::StatusAck(v1::StatusAck { seq }));
             }
             Up::ContainerStarted(c) => {
+                self.remember_end(c.container_id, GANTRY_CONTAINER_RUNNING, None);
                 let _ = self.event(Event::ContainerStarted { container: ContainerId(c.container_id) });
             }
             Up::ContainerExited(e) => self.exited(node, &e),

@@ -1,0 +1,108 @@
+//! The README's first command: `gantry dev`, then `gantry submit -- echo hello`, on the real
+//! binaries. Ctrl-C stops the cluster with no process left behind. Timeouts are failure guards.
+
+use gantry_tests::gantry_bin;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const GUARD: Duration = Duration::from_secs(60);
+
+fn gantry(api: &str, args: &[&str]) -> Output {
+    Command::new(gantry_bin().expect("gantry binary"))
+        .args(args)
+        .env("GANTRY_SCHEDULER", format!("http://{api}"))
+        .output()
+        .expect("run gantry")
+}
+
+fn app_json(api: &str, id: u64) -> serde_json::Value {
+    let out = gantry(api, &["app", &id.to_string(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+fn wait_state(api: &str, id: u64, want: &str) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let v = app_json(api, id);
+        if v["app"]["state"] == want {
+            return v;
+        }
+        assert!(start.elapsed() < GUARD, "guard: app {id} never reached {want}: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn processes_with(arg: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == arg.as_bytes()))
+        })
+        .collect()
+}
+
+#[test]
+fn gantry_dev_runs_submitted_work_and_stops_cleanly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+    let api = format!("127.0.0.1:{port}");
+    let mut dev = Command::new(gantry_bin().expect("gantry binary"))
+        .args(["dev", "--listen", &api, "--data-dir"])
+        .arg(dir.path().join("data"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start gantry dev");
+    let start = Instant::now();
+    while std::net::TcpStream::connect(&api).is_err() {
+        assert!(start.elapsed() < GUARD, "guard: gantry dev never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Wait for the agent to register before submitting.
+    while !String::from_utf8_lossy(&gantry(&api, &["nodes"]).stdout).contains("RUNNING") {
+        assert!(start.elapsed() < GUARD, "guard: the dev agent never registered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let out = gantry(&api, &["submit", "--", "echo", "hello"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("application 1 accepted"));
+    let done = wait_state(&api, 1, "FINISHED");
+    assert_eq!(done["app"]["finalStatus"], "SUCCEEDED");
+    let logs = gantry(&api, &["logs", "1"]);
+    assert!(logs.status.success(), "{}", String::from_utf8_lossy(&logs.stderr));
+    assert!(
+        String::from_utf8_lossy(&logs.stdout).contains("hello"),
+        "{}",
+        String::from_utf8_lossy(&logs.stdout)
+    );
+
+    // Something still running when Ctrl-C comes.
+    let marker = "3017"; // an argument no other process has
+    let out = gantry(&api, &["submit", "--", "sleep", marker]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_state(&api, 2, "RUNNING");
+    assert_eq!(processes_with(marker).len(), 1, "the container runs");
+
+    let pid = dev.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().expect("kill").success());
+    let deadline = Instant::now() + GUARD;
+    let status = loop {
+        if let Some(s) = dev.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "guard: gantry dev did not stop on Ctrl-C");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "Ctrl-C stops gantry dev cleanly: {status:?}");
+    assert_eq!(processes_with(marker), Vec::<u32>::new(), "no container left behind");
+    assert!(processes_with("shim").iter().all(|p| {
+        std::fs::read(format!("/proc/{p}/cmdline"))
+            .is_ok_and(|c| !String::from_utf8_lossy(&c).contains("gantry-dev"))
+    }));
+}
