@@ -39,7 +39,16 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
     let config = SchedulerConfig::from_str_at(&text, Path::new("<gantry dev>"), data_dir.clone())?;
     // Containers run as `nobody`, who must reach their directories: the agent's work root lives
     // in a world-traversable directory of its own.
-    let work_root = std::env::temp_dir().join(format!("gantry-dev-{}", nix::unistd::getuid())).join("agent");
+    // One per data directory: container ids restart with a new data directory, and an agent
+    // refuses an id whose directory it still has.
+    let tag = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        data_dir.hash(&mut h);
+        h.finish()
+    };
+    let work_root =
+        std::env::temp_dir().join(format!("gantry-dev-{}-{tag:016x}", nix::unistd::getuid())).join("agent");
     for dir in [work_root.parent().unwrap_or(&work_root), &work_root] {
         traversable_dir(dir)?;
     }

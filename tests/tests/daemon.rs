@@ -91,9 +91,11 @@ fn command_pids(work: &Path) -> Vec<u64> {
 fn start_daemon(
     rt: &tokio::runtime::Runtime,
     node_timeout_ms: u64,
+    data_dir: &Path,
 ) -> (Bound, tokio::sync::oneshot::Sender<()>) {
+    let data = data_dir.display().to_string();
     let text = format!(
-        "[server]\nagent_listen = \"127.0.0.1:0\"\nlisten = \"127.0.0.1:0\"\nnode_timeout_ms = {node_timeout_ms}\ncycle_interval_ms = 50\n"
+        "[server]\nagent_listen = \"127.0.0.1:0\"\nlisten = \"127.0.0.1:0\"\nnode_timeout_ms = {node_timeout_ms}\ncycle_interval_ms = 50\ndata_dir = {data:?}\n"
     );
     let config =
         SchedulerConfig::from_str_at(&text, Path::new("<test>"), PathBuf::from(".")).expect("config");
@@ -162,7 +164,7 @@ fn containers_of(core: &gantry_scheduler::server::core::Core, app: AppId) -> Vec
 fn apps_run_gangs_start_whole_and_a_lost_node_s_work_reruns_elsewhere() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let dir = tempfile::tempdir().expect("tempdir");
-    let (bound, stop) = start_daemon(&rt, 2_000);
+    let (bound, stop) = start_daemon(&rt, 2_000, &dir.path().join("scheduler"));
     let core = bound.core.clone();
     let mut a = Agent::start(dir.path(), "node-a", "rack-1", bound.agent_addr);
     let mut b = Agent::start(dir.path(), "node-b", "rack-2", bound.agent_addr);

@@ -46,18 +46,30 @@ fn processes_with(arg: &str) -> Vec<u32> {
         .collect()
 }
 
+/// `gantry dev`, interrupted (so it cleans up) if the test fails half-way.
+struct Dev(std::process::Child);
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = Command::new("kill").args(["-INT", &self.0.id().to_string()]).status();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 #[test]
 fn gantry_dev_runs_submitted_work_and_stops_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
     let api = format!("127.0.0.1:{port}");
-    let mut dev = Command::new(gantry_bin().expect("gantry binary"))
+    let mut dev = Dev(Command::new(gantry_bin().expect("gantry binary"))
         .args(["dev", "--listen", &api, "--data-dir"])
         .arg(dir.path().join("data"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
-        .expect("start gantry dev");
+        .expect("start gantry dev"));
     let start = Instant::now();
     while std::net::TcpStream::connect(&api).is_err() {
         assert!(start.elapsed() < GUARD, "guard: gantry dev never listened");
@@ -89,11 +101,11 @@ fn gantry_dev_runs_submitted_work_and_stops_cleanly() {
     wait_state(&api, 2, "RUNNING");
     assert_eq!(processes_with(marker).len(), 1, "the container runs");
 
-    let pid = dev.id().to_string();
+    let pid = dev.0.id().to_string();
     assert!(Command::new("kill").args(["-INT", &pid]).status().expect("kill").success());
     let deadline = Instant::now() + GUARD;
     let status = loop {
-        if let Some(s) = dev.try_wait().expect("wait") {
+        if let Some(s) = dev.0.try_wait().expect("wait") {
             break s;
         }
         assert!(Instant::now() < deadline, "guard: gantry dev did not stop on Ctrl-C");

@@ -289,7 +289,12 @@ impl Backend for DaemonBackend {
             .submit_with_id(spec, templates, req.application_id.map(AppId))
             .await
             .map_err(gone)?
-            .map_err(engine_error)?;
+            .map_err(|e| match e {
+                super::core::SubmitError::Engine(e) => engine_error(e),
+                super::core::SubmitError::Store(e) => {
+                    ApiError::unavailable(format!("the submission could not be stored: {e}"))
+                }
+            })?;
         Ok(id.0)
     }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot};
 
 /// What runs in a container: the program and its environment (per request of an application).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LaunchTemplate {
     /// Program and arguments.
     pub argv: Vec<String>,
@@ -37,8 +37,9 @@ pub enum Request {
         id: Option<AppId>,
         /// One template per request, in order.
         templates: Vec<LaunchTemplate>,
-        /// Where the id goes.
-        reply: oneshot::Sender<Result<AppId, EngineError>>,
+        /// Where the id goes, with the store's acknowledgement to await before telling the
+        /// client (none without a store).
+        reply: oneshot::Sender<Result<(AppId, Option<crate::store::Ack>), EngineError>>,
     },
     /// Kill an application.
     Kill {
@@ -84,6 +85,17 @@ pub struct CoreHandle {
     tx: mpsc::Sender<Request>,
 }
 
+/// Why a submission was not acknowledged.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SubmitError {
+    /// The engine refused it.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// It could not be made durable.
+    #[error("not stored: {0}")]
+    Store(crate::store::StoreError),
+}
+
 /// The core is gone (the daemon is stopping).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the scheduler core is not running")]
@@ -113,7 +125,7 @@ impl CoreHandle {
         &self,
         spec: AppSpec,
         templates: Vec<LaunchTemplate>,
-    ) -> Result<Result<AppId, EngineError>, CoreGone> {
+    ) -> Result<Result<AppId, SubmitError>, CoreGone> {
         self.submit_with_id(spec, templates, None).await
     }
 
@@ -123,10 +135,15 @@ impl CoreHandle {
         spec: AppSpec,
         templates: Vec<LaunchTemplate>,
         id: Option<AppId>,
-    ) -> Result<Result<AppId, EngineError>, CoreGone> {
+    ) -> Result<Result<AppId, SubmitError>, CoreGone> {
         let (reply, rx) = oneshot::channel();
         self.send(Request::Submit { spec, id, templates, reply }).await?;
-        rx.await.map_err(|_| CoreGone)
+        match rx.await.map_err(|_| CoreGone)? {
+            Err(e) => Ok(Err(SubmitError::Engine(e))),
+            Ok((id, None)) => Ok(Ok(id)),
+            // Acknowledged only once committed.
+            Ok((id, Some(ack))) => Ok(ack.await.map(|()| id).map_err(SubmitError::Store)),
+        }
     }
 
     /// Kills an application.
@@ -196,6 +213,12 @@ pub struct Core {
     launched: HashMap<u64, Vec<LaunchedContainer>>,
     launched_app: HashMap<u64, u64>,
     launched_order: std::collections::VecDeque<u64>,
+    /// The durable store, if the daemon has one.
+    store: Option<std::sync::Arc<crate::store::Store>>,
+    /// After a restart: containers the store says were running, by node, restored when their
+    /// agent re-registers; scheduling waits until `recovering_until` so they are not placed twice.
+    awaiting: HashMap<String, Vec<crate::store::ContainerRecord>>,
+    recovering_until: Option<Instant>,
 }
 
 impl std::fmt::Debug for Core {
@@ -226,6 +249,71 @@ impl Core {
             launched: HashMap::new(),
             launched_app: HashMap::new(),
             launched_order: std::collections::VecDeque::new(),
+            store: None,
+            awaiting: HashMap::new(),
+            recovering_until: None,
+        }
+    }
+
+    /// A core that records everything in `store`, rebuilt from what it holds: live applications
+    /// are restored at once; their containers when their agents re-register. Scheduling waits
+    /// `grace` (the node timeout) for the agents to come back.
+    pub fn recover(
+        engine: Engine,
+        store: std::sync::Arc<crate::store::Store>,
+        grace: Duration,
+    ) -> Result<Self, crate::store::StoreError> {
+        let recovered = store.load()?;
+        let mut core = Core::new(engine);
+        let mut failures: HashMap<u64, u32> = HashMap::new();
+        for c in &recovered.containers {
+            if c.state == GANTRY_CONTAINER_FAILED {
+                *failures.entry(c.app.0).or_default() += 1;
+            }
+        }
+        let mut live_apps = std::collections::HashSet::new();
+        for a in recovered.apps {
+            if !matches!(a.state, GANTRY_APP_NEW | GANTRY_APP_ACCEPTED | GANTRY_APP_RUNNING) {
+                continue;
+            }
+            let templates: Vec<LaunchTemplate> = serde_json::from_value(a.launch.clone()).unwrap_or_default();
+            let event = Event::AppRestored {
+                app: a.id,
+                spec: a.spec,
+                state: a.state,
+                failures: failures.get(&a.id.0).copied().unwrap_or(0),
+                submit_ms: a.submit_ms,
+            };
+            match core.engine.handle(now_ms(), event) {
+                Ok(_) => {
+                    core.templates.insert(a.id.0, templates);
+                    live_apps.insert(a.id.0);
+                }
+                Err(e) => tracing::error!(app = a.id.0, error = %e, "cannot restore application"),
+            }
+        }
+        for c in recovered.containers {
+            if live_apps.contains(&c.app.0) && gantry_engine::state::container_is_live(c.state) {
+                core.awaiting.entry(c.node.clone()).or_default().push(c);
+            }
+        }
+        tracing::info!(
+            apps = live_apps.len(),
+            containers = core.awaiting.values().map(Vec::len).sum::<usize>(),
+            "restored from the store"
+        );
+        core.store = Some(store);
+        core.recovering_until = Some(Instant::now() + grace);
+        Ok(core)
+    }
+
+    /// Queues writes to the store without waiting (container and state records: a crash before
+    /// they commit costs a rerun, never an acknowledged submission).
+    fn persist(&self, writes: Vec<crate::store::Write>) {
+        if let Some(store) = &self.store {
+            if let Err(e) = store.submit(writes) {
+                tracing::error!(error = %e, "store refused a write");
+            }
         }
     }
 
@@ -299,6 +387,20 @@ impl Core {
 
     /// Runs one scheduling cycle.
     pub fn cycle(&mut self) {
+        if let Some(until) = self.recovering_until {
+            if Instant::now() < until && !self.awaiting.is_empty() {
+                return; // agents are still coming back; placing now could start work twice
+            }
+            self.recovering_until = None;
+            if !self.awaiting.is_empty() {
+                let nodes: Vec<&String> = self.awaiting.keys().collect();
+                tracing::warn!(
+                    ?nodes,
+                    "nodes did not come back after the restart; their containers run again elsewhere"
+                );
+                self.awaiting.clear();
+            }
+        }
         self.dirty = false;
         if let Err(e) = self.event(Event::Tick) {
             tracing::error!(error = %e, "scheduling cycle refused");
@@ -336,6 +438,18 @@ impl Core {
                         gpus,
                         ..Default::default()
                     };
+                    self.persist(vec![crate::store::Write::UpsertContainer(crate::store::ContainerRecord {
+                        id: container,
+                        app,
+                        request,
+                        node: name.clone(),
+                        resources,
+                        gpus: launch.gpus.clone(),
+                        state: GANTRY_CONTAINER_ALLOCATED,
+                        started_ms: None,
+                        exit_code: None,
+                        reason: None,
+                    })]);
                     self.remember_launch(
                         app.0,
                         LaunchedContainer {
@@ -367,6 +481,12 @@ impl Core {
                 }
                 Command::AppStateChanged { app, state, diagnostics } => {
                     tracing::info!(app = app.0, state, %diagnostics, "application state");
+                    self.persist(vec![crate::store::Write::AppState {
+                        id: app,
+                        state,
+                        diagnostics: diagnostics.clone(),
+                        at_ms: now_ms(),
+                    }]);
                     if matches!(
                         state,
                         GANTRY_APP_FINISHED | GANTRY_APP_FAILED | GANTRY_APP_KILLED | GANTRY_APP_REJECTED
@@ -384,6 +504,7 @@ impl Core {
     fn handle(&mut self, r: Request) {
         match r {
             Request::Submit { spec, id, templates, reply } => {
+                let spec_copy = spec.clone();
                 let result = (|| {
                     if templates.len() != spec.requests.len() {
                         return Err(EngineError::Invalid {
@@ -413,9 +534,35 @@ impl Core {
                         }
                     };
                     let id = id.ok_or_else(|| EngineError::Conflict("the engine gave no id".into()))?;
+                    let ack = match &self.store {
+                        None => None,
+                        Some(store) => {
+                            let st = self.engine.state();
+                            let app = st.app_index(id).and_then(|i| st.apps().get(i as usize).copied());
+                            let record = crate::store::AppRecord {
+                                id,
+                                spec: spec_copy.clone(),
+                                launch: serde_json::to_value(&templates).unwrap_or(serde_json::Value::Null),
+                                submit_ms: app.map_or_else(now_ms, |a| a.submit_ms),
+                                state: GANTRY_APP_NEW,
+                                state_ms: now_ms(),
+                                diagnostics: String::new(),
+                            };
+                            match store.submit(vec![crate::store::Write::InsertApp(record)]) {
+                                Ok(ack) => Some(ack),
+                                Err(e) => {
+                                    // Not durable: take it back so nothing unacknowledged runs.
+                                    let _ = self.engine.handle(now_ms(), Event::AppKillRequested { app: id });
+                                    return Err(EngineError::Conflict(format!(
+                                        "cannot store the submission: {e}"
+                                    )));
+                                }
+                            }
+                        }
+                    };
                     self.templates.insert(id.0, templates);
                     self.apply(commands);
-                    Ok(id)
+                    Ok((id, ack))
                 })();
                 self.dirty |= result.is_ok();
                 let _ = reply.send(result);
@@ -470,6 +617,31 @@ impl Core {
         };
         self.event(Event::NodeRegistered(spec)).map_err(|e| e.to_string())?;
         let node = r.node_name.clone();
+        // After a scheduler restart: the containers the store says run here are wanted again
+        // (if the agent still has them; reconciliation below loses the others).
+        for c in self.awaiting.remove(&node).unwrap_or_default() {
+            let event = Event::ContainerRestored {
+                container: c.id,
+                app: c.app,
+                request: c.request,
+                node: node.clone(),
+                gpus: c.gpus.clone(),
+                running: c.state == GANTRY_CONTAINER_RUNNING,
+            };
+            match self.engine.handle(now_ms(), event) {
+                Ok(_) => self.remember_launch(
+                    c.app.0,
+                    LaunchedContainer {
+                        id: c.id.0,
+                        node: node.clone(),
+                        request: c.request,
+                        state: c.state,
+                        exit_code: None,
+                    },
+                ),
+                Err(e) => tracing::warn!(container = c.id.0, error = %e, "cannot restore container"),
+            }
+        }
         self.agents
             .insert(node.clone(), AgentLink { tx, stream, last_seen: Instant::now(), last_status: None });
         let _ = self.send_to(&node, Down::Registered(v1::Registered { heartbeat_interval_ms: 0 }));
@@ -527,6 +699,13 @@ impl Core {
             v1::ExitReason::Lost | v1::ExitReason::Unspecified => (GANTRY_CONTAINER_LOST, None),
         };
         self.remember_end(e.container_id, state, code);
+        self.persist(vec![crate::store::Write::ContainerState {
+            id,
+            state,
+            started_ms: None,
+            exit_code: code,
+            reason: Some(format!("{reason:?}")),
+        }]);
         let event = match reason {
             v1::ExitReason::Lost | v1::ExitReason::Unspecified => Event::ContainerLost { container: id },
             v1::ExitReason::Exited => Event::ContainerExited { container: id, exit_code: e.exit_code },
@@ -560,6 +739,13 @@ impl Core {
             }
             Up::ContainerStarted(c) => {
                 self.remember_end(c.container_id, GANTRY_CONTAINER_RUNNING, None);
+                self.persist(vec![crate::store::Write::ContainerState {
+                    id: ContainerId(c.container_id),
+                    state: GANTRY_CONTAINER_RUNNING,
+                    started_ms: Some(c.started_at_ms),
+                    exit_code: None,
+                    reason: None,
+                }]);
                 let _ = self.event(Event::ContainerStarted { container: ContainerId(c.container_id) });
             }
             Up::ContainerExited(e) => self.exited(node, &e),

@@ -30,6 +30,22 @@ pub enum ServerError {
     /// The gRPC server failed.
     #[error("agent endpoint: {0}")]
     Grpc(#[from] tonic::transport::Error),
+    /// The durable state could not be opened or read.
+    #[error("store {path}: {source}")]
+    Store {
+        /// The database file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: crate::store::StoreError,
+    },
+    /// The data directory could not be created.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// A running daemon's addresses, and a handle on its core (for embedding and tests).
@@ -87,12 +103,23 @@ pub async fn serve(
     on_bound: impl FnOnce(Bound),
 ) -> Result<(), ServerError> {
     let engine = build_engine(config)?;
+    // Nothing acknowledged is lost: the store is opened (and the engine rebuilt from it) before
+    // anything listens.
+    let data_dir = config.data_dir();
+    std::fs::create_dir_all(&data_dir)
+        .map_err(|source| ServerError::DataDir { path: data_dir.clone(), source })?;
+    let db = data_dir.join("gantry.db");
+    let store =
+        crate::store::Store::open(&db).map_err(|source| ServerError::Store { path: db.clone(), source })?;
+    let node_timeout = Duration::from_millis(config.server.node_timeout_ms);
+    let core_state = core::Core::recover(engine, std::sync::Arc::new(store), node_timeout)
+        .map_err(|source| ServerError::Store { path: db.clone(), source })?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
     let (core, core_task) = core::spawn(
-        core::Core::new(engine),
+        core_state,
         Duration::from_millis(config.server.cycle_interval_ms),
         Duration::from_millis(config.server.node_timeout_ms),
         stopped(stop_rx.clone()),
