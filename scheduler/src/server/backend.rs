@@ -235,7 +235,8 @@ impl Backend for DaemonBackend {
     async fn apps(&self, _filter: AppFilter) -> Vec<AppInfo> {
         self.core
             .read(|c| {
-                let mut out: Vec<AppInfo> = c.engine().history().map(|h| summary_info(c, h)).collect();
+                let mut out: Vec<AppInfo> =
+                    c.past().iter().chain(c.engine().history()).map(|h| summary_info(c, h)).collect();
                 out.extend((0..c.engine().state().apps().len() as u32).filter_map(|i| live_info(c, i)));
                 out.sort_by_key(|a| a.id);
                 out
@@ -248,7 +249,12 @@ impl Backend for DaemonBackend {
         self.core
             .read(move |c| match c.engine().state().app_index(AppId(id)) {
                 Some(i) => live_info(c, i),
-                None => c.engine().history().filter(|h| h.id.0 == id).last().map(|h| summary_info(c, h)),
+                None => c
+                    .engine()
+                    .history()
+                    .chain(c.past().iter())
+                    .find(|h| h.id.0 == id)
+                    .map(|h| summary_info(c, h)),
             })
             .await
             .ok()

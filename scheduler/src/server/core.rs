@@ -219,6 +219,8 @@ pub struct Core {
     /// agent re-registers; scheduling waits until `recovering_until` so they are not placed twice.
     awaiting: HashMap<String, Vec<crate::store::ContainerRecord>>,
     recovering_until: Option<Instant>,
+    /// Applications that had ended before the last restart (the engine's history starts empty).
+    past: Vec<gantry_engine::state::AppSummary>,
 }
 
 impl std::fmt::Debug for Core {
@@ -252,7 +254,13 @@ impl Core {
             store: None,
             awaiting: HashMap::new(),
             recovering_until: None,
+            past: Vec::new(),
         }
+    }
+
+    /// Applications that had ended before the last restart, oldest first.
+    pub fn past(&self) -> &[gantry_engine::state::AppSummary] {
+        &self.past
     }
 
     /// A core that records everything in `store`, rebuilt from what it holds: live applications
@@ -274,6 +282,14 @@ impl Core {
         let mut live_apps = std::collections::HashSet::new();
         for a in recovered.apps {
             if !matches!(a.state, GANTRY_APP_NEW | GANTRY_APP_ACCEPTED | GANTRY_APP_RUNNING) {
+                core.past.push(gantry_engine::state::AppSummary {
+                    id: a.id,
+                    name: a.spec.name.clone(),
+                    queue: a.spec.queue.clone(),
+                    user: a.spec.user.clone(),
+                    state: a.state,
+                    diagnostics: a.diagnostics.clone(),
+                });
                 continue;
             }
             let templates: Vec<LaunchTemplate> = serde_json::from_value(a.launch.clone()).unwrap_or_default();
@@ -297,7 +313,10 @@ impl Core {
                 core.awaiting.entry(c.node.clone()).or_default().push(c);
             }
         }
+        let keep = core.past.len().saturating_sub(10_000);
+        core.past.drain(..keep);
         tracing::info!(
+            ended = core.past.len(),
             apps = live_apps.len(),
             containers = core.awaiting.values().map(Vec::len).sum::<usize>(),
             "restored from the store"
