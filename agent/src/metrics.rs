@@ -7,6 +7,7 @@
 //! only in how counters are named in `# HELP`/`# TYPE`, and in the `# UNIT`/`# EOF` lines).
 
 use crate::model::{ContainerUsage, ExitReason, GpuInfo, HostUsage, NodeReport, Resources};
+use gantry_exposition::StateLabels;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
@@ -58,22 +59,10 @@ struct GpuLabels {
     model: String,
 }
 
-/// Label of `gantry_containers`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct StateLabels {
-    state: String,
-}
-
 /// Label of `gantry_container_kills_total`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ReasonLabels {
     reason: String,
-}
-
-/// Label of `gantry_agent_build_info`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct BuildLabels {
-    version: String,
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -262,9 +251,12 @@ impl AgentMetrics {
             Unit::Seconds,
             m.heartbeat_latency.clone(),
         );
-        let build_info = Family::<BuildLabels, ByteGauge>::default();
-        build_info.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION").into() }).set(1);
-        registry.register("gantry_agent_build_info", "The agent's version; always 1", build_info);
+        gantry_exposition::register_build_info(
+            registry,
+            "gantry_agent_build_info",
+            "The agent's version; always 1",
+            env!("CARGO_PKG_VERSION"),
+        );
 
         for reason in [ExitReason::KilledByRequest, ExitReason::MemoryLimit] {
             let _ = m.kills.get_or_create(&ReasonLabels { reason: reason.name().into() });

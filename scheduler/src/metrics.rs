@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 use gantry_engine::{Engine, Policy, PolicyError, RejectReason};
+use gantry_exposition::StateLabels;
 use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, Hooks, View};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -117,12 +118,6 @@ struct QueueLabels {
     queue: String,
 }
 
-/// Label of per-state series.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct StateLabels {
-    state: String,
-}
-
 /// Label of per-plugin series.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct PluginLabels {
@@ -141,12 +136,6 @@ struct HookLabels {
 struct RejectLabels {
     plugin: String,
     reason: String,
-}
-
-/// Label of `gantry_scheduler_build_info`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct BuildLabels {
-    version: String,
 }
 
 type FloatGauge = Gauge<f64, AtomicU64>;
@@ -403,9 +392,12 @@ impl SchedulerMetrics {
             "Writes made durable by one group commit",
             m.store_batch_size.clone(),
         );
-        let build_info = Family::<BuildLabels, IntGauge>::default();
-        build_info.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION").into() }).set(1);
-        r.register("gantry_scheduler_build_info", "The scheduler's version; always 1", build_info);
+        gantry_exposition::register_build_info(
+            r,
+            "gantry_scheduler_build_info",
+            "The scheduler's version; always 1",
+            env!("CARGO_PKG_VERSION"),
+        );
 
         for reason in RejectReason::ALL {
             let _ = m

@@ -7,10 +7,33 @@
 //! and in the `# UNIT`/`# EOF` lines). One implementation, so a fix serves the agent and the
 //! scheduler alike.
 //!
-//! (Scratch stand-in: this is the code of `agent/src/metrics.rs` moved, plus [`encode`].)
+//! It also holds the pieces both daemons' registries share: the `state` label of per-state
+//! gauges and the `*_build_info` gauge.
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 use thiserror::Error;
+
+/// The label of per-state gauges (`gantry_containers{state=…}`, `gantry_nodes{state=…}`, …).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct StateLabels {
+    /// The state's name.
+    pub state: String,
+}
+
+/// Registers `<name>{version="…"} 1`, the conventional build-info gauge.
+pub fn register_build_info(registry: &mut Registry, name: &str, help: &str, version: &str) {
+    #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+    struct BuildLabels {
+        version: String,
+    }
+    let family = Family::<BuildLabels, Gauge<u64, AtomicU64>>::default();
+    family.get_or_create(&BuildLabels { version: version.to_owned() }).set(1);
+    registry.register(name, help, family);
+}
 
 /// `Content-Type` of the Prometheus text format 0.0.4.
 pub const PROMETHEUS_TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
