@@ -33,6 +33,22 @@ fn wait_state(api: &str, id: u64, want: &str) -> serde_json::Value {
     }
 }
 
+/// POSTs a JSON body over a plain HTTP/1.1 connection; returns the whole reply.
+fn post(api: &str, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(api).expect("connect");
+    s.set_read_timeout(Some(GUARD)).expect("timeout");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {api}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    // The server may answer (413) and close before reading the whole body: ignore write errors.
+    let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(body.as_bytes()));
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 fn processes_with(arg: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")
         .into_iter()
@@ -93,6 +109,23 @@ fn gantry_dev_runs_submitted_work_and_stops_cleanly() {
         "{}",
         String::from_utf8_lossy(&logs.stdout)
     );
+
+    // Malformed and oversized requests get a 4xx with a message and change nothing.
+    let before = gantry(&api, &["apps", "--json"]).stdout;
+    for (body, want) in [
+        ("{not json".to_owned(), "400"),
+        (r#"{"containers": [{"resource": {"cpuMillis": -5, "memoryBytes": 1, "gpus": 0}, "command": ["x"]}]}"#.to_owned(), "4"),
+        (r#"{"containers": [], "bogus": 1}"#.to_owned(), "4"),
+        (format!(r#"{{"application-name": "{}", "containers": []}}"#, "x".repeat(2 << 20)), "413"),
+    ] {
+        let reply = post(&api, "/ws/v1/cluster/apps", &body);
+        let status = reply.split_whitespace().nth(1).unwrap_or_default().to_owned();
+        assert!(status.starts_with(want), "{status} for {:.60}: {reply:.300}", body);
+        if status != "413" {
+            assert!(reply.contains("RemoteException") && reply.contains("message"), "{reply:.400}");
+        }
+    }
+    assert_eq!(gantry(&api, &["apps", "--json"]).stdout, before, "refused requests changed nothing");
 
     // Something still running when Ctrl-C comes.
     let marker = "3017"; // an argument no other process has
