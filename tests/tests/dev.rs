@@ -127,6 +127,33 @@ fn gantry_dev_runs_submitted_work_and_stops_cleanly() {
     }
     assert_eq!(gantry(&api, &["apps", "--json"]).stdout, before, "refused requests changed nothing");
 
+    // The live daemon's /metrics passes promtool.
+    let metrics = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&api).expect("connect");
+        s.set_read_timeout(Some(GUARD)).expect("timeout");
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: {api}\r\nConnection: close\r\n\r\n").expect("write");
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("read");
+        out.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
+    };
+    assert!(metrics.contains("gantry_apps{state=\"finished\"} 1"), "{metrics:.2000}");
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus) must be installed");
+    {
+        use std::io::Write;
+        promtool.stdin.take().expect("stdin").write_all(metrics.as_bytes()).expect("feed promtool");
+    }
+    let checked = promtool.wait_with_output().expect("promtool");
+    let said =
+        format!("{}{}", String::from_utf8_lossy(&checked.stdout), String::from_utf8_lossy(&checked.stderr));
+    assert!(checked.status.success() && said.trim().is_empty(), "promtool: {said}");
+
     // Something still running when Ctrl-C comes.
     let marker = "3017"; // an argument no other process has
     let out = gantry(&api, &["submit", "--", "sleep", marker]);
