@@ -255,3 +255,56 @@ fn apps_run_gangs_start_whole_and_a_lost_node_s_work_reruns_elsewhere() {
     drop(a);
     drop(b);
 }
+
+#[test]
+fn an_agent_restart_readopts_its_containers_without_relaunching_them() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A long node timeout: the restarted agent is back well before its node could be lost.
+    let (bound, stop) = start_daemon(&rt, 15_000, &dir.path().join("scheduler"));
+    let core = bound.core.clone();
+    let mut a = Agent::start(dir.path(), "node-r", "rack-1", bound.agent_addr);
+    rt.block_on(async {
+        wait_until(&core, "the node", |c| (c.engine().state().nodes().len() == 1).then_some(())).await;
+        let (spec, t) = app("long", &["sleep", "300"], 2, false, 100);
+        let long = core.submit(spec, t).await.expect("core").expect("accepted");
+        let running = wait_until(&core, "both containers to run", move |c| {
+            let cs = containers_of(c, long);
+            (cs.len() == 2 && cs.iter().all(|x| x.2 == GANTRY_CONTAINER_RUNNING)).then_some(cs)
+        })
+        .await;
+        let pids_before: Vec<u64> = command_pids(&a.work);
+        assert_eq!(pids_before.len(), 2);
+        let launches = core.read(|c| c.stats().launches_sent).await.expect("core");
+        let first_stream = core.read(|c| c.agents().get("node-r").map(|l| l.stream())).await.expect("core");
+
+        a.kill9();
+        a.restart(bound.agent_addr);
+        // Back on a new stream, reporting: the same containers, running, with the same
+        // processes; nothing launched again.
+        wait_until(&core, "the agent to re-register and report", move |c| {
+            c.agents()
+                .get("node-r")
+                .filter(|l| l.stream() != 0 && Some(l.stream()) != first_stream && l.last_status.is_some())
+                .map(|_| ())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after = core.read(move |c| containers_of(c, long)).await.expect("core");
+        assert_eq!(after, running, "the same containers, still running");
+        assert_eq!(
+            core.read(|c| c.stats().launches_sent).await.expect("core"),
+            launches,
+            "nothing relaunched"
+        );
+        let pids_after = command_pids(&a.work);
+        assert_eq!(pids_after, pids_before);
+        assert!(pids_after.iter().all(|p| pid_alive(*p)), "the processes were never restarted");
+
+        core.kill(long).await.expect("core").expect("kill");
+        wait_until(&core, "the containers to end", move |c| containers_of(c, long).is_empty().then_some(()))
+            .await;
+    });
+    let _ = stop.send(());
+    drop(a);
+}

@@ -183,6 +183,13 @@ pub struct AgentLink {
     pub last_status: Option<v1::Status>,
 }
 
+impl AgentLink {
+    /// Identifies the agent's current stream (a reconnect gets a new one; 0 once it ended).
+    pub fn stream(&self) -> u64 {
+        self.stream
+    }
+}
+
 /// Counters of the core's own work.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct CoreStats {
