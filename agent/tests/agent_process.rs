@@ -249,4 +249,10 @@ async fn runs_containers_survives_kill_9_and_reports_what_happened_meanwhile() {
 
     let status = agent.terminate();
     assert!(status.success(), "SIGTERM stops the agent cleanly: {status:?}");
+    // The agent keeps its parent cgroups across restarts by design; this test is over.
+    for controller in ["memory", "cpu", "cpuacct", "pids", "freezer", "unified"] {
+        let _ = std::fs::remove_dir(
+            Path::new("/sys/fs/cgroup").join(controller).join(format!("gantry-e2e-{}", std::process::id())),
+        );
+    }
 }
