@@ -245,3 +245,18 @@ async fn report_exit(events: &mpsc::Sender<AgentEvent>, metrics: &AgentMetrics, 
     // Exits are never dropped: the client keeps them until the scheduler acknowledges them.
     let _ = events.send(AgentEvent::Exited(exit)).await;
 }
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM: how every gantry daemon is asked to stop.
+pub async fn shutdown_signal() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -107,14 +107,7 @@ fn run(config: AgentConfig) -> anyhow::Result<()> {
     rt.block_on(async move {
         tracing::info!(node = %config.node_name(), scheduler = %config.scheduler, "gantry-agent starting");
         let shutdown = async {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return std::future::pending().await,
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
+            gantry_agent::daemon::shutdown_signal().await;
             tracing::info!("stopping; containers keep running and are re-adopted on restart");
         };
         gantry_agent::daemon::run(config, shim, shutdown).await
@@ -123,14 +116,8 @@ fn run(config: AgentConfig) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    // `gantry-agent shim <DIR>`: a container's supervisor; dispatched before anything else runs,
-    // because it forks and must stay single-threaded.
-    let args: Vec<std::ffi::OsString> = std::env::args_os().take(3).collect();
-    if let [_, cmd, dir] = args.as_slice() {
-        if cmd == "shim" {
-            std::process::exit(gantry_agent::shim::run_shim(std::path::Path::new(dir)));
-        }
-    }
+    // `gantry-agent shim <DIR>`: a container's supervisor.
+    gantry_agent::shim::dispatch();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

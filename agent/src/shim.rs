@@ -491,6 +491,18 @@ fn reset_signals() {
     let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
 }
 
+/// If this process was started as `<binary> shim <DIR>` (by an agent launching a container),
+/// runs the supervisor and exits; otherwise returns. Call it first thing in `main`: the
+/// supervisor forks and must stay single-threaded.
+pub fn dispatch() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().take(3).collect();
+    if let [_, cmd, dir] = args.as_slice() {
+        if cmd == "shim" {
+            std::process::exit(run_shim(Path::new(dir)));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -108,7 +108,7 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
         println!("  gantry apps; gantry logs 1");
         println!();
         println!("Ctrl-C stops the cluster and every container it started.");
-        wait_for_signal().await;
+        gantry_agent::daemon::shutdown_signal().await;
         let _ = stop_tx.send(true);
         match agent.await {
             Ok(Err(e)) => eprintln!("gantry dev: agent: {e}"),
@@ -122,18 +122,4 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
         println!("gantry dev: stopped");
         Ok(())
     })
-}
-
-async fn wait_for_signal() {
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }

@@ -60,18 +60,7 @@ fn run(args: Args) -> anyhow::Result<()> {
 
 /// Completes on SIGINT or SIGTERM.
 async fn shutdown_signal() {
-    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
-    match term {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
+    gantry_agent::daemon::shutdown_signal().await;
     tracing::info!("stopping");
 }
 

@@ -74,15 +74,8 @@ fn inspect(path: PathBuf, json: bool) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    // `gantry shim <DIR>`: a container's supervisor, started by the agent that `gantry dev` runs
-    // in this process; dispatched before anything else, because it forks and must stay
-    // single-threaded.
-    let args: Vec<std::ffi::OsString> = std::env::args_os().take(3).collect();
-    if let [_, cmd, dir] = args.as_slice() {
-        if cmd == "shim" {
-            std::process::exit(gantry_agent::shim::run_shim(std::path::Path::new(dir)));
-        }
-    }
+    // `gantry shim <DIR>`: a container's supervisor, started by the agent `gantry dev` runs.
+    gantry_agent::shim::dispatch();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Plugin { command: PluginCommand::Inspect { path, json } } => inspect(path, json),
