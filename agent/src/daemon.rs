@@ -5,17 +5,18 @@
 
 use crate::client::{AgentEvent, Client, ClientOptions, Command, LiveContainer, LiveState, Snapshot};
 use crate::config::AgentConfig;
-use crate::executor::{ExecError, Executor, ExecutorSettings};
+use crate::executor::{ExecError, Executor, ExecutorSettings, ExitNotice};
 use crate::metrics::{self, AgentMetrics};
-use crate::model::{ContainerExit, ExitReason, NodeReport};
+use crate::model::{ContainerExit, ExitReason, LaunchSpec, NodeReport};
 use crate::monitor::Monitor;
 use crate::probe::{GpuProbe, ProbeError};
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 
 /// Why the agent could not start.
 #[derive(Debug, Error)]
@@ -131,6 +132,7 @@ pub async fn run_with(
         .on_heartbeat_latency(move |d| latency_metrics.observe_heartbeat(d));
     let client_task = tokio::spawn(client.run(events_rx, commands_tx, stopped(stop_rx.clone())));
 
+    let launcher = Launcher::new(executor.clone(), events.clone(), metrics.clone());
     let mut interval = Duration::from_millis(config.sample_interval_ms);
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -162,28 +164,14 @@ pub async fn run_with(
             cmd = commands.recv() => {
                 let Some(cmd) = cmd else { break };
                 match cmd {
-                    Command::Launch(spec) => {
-                        let id = spec.container_id;
-                        match executor.launch(&spec) {
-                            Ok(_) => {
-                                let _ = events.send(AgentEvent::Started { container_id: id, started_at_ms: now_ms() }).await;
-                            }
-                            Err(e) => {
-                                tracing::warn!(container = id, error = %e, "launch refused");
-                                let _ = events.send(AgentEvent::LaunchFailed { container_id: id, message: e.to_string() }).await;
-                            }
-                        }
-                    }
+                    Command::Launch(spec) => launcher.launch(spec),
                     Command::Kill { container_id, grace, reason } => {
-                        if executor.list().iter().any(|c| c.container_id == container_id) {
+                        let grace = grace.unwrap_or(default_grace);
+                        if launcher.kill_when_launched(container_id, grace) {
+                            tracing::info!(container = container_id, %reason, "kill requested during its launch");
+                        } else if executor.list().iter().any(|c| c.container_id == container_id) {
                             tracing::info!(container = container_id, %reason, "kill requested");
-                            let executor = executor.clone();
-                            let grace = grace.unwrap_or(default_grace);
-                            tokio::spawn(async move {
-                                if let Err(e) = executor.kill(container_id, grace).await {
-                                    tracing::warn!(container = container_id, error = %e, "kill failed");
-                                }
-                            });
+                            spawn_kill(executor.clone(), container_id, grace);
                         } else {
                             // Nothing of it runs here: say so, so the scheduler stops waiting.
                             let exit = ContainerExit { container_id, reason: ExitReason::Lost, finished_at_ms: now_ms() };
@@ -209,6 +197,8 @@ pub async fn run_with(
     let _ = stop_tx.send(true);
     let _ = client_task.await;
     let _ = metrics_task.await;
+    // Exits from here on are found by scanning (the watchers stop with the runtime).
+    executor.unwatch_all();
     if options.kill_containers_on_exit {
         for id in executor.running() {
             if let Err(e) = executor.force_kill(id) {
@@ -230,6 +220,133 @@ pub async fn run_with(
         let _ = executor.remove_parent_cgroup();
     }
     Ok(())
+}
+
+fn spawn_kill(executor: Arc<Executor>, id: u64, grace: Duration) {
+    tokio::spawn(async move {
+        if let Err(e) = executor.kill(id, grace).await {
+            tracing::warn!(container = id, error = %e, "kill failed");
+        }
+    });
+}
+
+/// Runs launches off the main loop, a few at a time, so one slow launch does not hold up the
+/// next or the scheduler's other commands, and watches each launched container so that its
+/// exit is reported the moment its supervisor ends (not at the next sampling tick).
+#[derive(Clone)]
+struct Launcher {
+    executor: Arc<Executor>,
+    events: mpsc::Sender<AgentEvent>,
+    metrics: Arc<AgentMetrics>,
+    /// Launches running at once: each mostly waits for a fork and two execs.
+    slots: Arc<Semaphore>,
+    /// Launches accepted and not finished, with the grace of a kill that arrived meanwhile.
+    in_flight: Arc<Mutex<HashMap<u64, Option<Duration>>>>,
+}
+
+impl Launcher {
+    fn new(executor: Arc<Executor>, events: mpsc::Sender<AgentEvent>, metrics: Arc<AgentMetrics>) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Launcher {
+            executor,
+            events,
+            metrics,
+            slots: Arc::new(Semaphore::new((2 * cores).max(2))),
+            in_flight: Arc::default(),
+        }
+    }
+
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Option<Duration>>> {
+        self.in_flight.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts a launch; `Started` (or `LaunchFailed`) and later `Exited` go up the stream in
+    /// that order.
+    fn launch(&self, spec: LaunchSpec) {
+        let id = spec.container_id;
+        if self.in_flight().insert(id, None).is_some() {
+            // The executor refuses a second launch of the same id anyway; say so once.
+            tracing::warn!(container = id, "launch of a container already being launched ignored");
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move { this.run(id, spec).await });
+    }
+
+    /// Records a kill for a container whose launch is in flight; it is carried out once the
+    /// launch completes. False if no launch of it is in flight.
+    fn kill_when_launched(&self, id: u64, grace: Duration) -> bool {
+        match self.in_flight().get_mut(&id) {
+            Some(kill) => {
+                *kill = Some(grace);
+                true
+            }
+            None => false,
+        }
+    }
+
+    async fn run(self, id: u64, spec: LaunchSpec) {
+        let launched = match self.slots.clone().acquire_owned().await {
+            Ok(permit) => {
+                let executor = self.executor.clone();
+                tokio::task::spawn_blocking(move || {
+                    let _permit = permit;
+                    executor.launch_watched(&spec)
+                })
+                .await
+                .unwrap_or_else(|e| Err(ExecError::Start { id, message: format!("launch task failed: {e}") }))
+            }
+            Err(_) => Err(ExecError::Start { id, message: "the agent is stopping".into() }),
+        };
+        // The executor tracks it now (or it failed), so a later kill finds it there.
+        let kill = self.in_flight().remove(&id).flatten();
+        let notice = match launched {
+            Ok((_, notice)) => notice,
+            Err(e) => {
+                tracing::warn!(container = id, error = %e, "launch refused");
+                let _ = self
+                    .events
+                    .send(AgentEvent::LaunchFailed { container_id: id, message: e.to_string() })
+                    .await;
+                return;
+            }
+        };
+        let _ = self.events.send(AgentEvent::Started { container_id: id, started_at_ms: now_ms() }).await;
+        if let Some(grace) = kill {
+            spawn_kill(self.executor.clone(), id, grace);
+        }
+        if let Err(e) = wait_for_end(notice).await {
+            tracing::warn!(container = id, error = %e, "cannot watch the container; its exit is found by scanning");
+            self.executor.unwatch(id);
+            return;
+        }
+        // The supervisor closes the pipe as it exits, just after writing the exit record; if it
+        // died without one, it takes a moment to become reapable.
+        for _ in 0..50 {
+            if let Some(exit) = self.executor.collect_exit(id) {
+                report_exit(&self.events, &self.metrics, exit).await;
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.executor.unwatch(id);
+    }
+}
+
+/// Completes when the supervisor behind `notice` has exited (its end of the pipe is closed).
+async fn wait_for_end(notice: ExitNotice) -> std::io::Result<()> {
+    use tokio::io::AsyncReadExt;
+    // Checks that it is a pipe and makes it non-blocking.
+    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(notice.into_fd())?;
+    let mut buf = [0u8; 16];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 async fn report_exit(events: &mpsc::Sender<AgentEvent>, metrics: &AgentMetrics, exit: ContainerExit) {

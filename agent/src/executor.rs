@@ -27,6 +27,7 @@ use nix::unistd::Pid;
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::io::{self, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Component, Path, PathBuf};
@@ -365,6 +366,10 @@ struct Tracked {
     /// The shim, when this executor started it (so it must reap it).
     child: Option<Child>,
     ended: bool,
+    /// Someone holds its [`ExitNotice`] and collects its exit with [`Executor::collect_exit`];
+    /// [`Executor::collect_exits`] leaves it alone, so its exit is never reported before its
+    /// launch is.
+    watched: bool,
 }
 
 #[derive(Default)]
@@ -561,6 +566,15 @@ impl Executor {
     /// shim, which starts the command. Returns once the command runs. On any error nothing is
     /// left behind: no directory, no cgroup, no process.
     pub fn launch(&self, spec: &LaunchSpec) -> Result<ContainerHandle, ExecError> {
+        let (handle, _) = self.launch_watched(spec)?;
+        self.unwatch(handle.container_id);
+        Ok(handle)
+    }
+
+    /// [`Executor::launch`], also returning the container's [`ExitNotice`]: readable (at end of
+    /// file) the moment its supervisor ends, so a caller can collect the exit at once with
+    /// [`Executor::collect_exit`] instead of scanning.
+    pub fn launch_watched(&self, spec: &LaunchSpec) -> Result<(ContainerHandle, ExitNotice), ExecError> {
         let shim_spec = self.validate(spec)?;
         let id = spec.container_id;
         {
@@ -584,12 +598,12 @@ impl Executor {
                     }
                     let _ = std::fs::remove_dir_all(&control);
                 }
-                started.map(|(child, rec)| (child, rec, cgroup))
+                started.map(|(child, rec, notice)| (child, rec, notice, cgroup))
             }
         };
         let mut inner = self.lock();
         inner.launching.remove(&id);
-        let (child, rec, cgroup) = result?;
+        let (child, rec, notice, cgroup) = result?;
         inner.containers.insert(
             id,
             Tracked {
@@ -602,15 +616,23 @@ impl Executor {
                 cmd: ProcRef { pid: rec.pid, start_time: rec.start_time },
                 child: Some(child),
                 ended: false,
+                watched: true,
             },
         );
-        Ok(ContainerHandle {
+        let handle = ContainerHandle {
             container_id: id,
             pid: rec.pid,
             shim_pid: rec.shim_pid,
             container_dir: control.join(WORK_DIR),
             cgroup,
-        })
+        };
+        Ok((handle, ExitNotice(notice)))
+    }
+
+    /// Whether a launch of this id is in progress (between [`Executor::launch`] being called and
+    /// returning).
+    pub fn is_launching(&self, id: u64) -> bool {
+        self.lock().launching.contains(&id)
     }
 
     fn start(
@@ -618,7 +640,7 @@ impl Executor {
         mut spec: ShimSpec,
         control: &Path,
         cgroup: Option<&ContainerCgroup>,
-    ) -> Result<(Child, PidRecord), ExecError> {
+    ) -> Result<(Child, PidRecord, OwnedFd), ExecError> {
         let id = spec.container_id;
         std::fs::DirBuilder::new()
             .mode(0o750)
@@ -653,59 +675,47 @@ impl Executor {
             .map_err(io_err("create", &log_path))?;
         let log2 = log.try_clone().map_err(io_err("open", &log_path))?;
         let program = &self.settings.shim_program;
+        // The shim says "running" (one byte) and "ended" (end of file) through this pipe.
+        let (notice, notify) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| {
+            ExecError::Io { what: "create a pipe for", path: program.clone(), source: e.into() }
+        })?;
+        let notify_raw = notify.as_raw_fd();
         let mut cmd = Command::new(program);
         cmd.arg("shim")
             .arg(control)
+            .arg(SHIM_NOTIFY_FD.to_string())
             .env_clear()
             .current_dir("/")
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
         // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
-        // which is async-signal-safe and allocates nothing.
+        // dup2(2) and fcntl(2), which are async-signal-safe and allocate nothing.
         unsafe {
-            cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(io::Error::from));
+            cmd.pre_exec(move || {
+                nix::unistd::setsid().map_err(io::Error::from)?;
+                // Put the notify pipe at the agreed descriptor, without close-on-exec (dup2
+                // clears it; a pipe already there only needs the flag cleared).
+                let r = if notify_raw == SHIM_NOTIFY_FD {
+                    libc::fcntl(notify_raw, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(notify_raw, SHIM_NOTIFY_FD)
+                };
+                if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+            });
         }
-        let mut child =
-            cmd.spawn().map_err(|source| ExecError::Spawn { program: program.clone(), source })?;
+        let spawned = cmd.spawn();
+        drop(notify);
+        let mut child = spawned.map_err(|source| ExecError::Spawn { program: program.clone(), source })?;
 
         let pid_path = control.join(PID_FILE);
-        let started = Instant::now();
-        let mut pause = Duration::from_millis(1);
-        loop {
-            if pid_path.exists() {
-                return match shim::read_json(&pid_path) {
-                    Ok(rec) => Ok((child, rec)),
-                    Err(e) => {
-                        abort_shim(&mut child);
-                        Err(e.into())
-                    }
-                };
+        match wait_for_notice(&notice, LAUNCH_DEADLINE) {
+            Notice::Running | Notice::Ended => {}
+            Notice::Failed(e) => {
+                abort_shim(&mut child);
+                return Err(ExecError::Io { what: "wait for", path: program.clone(), source: e });
             }
-            let exited = match child.try_wait() {
-                Ok(exited) => exited,
-                Err(e) => {
-                    abort_shim(&mut child);
-                    return Err(ExecError::Io { what: "wait for", path: program.clone(), source: e });
-                }
-            };
-            if let Some(status) = exited {
-                if pid_path.exists() {
-                    // It started the command and ended already (the command was quick).
-                    return Ok((child, shim::read_json(&pid_path)?));
-                }
-                let message = std::fs::read_to_string(control.join(LAUNCH_ERROR_FILE))
-                    .or_else(|_| std::fs::read_to_string(&log_path))
-                    .unwrap_or_default();
-                let message = message.trim();
-                let message = if message.is_empty() {
-                    format!("the supervisor exited ({status})")
-                } else {
-                    message.to_owned()
-                };
-                return Err(ExecError::Start { id, message });
-            }
-            if started.elapsed() > LAUNCH_DEADLINE {
+            Notice::TimedOut => {
                 abort_shim(&mut child);
                 return Err(ExecError::Start {
                     id,
@@ -715,9 +725,26 @@ impl Executor {
                     ),
                 });
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(20));
         }
+        // The pid record is written before the notice; without it the shim failed (or died).
+        if pid_path.exists() {
+            return match shim::read_json(&pid_path) {
+                Ok(rec) => Ok((child, rec, notice)),
+                Err(e) => {
+                    abort_shim(&mut child);
+                    Err(e.into())
+                }
+            };
+        }
+        let status =
+            child.wait().map_err(|e| ExecError::Io { what: "wait for", path: program.clone(), source: e })?;
+        let message = std::fs::read_to_string(control.join(LAUNCH_ERROR_FILE))
+            .or_else(|_| std::fs::read_to_string(&log_path))
+            .unwrap_or_default();
+        let message = message.trim();
+        let message =
+            if message.is_empty() { format!("the supervisor exited ({status})") } else { message.to_owned() };
+        Err(ExecError::Start { id, message })
     }
 
     /// The ids and pids of every container the executor knows (running, or ended and not yet
@@ -925,33 +952,66 @@ impl Executor {
         let mut inner = self.lock();
         let mut out = std::mem::take(&mut inner.pending);
         inner.zombies.retain_mut(|c| matches!(c.try_wait(), Ok(None)));
-        for (&id, t) in inner.containers.iter_mut() {
-            if t.ended {
-                continue;
-            }
-            let exit_path = t.control.join(EXIT_FILE);
-            let record = if exit_path.exists() {
-                shim::read_json::<ExitRecord>(&exit_path).ok()
-            } else if Self::shim_alive(t) {
-                continue;
-            } else {
-                // The shim may have written its record just before it ended.
-                shim::read_json::<ExitRecord>(&exit_path).ok()
-            };
-            if let Some(child) = &mut t.child {
-                let _ = child.try_wait();
-            }
-            t.ended = true;
-            out.push(match record {
-                Some(rec) => ContainerExit {
-                    container_id: id,
-                    reason: classify(&t.control, &rec, t.cgroup.as_ref()),
-                    finished_at_ms: rec.finished_at_ms,
-                },
-                None => lost(id, t.cgroup.as_ref(), t.cmd),
-            });
-        }
+        out.extend(
+            inner
+                .containers
+                .iter_mut()
+                .filter(|(_, t)| !t.watched)
+                .filter_map(|(&id, t)| Self::exit_if_ended(id, t)),
+        );
         out
+    }
+
+    /// Hands a container launched with [`Executor::launch_watched`] back to
+    /// [`Executor::collect_exits`] (its notice was dropped, or could not be watched).
+    pub fn unwatch(&self, id: u64) {
+        if let Some(t) = self.lock().containers.get_mut(&id) {
+            t.watched = false;
+        }
+    }
+
+    /// [`Executor::unwatch`] for every container.
+    pub fn unwatch_all(&self) {
+        for t in self.lock().containers.values_mut() {
+            t.watched = false;
+        }
+    }
+
+    /// One container's exit, if it has ended and its exit was not collected yet (by this call,
+    /// [`Executor::collect_exits`], or adoption). The cheap path after its [`ExitNotice`] fired.
+    pub fn collect_exit(&self, id: u64) -> Option<ContainerExit> {
+        let mut inner = self.lock();
+        if let Some(i) = inner.pending.iter().position(|e| e.container_id == id) {
+            return Some(inner.pending.swap_remove(i));
+        }
+        inner.containers.get_mut(&id).and_then(|t| Self::exit_if_ended(id, t))
+    }
+
+    fn exit_if_ended(id: u64, t: &mut Tracked) -> Option<ContainerExit> {
+        if t.ended {
+            return None;
+        }
+        let exit_path = t.control.join(EXIT_FILE);
+        let record = if exit_path.exists() {
+            shim::read_json::<ExitRecord>(&exit_path).ok()
+        } else if Self::shim_alive(t) {
+            return None;
+        } else {
+            // The shim may have written its record just before it ended.
+            shim::read_json::<ExitRecord>(&exit_path).ok()
+        };
+        if let Some(child) = &mut t.child {
+            let _ = child.try_wait();
+        }
+        t.ended = true;
+        Some(match record {
+            Some(rec) => ContainerExit {
+                container_id: id,
+                reason: classify(&t.control, &rec, t.cgroup.as_ref()),
+                finished_at_ms: rec.finished_at_ms,
+            },
+            None => lost(id, t.cgroup.as_ref(), t.cmd),
+        })
     }
 
     /// Re-adopts the containers of a previous agent run, after a restart: a live supervisor
@@ -1003,6 +1063,7 @@ impl Executor {
                 }),
                 child: None,
                 ended: true,
+                watched: false,
             };
             let exit = if let Ok(rec) = shim::read_json::<ExitRecord>(&control.join(EXIT_FILE)) {
                 reap_if_own_zombie(t.shim);
@@ -1119,6 +1180,58 @@ fn reap_if_own_zombie(shim: ProcRef) {
         if stat.state == 'Z' && stat.start_time == shim.start_time && stat.ppid == std::process::id() {
             let _ = nix::sys::wait::waitpid(shim.nix(), Some(nix::sys::wait::WaitPidFlag::WNOHANG));
         }
+    }
+}
+
+/// The descriptor a shim finds its notify pipe on (see [`crate::shim`]).
+const SHIM_NOTIFY_FD: i32 = 3;
+
+/// The read end of a container's notification pipe after launch: it reaches end of file when
+/// the container's supervisor exits (the container ended, or its supervisor died). Dropping it
+/// changes nothing for the container.
+#[derive(Debug)]
+pub struct ExitNotice(OwnedFd);
+
+impl ExitNotice {
+    /// The pipe's read end, for an event loop (make it non-blocking first).
+    pub fn into_fd(self) -> OwnedFd {
+        self.0
+    }
+}
+
+/// What the launch pipe said.
+enum Notice {
+    /// The shim recorded the command's pid.
+    Running,
+    /// End of file before that: the shim exited.
+    Ended,
+    TimedOut,
+    Failed(io::Error),
+}
+
+/// Waits for the shim's first word on the launch pipe, up to `limit`.
+fn wait_for_notice(pipe: &OwnedFd, limit: Duration) -> Notice {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Notice::TimedOut;
+        }
+        let timeout = nix::poll::PollTimeout::try_from(left).unwrap_or(nix::poll::PollTimeout::MAX);
+        let mut fds = [nix::poll::PollFd::new(pipe.as_fd(), nix::poll::PollFlags::POLLIN)];
+        match nix::poll::poll(&mut fds, timeout) {
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Notice::Failed(e.into()),
+        }
+        let mut byte = [0u8; 1];
+        return match nix::unistd::read(pipe, &mut byte) {
+            Ok(0) => Notice::Ended,
+            Ok(_) => Notice::Running,
+            Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => continue,
+            Err(e) => Notice::Failed(e.into()),
+        };
     }
 }
 

@@ -614,3 +614,40 @@ fn a_vanished_supervisor_means_lost_with_cgroups() {
 fn a_vanished_supervisor_means_lost_without_cgroups() {
     a_vanished_supervisor_means_lost("lost-nocg", CgroupMode::Off);
 }
+
+/// Blocks until the pipe behind an exit notice reaches end of file (the supervisor exited).
+fn wait_end_of_file(notice: gantry_agent::executor::ExitNotice) {
+    use std::io::Read;
+    let mut pipe = std::fs::File::from(notice.into_fd());
+    let mut rest = Vec::new();
+    pipe.read_to_end(&mut rest).expect("read the notice pipe");
+    assert!(rest.is_empty(), "nothing follows the running notice: {rest:?}");
+}
+
+#[test]
+fn a_watched_container_reports_its_exit_through_its_notice_only() {
+    let env = Env::new("notice", CgroupMode::Auto, 0);
+    let exec = env.executor();
+    // A container that waits for a file, so the test decides when it ends.
+    let gate = env.settings.containers_dir.parent().expect("work root").join("gate");
+    let script = format!("while [ ! -e {} ]; do sleep 0.01; done; exit 7", gate.display());
+    let (handle, notice) = exec.launch_watched(&spec(1, &["/bin/sh", "-c", &script])).expect("launch");
+    assert!(live_start_time(handle.pid).is_some(), "the command runs when launch returns");
+    // A scan never reports a watched container, before or after it ends.
+    assert!(exec.collect_exits().is_empty());
+    assert!(exec.collect_exit(1).is_none(), "still running");
+    std::fs::write(&gate, b"").expect("open the gate");
+    wait_end_of_file(notice);
+    assert!(exec.collect_exits().is_empty(), "a scan leaves an ended watched container to its watcher");
+    let exit = exec.collect_exit(1).expect("ended once the notice reached end of file");
+    assert_eq!(exit.reason, ExitReason::Exited { code: 7 });
+    assert!(exec.collect_exit(1).is_none(), "reported once");
+    exec.forget(1).expect("forget");
+
+    // Handed back, a container's exit comes out of the scan as before.
+    let (_, notice) = exec.launch_watched(&spec(2, &["true"])).expect("launch");
+    drop(notice);
+    exec.unwatch(2);
+    let exit = wait_exit(&exec, 2);
+    assert_eq!(exit.reason, ExitReason::Exited { code: 0 });
+}

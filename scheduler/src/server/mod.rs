@@ -139,6 +139,13 @@ pub async fn serve(
     let metrics = std::sync::Arc::new(SchedulerMetrics::new());
     let app = crate::api::router(backend::DaemonBackend::new(core.clone(), options.local_work_root))
         .route("/metrics", axum::routing::get(metrics_handler).with_state((core.clone(), metrics)));
+    // TCP_NODELAY on both endpoints: replies and stream messages are small, and Nagle's
+    // algorithm against the peer's delayed ACK holds a small write back for up to 40 ms.
+    let api_listener = axum::serve::ListenerExt::tap_io(api_listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY on an API connection");
+        }
+    });
     let api_task = tokio::spawn(
         axum::serve(api_listener, app).with_graceful_shutdown(stopped(stop_rx.clone())).into_future(),
     );
@@ -146,7 +153,7 @@ pub async fn serve(
     let grpc = tonic::transport::Server::builder()
         .add_service(agents::AgentEndpoint::new(core.clone()).into_service())
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(agent_listener),
+            tonic::transport::server::TcpIncoming::from(agent_listener).with_nodelay(Some(true)),
             stopped(stop_rx.clone()),
         );
     let grpc_task = tokio::spawn(grpc);
