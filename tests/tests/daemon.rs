@@ -166,10 +166,33 @@ fn apps_run_gangs_start_whole_and_a_lost_node_s_work_reruns_elsewhere() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (bound, stop) = start_daemon(&rt, 2_000, &dir.path().join("scheduler"));
     let core = bound.core.clone();
-    let mut a = Agent::start(dir.path(), "node-a", "rack-1", bound.agent_addr);
-    let mut b = Agent::start(dir.path(), "node-b", "rack-2", bound.agent_addr);
+    // Three agents, each on its own port, rack and label (`role = <rack>`).
+    let mut agents = vec![
+        Agent::start(dir.path(), "node-a", "rack-1", bound.agent_addr),
+        Agent::start(dir.path(), "node-b", "rack-2", bound.agent_addr),
+        Agent::start(dir.path(), "node-c", "rack-3", bound.agent_addr),
+    ];
+    let works: Vec<PathBuf> = agents.iter().map(|a| a.work.clone()).collect();
     rt.block_on(async {
-        wait_until(&core, "two nodes", |c| (c.engine().state().nodes().len() == 2).then_some(())).await;
+        wait_until(&core, "three nodes", |c| (c.engine().state().nodes().len() == 3).then_some(())).await;
+        let racks = core
+            .read(|c| {
+                let st = c.engine().state();
+                let mut r: Vec<(String, String)> = st
+                    .nodes()
+                    .iter()
+                    .map(|n| (st.str(n.name).to_owned(), st.str(n.rack).to_owned()))
+                    .collect();
+                r.sort();
+                r
+            })
+            .await
+            .expect("core");
+        assert_eq!(
+            racks,
+            [("node-a", "rack-1"), ("node-b", "rack-2"), ("node-c", "rack-3")]
+                .map(|(n, r)| (n.to_owned(), r.to_owned()))
+        );
 
         // An app runs and writes its output.
         let (spec, t) = app("hello", &["sh", "-c", "echo hello from gantry"], 1, false, 100);
@@ -179,12 +202,24 @@ fn apps_run_gangs_start_whole_and_a_lost_node_s_work_reruns_elsewhere() {
         })
         .await;
         assert_eq!(state, GANTRY_APP_FINISHED);
-        let outputs: Vec<String> = [&a.work, &b.work]
+        let outputs: Vec<String> = works
             .iter()
             .flat_map(|w| std::fs::read_dir(w.join("containers")).into_iter().flatten().flatten())
             .filter_map(|e| std::fs::read_to_string(e.path().join("work/stdout")).ok())
             .collect();
         assert!(outputs.iter().any(|o| o.contains("hello from gantry")), "{outputs:?}");
+
+        // A node selector on the agents' labels: both containers land on the labelled node.
+        let (mut spec, t) = app("labelled", &["sleep", "300"], 2, false, 100);
+        spec.requests[0].selector = vec![("role".into(), "rack-3".into())];
+        let labelled = core.submit(spec, t).await.expect("core").expect("accepted");
+        let placed = wait_until(&core, "the labelled app to run", move |c| {
+            let cs = containers_of(c, labelled);
+            (cs.len() == 2 && cs.iter().all(|x| x.2 == GANTRY_CONTAINER_RUNNING)).then_some(cs)
+        })
+        .await;
+        assert!(placed.iter().all(|x| x.1 == "node-c"), "selector role=rack-3 honoured: {placed:?}");
+        core.kill(labelled).await.expect("core").expect("kill");
 
         // A gang of 3 starts together: all 3 running at once, never a part.
         let (spec, t) = app("gang", &["sleep", "300"], 3, true, 400);
@@ -196,29 +231,25 @@ fn apps_run_gangs_start_whole_and_a_lost_node_s_work_reruns_elsewhere() {
         })
         .await;
         let before: Vec<u64> = running.iter().map(|x| x.0).collect();
-        // Either node can hold the whole gang; kill -9 the agent of a node that runs part of it.
+        // kill -9 the agent of a node that runs part of the gang.
         let victim = running[0].1.clone();
-        let victim_is_a = victim == "node-a";
-        let survivor = if victim_is_a { "node-b" } else { "node-a" };
-        if victim_is_a {
-            a.kill9()
-        } else {
-            b.kill9()
-        }
+        let victim_at = agents.iter().position(|a| a.work.ends_with(&victim)).expect("victim agent");
+        agents[victim_at].kill9();
         let lost_at = Instant::now();
-        // Its node is lost after the timeout and the whole gang reruns on the other node.
-        let rerun = wait_until(&core, "the gang to rerun on the surviving node", move |c| {
+        // Its node is lost after the timeout and the whole gang reruns on the other nodes.
+        let lost = victim.clone();
+        let rerun = wait_until(&core, "the gang to rerun on the surviving nodes", move |c| {
             let cs = containers_of(c, gang);
-            (cs.len() == 3 && cs.iter().all(|x| x.1 == survivor && x.2 == GANTRY_CONTAINER_RUNNING))
-                .then_some(cs)
+            (cs.len() == 3 && cs.iter().all(|x| x.1 != lost && x.2 == GANTRY_CONTAINER_RUNNING)).then_some(cs)
         })
         .await;
         assert!(lost_at.elapsed() >= Duration::from_secs(1), "not before the node's timeout");
         assert!(rerun.iter().all(|x| !before.contains(&x.0)), "new containers, not the lost ones");
+        let lost = victim.clone();
         let victim_state = core
             .read(move |c| {
                 let st = c.engine().state();
-                st.node_by_name(&victim).map(|n| st.nodes()[n.0 as usize].state)
+                st.node_by_name(&lost).map(|n| st.nodes()[n.0 as usize].state)
             })
             .await
             .expect("core");
@@ -226,11 +257,10 @@ fn apps_run_gangs_start_whole_and_a_lost_node_s_work_reruns_elsewhere() {
 
         // The dead agent's containers outlived it. When it comes back, the scheduler no longer
         // wants them (their work runs elsewhere): reconciliation kills them, no duplicates stay.
-        let victim_agent = if victim_is_a { &mut a } else { &mut b };
         let orphans: Vec<u64> =
-            command_pids(&victim_agent.work).into_iter().filter(|p| pid_alive(*p)).collect();
+            command_pids(&agents[victim_at].work).into_iter().filter(|p| pid_alive(*p)).collect();
         assert!(!orphans.is_empty(), "the killed agent's containers kept running");
-        victim_agent.restart(bound.agent_addr);
+        agents[victim_at].restart(bound.agent_addr);
         let start = Instant::now();
         while orphans.iter().any(|p| pid_alive(*p)) {
             assert!(start.elapsed() < GUARD, "guard: orphans {orphans:?} were not killed at reconciliation");
@@ -252,8 +282,7 @@ fn apps_run_gangs_start_whole_and_a_lost_node_s_work_reruns_elsewhere() {
         );
     });
     let _ = stop.send(());
-    drop(a);
-    drop(b);
+    drop(agents);
 }
 
 #[test]
