@@ -53,8 +53,13 @@ pub enum BuildError {
     Engine(#[from] EngineError),
 }
 
-/// Loads every configured plugin, maps the profile onto them, and builds the engine.
-pub fn build_engine(config: &SchedulerConfig) -> Result<Engine, BuildError> {
+/// Loads every configured plugin, maps the profile onto them, and builds the engine. With
+/// `metrics`, each plugin is wrapped in a [`metrics::TimedPolicy`] under its configured name, so
+/// its hook latency, rejections, failures and quarantine are exported per plugin.
+pub fn build_engine(
+    config: &SchedulerConfig,
+    metrics: Option<&std::sync::Arc<metrics::SchedulerMetrics>>,
+) -> Result<Engine, BuildError> {
     let mut policies: Vec<Box<dyn Policy>> = Vec::with_capacity(config.plugins.len());
     for p in &config.plugins {
         let json = serde_json::to_string(&p.config)
@@ -83,7 +88,10 @@ pub fn build_engine(config: &SchedulerConfig) -> Result<Engine, BuildError> {
                 });
             }
         }
-        policies.push(Box::new(plugin));
+        policies.push(match metrics {
+            Some(m) => Box::new(metrics::TimedPolicy::new(p.name.clone(), Box::new(plugin), m.clone())),
+            None => Box::new(plugin),
+        });
     }
     let index =
         |name: &Option<String>| name.as_ref().and_then(|n| config.plugins.iter().position(|p| &p.name == n));

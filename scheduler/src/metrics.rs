@@ -32,9 +32,9 @@ use thiserror::Error;
 
 pub use gantry_exposition::Format;
 
-/// The `plugin` label of figures the engine counts for all its plugins together
-/// ([`gantry_engine::EngineStats`] has one tally of rejections and failures, not one per plugin).
-pub const ALL_PLUGINS: &str = "all";
+/// The `plugin` label of the built-in first-fit FIFO, which stands in for a failed or
+/// quarantined placement plugin (its decisions are never rejected; the series shows it).
+pub const BUILTIN_PLUGIN: &str = "builtin";
 
 /// Node states, as the `state` label of `gantry_nodes` spells them.
 const NODE_STATES: [(u32, &str); 4] = [
@@ -327,20 +327,17 @@ impl SchedulerMetrics {
         );
         r.register(
             "gantry_scheduler_rejected_decisions",
-            "Plugin decisions the engine refused to apply, by reason (plugin=\"all\": the engine \
-             counts all plugins together)",
+            "Plugin decisions the engine refused to apply, by plugin and reason",
             m.rejected.clone(),
         );
         r.register(
             "gantry_scheduler_plugin_failures",
-            "Plugin calls that failed: error, panic, broken protocol or malformed decisions \
-             (plugin=\"all\": the engine counts all plugins together)",
+            "Plugin calls that failed: error, panic, broken protocol or malformed decisions",
             m.plugin_failures.clone(),
         );
         r.register(
             "gantry_scheduler_plugin_quarantines",
-            "Times a plugin was quarantined after failing repeatedly (plugin=\"all\": the engine \
-             counts all plugins together)",
+            "Times a plugin was quarantined after failing repeatedly",
             m.plugin_quarantines.clone(),
         );
         r.register(
@@ -400,13 +397,11 @@ impl SchedulerMetrics {
         );
 
         for reason in RejectReason::ALL {
-            let _ = m
-                .rejected
-                .get_or_create(&RejectLabels { plugin: ALL_PLUGINS.into(), reason: reason.as_str().into() });
+            let _ = m.rejected.get_or_create(&RejectLabels {
+                plugin: BUILTIN_PLUGIN.into(),
+                reason: reason.as_str().into(),
+            });
         }
-        let all = PluginLabels { plugin: ALL_PLUGINS.into() };
-        let _ = m.plugin_failures.get_or_create(&all);
-        let _ = m.plugin_quarantines.get_or_create(&all);
         m.set_nodes_by_state(&NODE_STATES.map(|(_, name)| (name, 0)));
         m.set_apps_by_state(&APP_STATES.map(|(_, name)| (name, 0)));
         m.set_containers_by_state(&CONTAINER_STATES.map(|(_, name)| (name, 0)));
@@ -553,9 +548,9 @@ impl SchedulerMetrics {
     /// batch of events (it walks the records once: a few microseconds per thousand) or before
     /// each scrape; the whole update is applied under one lock, so a scrape never sees half.
     ///
-    /// Rejections, failures and quarantines are labelled `plugin="all"` ([`ALL_PLUGINS`]): the
-    /// engine tallies them for all plugins together. Quarantine state is per plugin, under the
-    /// name the engine knows it by (see [`TimedPolicy`] for giving it the configured name).
+    /// Rejections, failures and quarantines are per plugin, under the name the engine knows it
+    /// by (see [`TimedPolicy`] for giving it the configured name); rejections of the built-in
+    /// stand-in are under `plugin="builtin"` ([`BUILTIN_PLUGIN`]).
     pub fn update_from_engine(&self, engine: &Engine) {
         let st = engine.state();
         let stats = engine.stats();
@@ -614,12 +609,21 @@ impl SchedulerMetrics {
         raise_to(&self.allocations, stats.placements);
         raise_to(&self.fallback_cycles, stats.fallback_placements);
         for reason in RejectReason::ALL {
-            self.raise_rejected(ALL_PLUGINS, reason.as_str(), stats.rejected.get(reason));
+            // The engine's total less every plugin's own is what the built-in policy had refused.
+            let plugins: u64 = policies.iter().map(|p| p.rejected.get(reason)).sum();
+            self.raise_rejected(
+                BUILTIN_PLUGIN,
+                reason.as_str(),
+                stats.rejected.get(reason).saturating_sub(plugins),
+            );
+            for p in &policies {
+                self.raise_rejected(&p.name, reason.as_str(), p.rejected.get(reason));
+            }
         }
-        let all = PluginLabels { plugin: ALL_PLUGINS.into() };
-        raise_to(&self.plugin_failures.get_or_create(&all), stats.policy_failures);
-        raise_to(&self.plugin_quarantines.get_or_create(&all), stats.quarantines);
         for p in &policies {
+            let labels = PluginLabels { plugin: p.name.clone() };
+            raise_to(&self.plugin_failures.get_or_create(&labels), p.failures);
+            raise_to(&self.plugin_quarantines.get_or_create(&labels), p.quarantines);
             self.set_plugin_quarantined(&p.name, p.quarantined_until.is_some_and(|until| now < until));
         }
     }
@@ -975,7 +979,7 @@ mod tests {
         assert_eq!(q("pending", "cpu_cores", "root.prod"), 0.0);
         for reason in RejectReason::ALL {
             let series = format!(
-                "gantry_scheduler_rejected_decisions_total{{plugin=\"all\",reason=\"{}\"}}",
+                "gantry_scheduler_rejected_decisions_total{{plugin=\"builtin\",reason=\"{}\"}}",
                 reason.as_str()
             );
             assert_eq!(value(&t, &series), 0.0, "built-in placement is never rejected");
@@ -1046,11 +1050,22 @@ mod tests {
             "no series for hooks the plugin lacks"
         );
         assert_eq!(
-            value(&t, "gantry_scheduler_rejected_decisions_total{plugin=\"all\",reason=\"unknown_node\"}"),
-            1.0
+            value(
+                &t,
+                "gantry_scheduler_rejected_decisions_total{plugin=\"packing-west\",reason=\"unknown_node\"}"
+            ),
+            1.0,
+            "rejections are the plugin's own"
         );
-        assert_eq!(value(&t, "gantry_scheduler_plugin_failures_total{plugin=\"all\"}"), 1.0);
-        assert_eq!(value(&t, "gantry_scheduler_plugin_quarantines_total{plugin=\"all\"}"), 1.0);
+        assert_eq!(
+            value(
+                &t,
+                "gantry_scheduler_rejected_decisions_total{plugin=\"builtin\",reason=\"unknown_node\"}"
+            ),
+            0.0
+        );
+        assert_eq!(value(&t, "gantry_scheduler_plugin_failures_total{plugin=\"packing-west\"}"), 1.0);
+        assert_eq!(value(&t, "gantry_scheduler_plugin_quarantines_total{plugin=\"packing-west\"}"), 1.0);
         assert_eq!(
             value(&t, "gantry_scheduler_plugin_quarantined{plugin=\"packing-west\"}"),
             1.0,

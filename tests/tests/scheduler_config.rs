@@ -97,7 +97,7 @@ fn profile_naming_a_hook_the_plugin_lacks_is_refused_with_its_local_name() {
         lib.display().to_string()
     );
     let cfg = SchedulerConfig::from_file(&write_config(dir.path(), &text)).expect("parses");
-    let err = build_engine(&cfg).expect_err("order is not implemented by the minimal plugin");
+    let err = build_engine(&cfg, None).expect_err("order is not implemented by the minimal plugin");
     assert!(matches!(err, BuildError::Profile { hook: "order", .. }), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains("`ff`") && msg.contains("it has: place"), "{msg}");
@@ -130,4 +130,62 @@ fn bad_plugin_in_the_config_names_the_plugin_and_the_reason_once() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("missing field `path`"), "{stderr}");
+}
+
+/// The daemon's engine, built from a config with metrics: each plugin's latency, rejections,
+/// failures and quarantine are exported under its configured name, one plugin's record never
+/// another's.
+#[test]
+fn each_configured_plugin_gets_its_own_metrics_under_its_configured_name() {
+    use gantry_engine::Event;
+    use gantry_scheduler::metrics::SchedulerMetrics;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(rust_plugin("gantry_testplugin").expect("build"), dir.path().join("libtest.so"))
+        .expect("copy");
+    std::fs::copy(rust_plugin("gantry_minimal").expect("build"), dir.path().join("libminimal.so"))
+        .expect("copy");
+    let text = r#"
+        [engine]
+        quarantine_after = 2
+        [[plugins]]
+        name = "west"
+        path = "libtest.so"
+        [plugins.config]
+        mode = "unknown-node"
+        [[plugins]]
+        name = "east"
+        path = "libminimal.so"
+        [profile]
+        place = "west"
+    "#;
+    let cfg = SchedulerConfig::from_str_at(text, &dir.path().join("s.toml"), dir.path().to_path_buf())
+        .expect("config");
+    let metrics = std::sync::Arc::new(SchedulerMetrics::new());
+    let mut engine = build_engine(&cfg, Some(&metrics)).expect("engine");
+    gantry_tests::register_all(&mut engine, &gantry_tests::small_cluster()).expect("nodes");
+    engine.handle(1, Event::AppSubmitted(gantry_tests::app("a", 1000, 1, 0, 2, false))).expect("submit");
+    for t in 2..5 {
+        engine.handle(t, Event::Tick).expect("tick");
+    }
+    metrics.update_from_engine(&engine);
+    let text = metrics.encode();
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    };
+    assert!(
+        value("gantry_scheduler_rejected_decisions_total{plugin=\"west\",reason=\"unknown_node\"}") >= 2.0
+    );
+    assert_eq!(
+        value("gantry_scheduler_rejected_decisions_total{plugin=\"east\",reason=\"unknown_node\"} "),
+        0.0
+    );
+    assert_eq!(value("gantry_scheduler_plugin_quarantines_total{plugin=\"west\"} "), 1.0);
+    assert_eq!(value("gantry_scheduler_plugin_quarantined{plugin=\"west\"} "), 1.0);
+    assert_eq!(value("gantry_scheduler_plugin_quarantined{plugin=\"east\"} "), 0.0);
+    assert_eq!(value("gantry_scheduler_plugin_failures_total{plugin=\"east\"} "), 0.0);
+    assert!(
+        value("gantry_scheduler_plugin_hook_duration_seconds_count{plugin=\"west\",hook=\"place\"} ") >= 2.0
+    );
 }

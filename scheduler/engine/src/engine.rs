@@ -51,11 +51,17 @@ pub struct EngineStats {
     pub fallback_placements: u64,
 }
 
-/// A loaded policy and its health.
+/// A loaded policy, its health and its record.
 struct PolicySlot {
     policy: Box<dyn Policy>,
     consecutive_failures: u32,
     quarantined_until: Option<u64>,
+    /// Its decisions refused by validation, by reason, since the engine started.
+    rejected: Rejections,
+    /// Its failed calls since the engine started.
+    failures: u64,
+    /// Times it was quarantined since the engine started.
+    quarantines: u64,
 }
 
 /// What a policy call produced.
@@ -66,7 +72,7 @@ enum CallResult {
     Builtin,
 }
 
-/// Health and identity of a loaded policy, for status pages.
+/// Health, identity and record of a loaded policy, for status pages and per-plugin metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyStatus {
     /// Policy name.
@@ -75,6 +81,12 @@ pub struct PolicyStatus {
     pub consecutive_failures: u32,
     /// Until when (engine ms) it is quarantined.
     pub quarantined_until: Option<u64>,
+    /// Its decisions refused by validation, by reason, since the engine started.
+    pub rejected: Rejections,
+    /// Its failed calls (error, panic, protocol violation, malformed output) so far.
+    pub failures: u64,
+    /// Times it was quarantined so far.
+    pub quarantines: u64,
 }
 
 /// The sans-IO scheduling engine.
@@ -144,7 +156,14 @@ impl Engine {
             state,
             policies: policies
                 .into_iter()
-                .map(|policy| PolicySlot { policy, consecutive_failures: 0, quarantined_until: None })
+                .map(|policy| PolicySlot {
+                    policy,
+                    consecutive_failures: 0,
+                    quarantined_until: None,
+                    rejected: Rejections::default(),
+                    failures: 0,
+                    quarantines: 0,
+                })
                 .collect(),
             profile,
             fallback: StaticPolicy::new(FirstFitFifo::default()),
@@ -672,11 +691,13 @@ impl Engine {
     fn policy_failed(&mut self, i: usize, e: &PolicyError) {
         self.stats.policy_failures += 1;
         let p = &mut self.policies[i];
+        p.failures += 1;
         p.consecutive_failures += 1;
         tracing::warn!(policy = p.policy.name(), failures = p.consecutive_failures, error = %e, "plugin call failed");
         if p.consecutive_failures >= self.config.quarantine_after {
             p.quarantined_until = Some(self.now_ms.saturating_add(self.config.quarantine_ms));
             p.consecutive_failures = 0;
+            p.quarantines += 1;
             self.stats.quarantines += 1;
             tracing::error!(
                 policy = p.policy.name(),
@@ -690,6 +711,7 @@ impl Engine {
     fn judge(&mut self, slot: Option<usize>, rej: &Rejections) {
         self.stats.rejected.merge(rej);
         let Some(i) = slot else { return };
+        self.policies[i].rejected.merge(rej);
         if rej.total() > 0 {
             for (reason, n) in rej.iter() {
                 tracing::warn!(
@@ -964,6 +986,9 @@ impl Engine {
                 name: p.policy.name().to_owned(),
                 consecutive_failures: p.consecutive_failures,
                 quarantined_until: p.quarantined_until,
+                rejected: p.rejected.clone(),
+                failures: p.failures,
+                quarantines: p.quarantines,
             })
             .collect()
     }

@@ -25,7 +25,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         Some(path) => SchedulerConfig::from_file(path)?,
         None => SchedulerConfig::default(),
     };
-    let engine = build_engine(&config).context("building the engine")?;
+    let engine = build_engine(&config, None).context("building the engine")?;
     println!("queues:");
     let st = engine.state();
     for q in st.queues() {

@@ -102,7 +102,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_bound: impl FnOnce(Bound),
 ) -> Result<(), ServerError> {
-    let engine = build_engine(config)?;
+    let metrics = std::sync::Arc::new(SchedulerMetrics::new());
+    let engine = build_engine(config, Some(&metrics))?;
     // Nothing acknowledged is lost: the store is opened (and the engine rebuilt from it) before
     // anything listens.
     let data_dir = config.data_dir();
@@ -136,7 +137,6 @@ pub async fn serve(
     let api_addr = api_listener
         .local_addr()
         .map_err(|source| ServerError::Listen { addr: config.server.listen.clone(), source })?;
-    let metrics = std::sync::Arc::new(SchedulerMetrics::new());
     let app = crate::api::router(backend::DaemonBackend::new(core.clone(), options.local_work_root))
         .route("/metrics", axum::routing::get(metrics_handler).with_state((core.clone(), metrics)));
     // TCP_NODELAY on both endpoints: replies and stream messages are small, and Nagle's
