@@ -19,6 +19,10 @@
 //!   reaches the core ([`launch_from_wire`]).
 //! - **Status is best effort.** A status that cannot be sent (disconnected, or a backlog) is
 //!   dropped: the next one is a full picture again.
+//! - **Log reads belong to their stream.** A `ReadLog` goes to the core as
+//!   [`Command::ReadLog`] and its answer comes back as [`AgentEvent::Log`]; an answer that
+//!   finds no stream is dropped, because the scheduler fails every read of a stream that ends.
+//!   A read the core could not act on (container id 0, an unknown stream) is answered here.
 //!
 //! Heartbeat latency ([`Client::on_heartbeat_latency`]) is the round trip from handing a `Status`
 //! to the stream until the scheduler's `StatusAck` for it arrives, measured on the agent's
@@ -46,6 +50,7 @@ use tonic::transport::Endpoint;
 use tracing::{debug, info, warn};
 
 use crate::config::AgentConfig;
+use crate::executor::{LogRead, LogStream};
 use crate::model::{ContainerExit, ContainerUsage, ExitReason, GpuInfo, HostUsage, LaunchSpec, NodeReport};
 
 /// Most `argv` or `env` entries a launch may have.
@@ -270,6 +275,14 @@ pub enum AgentEvent {
         /// Why.
         message: String,
     },
+    /// The answer to a [`Command::ReadLog`] (dropped while disconnected: the scheduler has
+    /// failed the read already).
+    Log {
+        /// The read's `request_id`.
+        request_id: u64,
+        /// The bytes, or why they could not be read (for a person).
+        outcome: Result<LogRead, String>,
+    },
 }
 
 /// What the scheduler asks of the core.
@@ -296,6 +309,17 @@ pub enum Command {
     AckExit {
         /// Container id.
         container_id: u64,
+    },
+    /// Read the end of a container's log; answer with [`AgentEvent::Log`].
+    ReadLog {
+        /// Echoed in the answer.
+        request_id: u64,
+        /// Container id (not 0).
+        container_id: u64,
+        /// Which file.
+        stream: LogStream,
+        /// Only the last this many bytes; `None` = the whole file (both capped at 4 MiB).
+        tail: Option<u64>,
     },
 }
 
@@ -613,6 +637,9 @@ impl Runner<'_> {
     fn absorb_offline(&mut self, event: AgentEvent) {
         match event {
             AgentEvent::Status(_) | AgentEvent::Started { .. } => {}
+            AgentEvent::Log { request_id, .. } => {
+                debug!(request_id, "log answer dropped: its stream is gone");
+            }
             AgentEvent::Exited(exit) => {
                 self.unacked.insert(exit.container_id, exit);
             }
@@ -643,6 +670,7 @@ impl Runner<'_> {
             AgentEvent::LaunchFailed { container_id, message } => {
                 Up::LaunchFailed(v1::LaunchFailed { container_id, message })
             }
+            AgentEvent::Log { request_id, outcome } => Up::LogChunk(log_chunk(request_id, outcome)),
         };
         outbox.push_back(up(message));
     }
@@ -695,6 +723,13 @@ impl Runner<'_> {
                     debug!(container_id = ack.container_id, "ack for an exit not pending");
                 }
             }
+            Some(Down::ReadLog(read)) => match read_log_from_wire(&read) {
+                Ok(command) => self.to_core.push_back(command),
+                Err(error) => {
+                    debug!(request_id = read.request_id, %error, "log read refused");
+                    outbox.push_back(up(Up::LogChunk(log_chunk(read.request_id, Err(error)))));
+                }
+            },
             Some(Down::Ping(ping)) => {
                 outbox.push_back(up(Up::Pong(v1::Pong { ping_sent_at_ms: ping.sent_at_ms })));
             }
@@ -729,6 +764,41 @@ async fn next_message(
 
 fn up(msg: Up) -> v1::AgentMessage {
     v1::AgentMessage { msg: Some(msg) }
+}
+
+/// Checks a `ReadLog` from the wire: a container id and a stream this agent knows.
+fn read_log_from_wire(read: &v1::ReadLog) -> Result<Command, String> {
+    if read.container_id == 0 {
+        return Err("container id 0 is not a valid id".into());
+    }
+    let stream = match v1::LogStream::try_from(read.stream) {
+        Ok(v1::LogStream::Stdout) => LogStream::Stdout,
+        Ok(v1::LogStream::Stderr) => LogStream::Stderr,
+        Ok(v1::LogStream::Unspecified) | Err(_) => {
+            return Err(format!("unknown log stream {}: this agent serves stdout and stderr", read.stream));
+        }
+    };
+    Ok(Command::ReadLog {
+        request_id: read.request_id,
+        container_id: read.container_id,
+        stream,
+        tail: read.tail_bytes,
+    })
+}
+
+/// A log read's answer in wire form. An error that is empty would read as success, so it is
+/// given a text.
+fn log_chunk(request_id: u64, outcome: Result<LogRead, String>) -> v1::LogChunk {
+    match outcome {
+        Ok(LogRead { data, file_size_bytes }) => {
+            v1::LogChunk { request_id, data, file_size_bytes, error: String::new() }
+        }
+        Err(error) => v1::LogChunk {
+            request_id,
+            error: if error.is_empty() { "the log could not be read".into() } else { error },
+            ..Default::default()
+        },
+    }
 }
 
 /// Checks a `Launch` from the wire and turns it into a [`LaunchSpec`]. Refuses what could run

@@ -5,7 +5,7 @@
 
 use crate::client::{AgentEvent, Client, ClientOptions, Command, LiveContainer, LiveState, Snapshot};
 use crate::config::AgentConfig;
-use crate::executor::{ExecError, Executor, ExecutorSettings, ExitNotice};
+use crate::executor::{ExecError, Executor, ExecutorSettings, ExitNotice, LogStream};
 use crate::metrics::{self, AgentMetrics};
 use crate::model::{ContainerExit, ExitReason, LaunchSpec, NodeReport};
 use crate::monitor::Monitor;
@@ -133,6 +133,9 @@ pub async fn run_with(
     let client_task = tokio::spawn(client.run(events_rx, commands_tx, stopped(stop_rx.clone())));
 
     let launcher = Launcher::new(executor.clone(), events.clone(), metrics.clone());
+    // One log read at a time: each holds up to 4 MiB until it is sent, and the agent has a
+    // small memory budget. Reads queue here, off the main loop.
+    let log_reads = Arc::new(Semaphore::new(1));
     let mut interval = Duration::from_millis(config.sample_interval_ms);
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -177,6 +180,9 @@ pub async fn run_with(
                             let exit = ContainerExit { container_id, reason: ExitReason::Lost, finished_at_ms: now_ms() };
                             report_exit(&events, &metrics, exit).await;
                         }
+                    }
+                    Command::ReadLog { request_id, container_id, stream, tail } => {
+                        spawn_log_read(executor.clone(), log_reads.clone(), events.clone(), LogReadRequest { request_id, container_id, stream, tail });
                     }
                     Command::AckExit { container_id } => {
                         if let Err(e) = executor.forget(container_id) {
@@ -227,6 +233,40 @@ fn spawn_kill(executor: Arc<Executor>, id: u64, grace: Duration) {
         if let Err(e) = executor.kill(id, grace).await {
             tracing::warn!(container = id, error = %e, "kill failed");
         }
+    });
+}
+
+/// One `ReadLog` from the scheduler.
+struct LogReadRequest {
+    request_id: u64,
+    container_id: u64,
+    stream: LogStream,
+    tail: Option<u64>,
+}
+
+/// Reads a container's log on a blocking thread (file I/O must not stall the main loop, which
+/// also carries launches, kills and heartbeats) and sends the answer up the stream.
+fn spawn_log_read(
+    executor: Arc<Executor>,
+    slots: Arc<Semaphore>,
+    events: mpsc::Sender<AgentEvent>,
+    read: LogReadRequest,
+) {
+    tokio::spawn(async move {
+        let LogReadRequest { request_id, container_id, stream, tail } = read;
+        let outcome = match slots.acquire_owned().await {
+            Ok(permit) => tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                executor.read_log(container_id, stream, tail).map_err(|e| e.to_string())
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("the log read failed: {e}"))),
+            Err(_) => Err("the agent is stopping".to_owned()),
+        };
+        if let Err(e) = &outcome {
+            tracing::debug!(container = container_id, %stream, error = %e, "log read refused");
+        }
+        let _ = events.send(AgentEvent::Log { request_id, outcome }).await;
     });
 }
 

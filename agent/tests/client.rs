@@ -10,6 +10,7 @@ use gantry_agent::client::{
     AgentEvent, Backoff, Client, ClientError, ClientOptions, Command, LaunchError, LiveContainer, LiveState,
     Snapshot, StatusReport, launch_from_wire,
 };
+use gantry_agent::executor::{LogRead, LogStream};
 use gantry_agent::model::{
     ContainerExit, ContainerUsage, ExitReason, GpuInfo, HostUsage, LaunchSpec, NodeReport, Resources,
 };
@@ -307,6 +308,66 @@ async fn invalid_launches_are_answered_with_launch_failed_and_never_reach_the_co
     match agent.command().await {
         Command::Launch(spec) => assert_eq!(spec.container_id, 30),
         other => panic!("expected the good launch, got {other:?}"),
+    }
+    assert!(agent.commands.try_recv().is_err(), "nothing else was delivered");
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn log_reads_reach_the_core_and_their_answers_go_up_the_stream() {
+    let mut server = Server::start(false).await;
+    let mut agent = Agent::to(server.addr);
+    let (mut s, _) = server.handshake().await;
+    assert!(matches!(agent.command().await, Command::Registered { .. }));
+
+    let read = |request_id, container_id, stream: i32, tail_bytes| {
+        Down::ReadLog(v1::ReadLog { request_id, container_id, stream, tail_bytes })
+    };
+    s.send(read(5, 7, v1::LogStream::Stderr as i32, Some(3))).await;
+    s.send(read(6, 7, v1::LogStream::Stdout as i32, None)).await;
+    assert_eq!(
+        agent.command().await,
+        Command::ReadLog { request_id: 5, container_id: 7, stream: LogStream::Stderr, tail: Some(3) }
+    );
+    assert_eq!(
+        agent.command().await,
+        Command::ReadLog { request_id: 6, container_id: 7, stream: LogStream::Stdout, tail: None },
+        "an absent tail is the whole file, not zero bytes"
+    );
+    let data = LogRead { data: b"abc".to_vec(), file_size_bytes: 10 };
+    agent.send(AgentEvent::Log { request_id: 5, outcome: Ok(data) }).await;
+    assert_eq!(
+        s.recv().await,
+        Up::LogChunk(v1::LogChunk {
+            request_id: 5,
+            data: b"abc".to_vec(),
+            file_size_bytes: 10,
+            error: String::new()
+        })
+    );
+    agent.send(AgentEvent::Log { request_id: 6, outcome: Err("no stdout for container 7".into()) }).await;
+    assert_eq!(
+        s.recv().await,
+        Up::LogChunk(v1::LogChunk {
+            request_id: 6,
+            error: "no stdout for container 7".into(),
+            ..Default::default()
+        })
+    );
+    // An error must never read as success, even when the core gave no words.
+    agent.send(AgentEvent::Log { request_id: 7, outcome: Err(String::new()) }).await;
+    let Up::LogChunk(c) = s.recv().await else { panic!("expected LogChunk") };
+    assert!(!c.error.is_empty());
+
+    // Reads the core could not act on are answered by the client and never reach it.
+    s.send(read(8, 0, v1::LogStream::Stdout as i32, None)).await;
+    let Up::LogChunk(c) = s.recv().await else { panic!("expected LogChunk") };
+    assert_eq!(c.request_id, 8);
+    assert!(c.error.contains("container id 0"), "{}", c.error);
+    for stream in [v1::LogStream::Unspecified as i32, 9] {
+        s.send(read(9, 7, stream, None)).await;
+        let Up::LogChunk(c) = s.recv().await else { panic!("expected LogChunk") };
+        assert!(c.error.contains(&format!("unknown log stream {stream}")), "{}", c.error);
     }
     assert!(agent.commands.try_recv().is_err(), "nothing else was delivered");
     agent.stop().await;

@@ -95,7 +95,11 @@ impl Server {
         let service = FakeScheduler { sessions: sessions_tx, refuse: refusing.then_some(refused_tx) };
         tokio::spawn(async move {
             tonic::transport::Server::builder()
-                .add_service(AgentServiceServer::new(service))
+                // As the real scheduler: a full 4 MiB log chunk is larger than tonic's default.
+                .add_service(
+                    AgentServiceServer::new(service)
+                        .max_decoding_message_size(gantry_proto::MAX_MESSAGE_BYTES),
+                )
                 .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
                     let _ = stopped.await;
                 })

@@ -197,6 +197,12 @@ impl ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
     }
 
+    /// 504: something the scheduler relays for did not answer in time (an agent asked for a
+    /// container's log); nothing was changed and the client may retry.
+    pub fn gateway_timeout(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::GATEWAY_TIMEOUT, message)
+    }
+
     /// 500: a bug.
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
@@ -239,6 +245,7 @@ pub fn exception_name(status: StatusCode) -> &'static str {
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "UnsupportedMediaTypeException",
         StatusCode::UNPROCESSABLE_ENTITY => "UnprocessableEntityException",
         StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailableException",
+        StatusCode::GATEWAY_TIMEOUT => "GatewayTimeoutException",
         s if s.is_client_error() => "ClientErrorException",
         _ => "InternalServerErrorException",
     }
@@ -250,5 +257,20 @@ impl IntoResponse for ApiError {
             tracing::warn!(status = self.status.as_u16(), message = %self.message, "API request failed");
         }
         (self.status, Json(self.body())).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gateway_timeout_reads_as_yarn_style_remote_exception() {
+        let e = ApiError::gateway_timeout("node n1 did not answer");
+        assert_eq!(e.status, StatusCode::GATEWAY_TIMEOUT);
+        let body = e.body().remote_exception;
+        assert_eq!(body.exception, "GatewayTimeoutException");
+        assert_eq!(body.message, "node n1 did not answer");
+        assert_eq!(body.java_class_name, "javax.ws.rs.WebApplicationException");
     }
 }

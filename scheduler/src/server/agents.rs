@@ -1,5 +1,6 @@
 //! The agents' gRPC endpoint: one bidirectional stream per agent. The first message must be
-//! `Register` (a full resync); everything after it is relayed to the core in order.
+//! `Register` (a full resync); everything after it — log chunks included — is relayed to the
+//! core in order.
 
 use super::core::{CoreHandle, Request};
 use gantry_proto::v1;
@@ -30,9 +31,11 @@ impl AgentEndpoint {
         AgentEndpoint { core, next_stream: Arc::new(AtomicU64::new(1)) }
     }
 
-    /// As a tonic service.
+    /// As a tonic service. Accepts agent messages up to [`gantry_proto::MAX_MESSAGE_BYTES`]:
+    /// a full 4 MiB log chunk is larger than tonic's default 4 MiB limit, and a message over
+    /// the limit would fail the agent's whole stream, not just the read.
     pub fn into_service(self) -> AgentServiceServer<Self> {
-        AgentServiceServer::new(self)
+        AgentServiceServer::new(self).max_decoding_message_size(gantry_proto::MAX_MESSAGE_BYTES)
     }
 }
 

@@ -2,24 +2,29 @@
 //! core (see [`super::core`]), and submissions are acknowledged only once the store has
 //! committed them.
 
-use super::core::{Core, CoreGone, CoreHandle, LaunchTemplate};
+use super::core::{Core, CoreGone, CoreHandle, LaunchTemplate, LogError};
 use crate::api::types::*;
 use crate::api::{ApiError, AppFilter, Backend, LogFile};
 use gantry_engine::state::{AppSummary, container_is_live};
 use gantry_engine::{AppId, EngineError};
+use gantry_proto::v1;
 use gantry_sdk::View;
 use gantry_sdk::abi::*;
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long a log request waits for the agent's answer, a free read slot on its node
+/// included. Past it the client gets 504: the node is slow, or its agent predates log reads
+/// and never answers.
+pub const LOG_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The daemon as the REST API sees it.
 #[derive(Debug, Clone)]
 pub struct DaemonBackend {
     core: CoreHandle,
     started_on_ms: u64,
-    /// Where containers' directories are when the only agent runs on this machine (`gantry
-    /// dev`), so logs can be read without a round trip.
-    local_work_root: Option<PathBuf>,
+    /// How long a log request waits for its agent ([`LOG_TIMEOUT`] unless changed).
+    log_timeout: Duration,
 }
 
 fn now_ms() -> u64 {
@@ -40,8 +45,30 @@ fn engine_error(e: EngineError) -> ApiError {
 
 impl DaemonBackend {
     /// A backend over `core`.
-    pub fn new(core: CoreHandle, local_work_root: Option<PathBuf>) -> Self {
-        DaemonBackend { core, started_on_ms: now_ms(), local_work_root }
+    ///
+    /// `_local_work_root` is ignored: logs are always read through the agent that ran the
+    /// container, also when it runs on this machine (`gantry dev`). Reading its files directly
+    /// would follow a symbolic link a container planted as its log (the container's user owns
+    /// the directory) and would miss logs a launch redirected; the agent checks both. The
+    /// parameter stays until `ServeOptions::local_work_root` goes.
+    pub fn new(core: CoreHandle, _local_work_root: Option<PathBuf>) -> Self {
+        DaemonBackend { core, started_on_ms: now_ms(), log_timeout: LOG_TIMEOUT }
+    }
+
+    /// Waits `timeout` rather than [`LOG_TIMEOUT`] for an agent's log answer.
+    pub fn with_log_timeout(mut self, timeout: Duration) -> Self {
+        self.log_timeout = timeout;
+        self
+    }
+}
+
+/// The REST answer for a log that could not be had.
+fn log_error(e: LogError) -> ApiError {
+    match e {
+        LogError::UnknownContainer(_) | LogError::Agent(_) => ApiError::not_found(e.to_string()),
+        LogError::NodeNotConnected { .. } | LogError::Disconnected { .. } => {
+            ApiError::unavailable(e.to_string())
+        }
     }
 }
 
@@ -340,17 +367,226 @@ impl Backend for DaemonBackend {
             })
     }
 
+    /// Asks the agent of the container's node, as YARN's NodeManager serves container logs: the
+    /// last `tail` bytes, or the whole file; the agent caps either at its last 4 MiB.
     async fn logs(&self, container: u64, file: LogFile, tail: Option<u64>) -> Result<Vec<u8>, ApiError> {
-        let Some(root) = &self.local_work_root else {
-            return Err(ApiError::unavailable(
-                "reading logs through remote agents is not implemented yet; read them on the node under \
-                 <work_root>/containers/<id>/work/",
-            ));
+        let (node, slots) =
+            self.core.read(move |c| c.log_target(container)).await.map_err(gone)?.map_err(log_error)?;
+        let stream = match file {
+            LogFile::Stdout => v1::LogStream::Stdout,
+            LogFile::Stderr => v1::LogStream::Stderr,
         };
-        let path = root.join("containers").join(container.to_string()).join("work").join(file.as_str());
-        let bytes = std::fs::read(&path)
-            .map_err(|_| ApiError::not_found(format!("no {} for container {container}", file.as_str())))?;
-        let start = tail.map_or(0, |t| bytes.len().saturating_sub(usize::try_from(t).unwrap_or(usize::MAX)));
-        Ok(bytes[start..].to_vec())
+        let fetch = async {
+            // Held until the answer is in: a node serves few reads at once.
+            let _slot = slots.acquire_owned().await.map_err(|_| CoreGone)?;
+            self.core.read_log(container, stream, tail).await
+        };
+        match tokio::time::timeout(self.log_timeout, fetch).await {
+            Ok(Ok(Ok(chunk))) => Ok(chunk.data),
+            Ok(Ok(Err(e))) => Err(log_error(e)),
+            Ok(Err(e)) => Err(gone(e)),
+            Err(_) => Err(ApiError::gateway_timeout(format!(
+                "node {node} did not send the {} of container {container} within {} s (it may be \
+                 overloaded, or run an agent older than this scheduler, which cannot serve logs)",
+                file.as_str(),
+                self.log_timeout.as_secs_f64()
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The log path through the real core, with the test as the agent at the other end of the
+    //! node's stream: requests go down as `ReadLog`, answers come back as `LogChunk`, and every
+    //! other outcome maps to its status.
+
+    use super::*;
+    use crate::server::core::{self, Request};
+    use gantry_engine::{Engine, EngineConfig, Profile, RequestSpec, Resources};
+    use gantry_proto::v1::agent_message::Msg as Up;
+    use gantry_proto::v1::scheduler_message::Msg as Down;
+    use tokio::sync::{mpsc, oneshot};
+
+    type Downstream = mpsc::Receiver<Result<v1::SchedulerMessage, tonic::Status>>;
+
+    /// Guard for every wait (never an assertion about speed).
+    const GUARD: Duration = Duration::from_secs(30);
+
+    async fn next_down(rx: &mut Downstream) -> Down {
+        loop {
+            let m = tokio::time::timeout(GUARD, rx.recv()).await.expect("guard").expect("stream");
+            match m.expect("not an error").msg.expect("a message") {
+                Down::Registered(_) | Down::StatusAck(_) | Down::Ping(_) => {}
+                other => return other,
+            }
+        }
+    }
+
+    /// The next `ReadLog` (launches and kills of the reconciling core are skipped).
+    async fn next_read(rx: &mut Downstream) -> v1::ReadLog {
+        loop {
+            if let Down::ReadLog(r) = next_down(rx).await {
+                return r;
+            }
+        }
+    }
+
+    async fn connect(core: &CoreHandle, stream: u64) -> Downstream {
+        let (tx, rx) = mpsc::channel(64);
+        let (reply, accepted) = oneshot::channel();
+        let register = v1::Register {
+            node_name: "n1".into(),
+            allocatable: Some(v1::Resources { cpu_millis: 4000, memory_bytes: 8 << 30, gpus: 0 }),
+            ..Default::default()
+        };
+        core.send(Request::AgentConnected { register, tx, stream, reply }).await.expect("core");
+        accepted.await.expect("core").expect("registered");
+        rx
+    }
+
+    async fn answer(core: &CoreHandle, stream: u64, chunk: v1::LogChunk) {
+        core.send(Request::AgentMessage { node: "n1".into(), stream, msg: Up::LogChunk(chunk) })
+            .await
+            .expect("core");
+    }
+
+    /// A core with node `n1` on stream 1 running one container; the container's id.
+    async fn cluster() -> (DaemonBackend, CoreHandle, Downstream, u64) {
+        let engine = Engine::new(EngineConfig::default(), Vec::new(), Profile::default()).expect("engine");
+        let (handle, _task) = core::spawn(
+            Core::new(engine),
+            Duration::from_millis(20),
+            Duration::from_secs(3600),
+            std::future::pending(),
+        );
+        let mut rx = connect(&handle, 1).await;
+        let spec = gantry_engine::AppSpec {
+            name: "a".into(),
+            queue: "root.default".into(),
+            user: "u".into(),
+            requests: vec![RequestSpec {
+                resources: Resources::new(100, 1 << 20, 0),
+                count: 1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let template = LaunchTemplate { argv: vec!["true".into()], env: Vec::new() };
+        handle.submit(spec, vec![template]).await.expect("core").expect("accepted");
+        let container = match next_down(&mut rx).await {
+            Down::Launch(l) => l.container_id,
+            other => panic!("expected Launch, got {other:?}"),
+        };
+        let backend = DaemonBackend::new(handle.clone(), None).with_log_timeout(Duration::from_millis(300));
+        (backend, handle, rx, container)
+    }
+
+    fn chunk(request_id: u64, data: &[u8], error: &str) -> v1::LogChunk {
+        v1::LogChunk { request_id, data: data.to_vec(), file_size_bytes: 100, error: error.into() }
+    }
+
+    #[tokio::test]
+    async fn a_log_is_asked_of_the_node_and_its_answer_relayed() {
+        let (backend, core, mut rx, id) = cluster().await;
+        let b = backend.clone();
+        let call = tokio::spawn(async move { b.logs(id, LogFile::Stderr, Some(5)).await });
+        let read = next_read(&mut rx).await;
+        assert_eq!(
+            (read.container_id, read.stream, read.tail_bytes),
+            (id, v1::LogStream::Stderr as i32, Some(5))
+        );
+        // An answer to another read, or from another stream of the node, is not this one's.
+        answer(&core, 1, chunk(read.request_id + 1000, b"wrong", "")).await;
+        answer(&core, 7, chunk(read.request_id, b"stale", "")).await;
+        answer(&core, 1, chunk(read.request_id, b"hello", "")).await;
+        assert_eq!(call.await.expect("task"), Ok(b"hello".to_vec()));
+
+        // The agent's refusal is a 404 with its words.
+        let b = backend.clone();
+        let call = tokio::spawn(async move { b.logs(id, LogFile::Stdout, None).await });
+        let read = next_read(&mut rx).await;
+        assert_eq!(read.tail_bytes, None, "no tail: the whole file");
+        answer(&core, 1, chunk(read.request_id, b"", &format!("no stdout for container {id}"))).await;
+        let e = call.await.expect("task").expect_err("refused");
+        assert_eq!((e.status.as_u16(), e.message), (404, format!("no stdout for container {id}")));
+
+        // An unknown container never reaches an agent.
+        let e = backend.logs(999_999, LogFile::Stdout, None).await.expect_err("unknown");
+        assert_eq!((e.status.as_u16(), e.message.as_str()), (404, "container 999999 not found"));
+    }
+
+    #[tokio::test]
+    async fn silence_is_a_504_and_the_abandoned_read_is_dropped() {
+        let (backend, core, mut rx, id) = cluster().await;
+        let b = backend.clone();
+        let call = tokio::spawn(async move { b.logs(id, LogFile::Stdout, None).await });
+        let read = next_read(&mut rx).await;
+        let e = call.await.expect("task").expect_err("no answer");
+        assert_eq!(e.status.as_u16(), 504);
+        assert_eq!(e.exception(), "GatewayTimeoutException");
+        assert!(
+            e.message.contains("node n1") && e.message.contains(&format!("container {id}")),
+            "{}",
+            e.message
+        );
+        let start = std::time::Instant::now();
+        while core.read(|c| c.log_reads_in_flight()).await.expect("core") != 0 {
+            assert!(start.elapsed() < GUARD, "guard: the abandoned read was never dropped");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // A late answer changes nothing.
+        answer(&core, 1, chunk(read.request_id, b"late", "")).await;
+        assert_eq!(core.read(|c| c.log_reads_in_flight()).await.expect("core"), 0);
+    }
+
+    #[tokio::test]
+    async fn a_node_serves_two_reads_at_once_and_a_gone_stream_fails_its_reads_with_503() {
+        let (backend, core, mut rx, id) = cluster().await;
+        let backend = backend.with_log_timeout(GUARD);
+        let calls: Vec<_> = (0..3)
+            .map(|_| {
+                let b = backend.clone();
+                tokio::spawn(async move { b.logs(id, LogFile::Stdout, None).await })
+            })
+            .collect();
+        let first = next_read(&mut rx).await;
+        let second = next_read(&mut rx).await;
+        // The third waits for a slot (only absence can be checked, not how long it lasts).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(rx.try_recv().is_err(), "a third read went out while two were in flight");
+        answer(&core, 1, chunk(first.request_id, b"one", "")).await;
+        let third = next_read(&mut rx).await;
+        assert_ne!(third.request_id, second.request_id);
+
+        // The stream ends: both reads still in flight fail at once, as unavailable.
+        core.send(Request::AgentDisconnected { node: "n1".into(), stream: 1 }).await.expect("core");
+        let mut outcomes = Vec::new();
+        for call in calls {
+            outcomes.push(tokio::time::timeout(GUARD, call).await.expect("guard").expect("task"));
+        }
+        assert_eq!(outcomes.iter().filter(|o| o.as_deref() == Ok(&b"one"[..])).count(), 1);
+        for e in outcomes.into_iter().filter_map(Result::err) {
+            assert_eq!(
+                (e.status.as_u16(), e.message.as_str()),
+                (503, "node n1 disconnected before it answered; try again")
+            );
+        }
+        // With no stream, a read is refused at once, naming the node.
+        let e = backend.logs(id, LogFile::Stdout, None).await.expect_err("not connected");
+        assert_eq!(e.status.as_u16(), 503);
+        assert!(e.message.contains("node n1") && e.message.contains("not connected"), "{}", e.message);
+
+        // Back on a new stream: reads work again, and one sent down the old stream before a
+        // reconnect fails rather than waiting for an answer that cannot come.
+        let mut rx = connect(&core, 2).await;
+        let b = backend.clone();
+        let call = tokio::spawn(async move { b.logs(id, LogFile::Stdout, None).await });
+        let read = next_read(&mut rx).await;
+        let _rx3 = connect(&core, 3).await;
+        let e = call.await.expect("task").expect_err("its stream was replaced");
+        assert_eq!(e.status.as_u16(), 503);
+        answer(&core, 2, chunk(read.request_id, b"too late", "")).await;
+        assert_eq!(core.read(|c| c.log_reads_in_flight()).await.expect("core"), 0);
     }
 }

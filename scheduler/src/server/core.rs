@@ -6,6 +6,11 @@
 //! A cycle runs right after anything that can make work placeable (a submission, an exit, a node
 //! registering), with the requests that arrived meanwhile coalesced into one cycle, and at the
 //! latest every `cycle_interval`.
+//!
+//! Container logs stay on the node that ran the container (as YARN's NodeManager keeps them):
+//! [`CoreHandle::read_log`] sends a `ReadLog` down that node's stream and hands back the agent's
+//! `LogChunk`. A read in flight fails as soon as its stream ends, is replaced or its node is
+//! lost; one whose caller gave up is dropped at the next liveness tick.
 
 use gantry_engine::{
     AppId, AppSpec, Command, ContainerId, Engine, EngineError, Event, GpuSpec, NodeSpec, Resources,
@@ -15,8 +20,13 @@ use gantry_proto::v1::agent_message::Msg as Up;
 use gantry_proto::v1::scheduler_message::Msg as Down;
 use gantry_sdk::abi::*;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+/// Log reads one node serves at a time; more wait for a slot ([`Core::log_target`]). An answer
+/// is up to 4 MiB that the agent holds until it is sent, and agents have a small memory budget.
+pub const LOG_READS_PER_NODE: usize = 2;
 
 /// What runs in a container: the program and its environment (per request of an application).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -77,6 +87,60 @@ pub enum Request {
         /// Stream id.
         stream: u64,
     },
+    /// Read the end of a container's log through the agent of the node that ran it.
+    ReadLog {
+        /// Container id.
+        container: u64,
+        /// Which file.
+        stream: v1::LogStream,
+        /// Only the last this many bytes; `None` = the whole file (the agent caps both at 4 MiB).
+        tail: Option<u64>,
+        /// The agent's answer, or why there is none.
+        reply: oneshot::Sender<Result<LogChunk, LogError>>,
+    },
+}
+
+/// A piece of a container's log, as its agent read it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LogChunk {
+    /// The last bytes of the file (at most 4 MiB).
+    pub data: Vec<u8>,
+    /// The file's size when the agent read it.
+    pub file_size_bytes: u64,
+}
+
+/// Why a container's log could not be had. Each says what a person can do about it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LogError {
+    /// The scheduler knows no container of this id (never launched, or forgotten long ago).
+    #[error("container {0} not found")]
+    UnknownContainer(u64),
+    /// The node that ran the container has no stream to the scheduler now.
+    #[error(
+        "node {node}, which ran container {container}, is not connected; its logs can be read once its agent is back"
+    )]
+    NodeNotConnected {
+        /// The node.
+        node: String,
+        /// The container.
+        container: u64,
+    },
+    /// The node's stream ended (or was replaced) before the agent answered.
+    #[error("node {node} disconnected before it answered; try again")]
+    Disconnected {
+        /// The node.
+        node: String,
+    },
+    /// The agent could not read the file; its reason (e.g. "no stdout for container 12").
+    #[error("{0}")]
+    Agent(String),
+}
+
+/// A log read sent to an agent and not answered yet.
+struct PendingLog {
+    node: String,
+    stream: u64,
+    reply: oneshot::Sender<Result<LogChunk, LogError>>,
 }
 
 /// A cheap, cloneable way to talk to the core.
@@ -150,6 +214,21 @@ impl CoreHandle {
     pub async fn kill(&self, app: AppId) -> Result<Result<(), EngineError>, CoreGone> {
         let (reply, rx) = oneshot::channel();
         self.send(Request::Kill { app, reply }).await?;
+        rx.await.map_err(|_| CoreGone)
+    }
+
+    /// Reads the end of a container's log through its node's agent and waits for the answer.
+    /// It does not time out by itself (an agent older than this scheduler never answers): the
+    /// caller bounds the wait, and dropping the future abandons the read. Take a slot of
+    /// [`Core::log_target`] first, so a node serves few reads at once.
+    pub async fn read_log(
+        &self,
+        container: u64,
+        stream: v1::LogStream,
+        tail: Option<u64>,
+    ) -> Result<Result<LogChunk, LogError>, CoreGone> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::ReadLog { container, stream, tail, reply }).await?;
         rx.await.map_err(|_| CoreGone)
     }
 }
@@ -228,6 +307,13 @@ pub struct Core {
     recovering_until: Option<Instant>,
     /// Applications that had ended before the last restart (the engine's history starts empty).
     past: Vec<gantry_engine::state::AppSummary>,
+    /// Log reads sent to agents and not answered yet, by request id.
+    log_reads: HashMap<u64, PendingLog>,
+    /// The last log request id used. Starts from the clock, so an answer to a read of a
+    /// previous scheduler run that arrives late cannot match a new read's id.
+    last_log_request: u64,
+    /// Per node, the slots of [`LOG_READS_PER_NODE`] concurrent log reads.
+    log_slots: HashMap<String, Arc<Semaphore>>,
 }
 
 impl std::fmt::Debug for Core {
@@ -262,6 +348,11 @@ impl Core {
             awaiting: HashMap::new(),
             recovering_until: None,
             past: Vec::new(),
+            log_reads: HashMap::new(),
+            // Milliseconds · 2^16: ids of one run stay below the next run's first for as long as
+            // a run makes fewer than 65 536 reads per millisecond of its life.
+            last_log_request: now_ms() << 16,
+            log_slots: HashMap::new(),
         }
     }
 
@@ -316,6 +407,18 @@ impl Core {
             }
         }
         for c in recovered.containers {
+            // Every stored container is remembered with its node, so `gantry app` lists it and
+            // its logs can be read from that node after the restart too.
+            core.remember_launch(
+                c.app.0,
+                LaunchedContainer {
+                    id: c.id.0,
+                    node: c.node.clone(),
+                    request: c.request,
+                    state: c.state,
+                    exit_code: c.exit_code,
+                },
+            );
             if live_apps.contains(&c.app.0) && gantry_engine::state::container_is_live(c.state) {
                 core.awaiting.entry(c.node.clone()).or_default().push(c);
             }
@@ -348,7 +451,13 @@ impl Core {
         self.launched.get(&app).map(Vec::as_slice).unwrap_or(&[])
     }
 
+    /// Remembers a launched container; one already remembered (restored after a restart) is
+    /// updated instead.
     fn remember_launch(&mut self, app: u64, c: LaunchedContainer) {
+        if let Some(known) = self.launched.get_mut(&app).and_then(|v| v.iter_mut().find(|k| k.id == c.id)) {
+            *known = c;
+            return;
+        }
         if !self.launched.contains_key(&app) {
             self.launched_order.push_back(app);
             while self.launched_order.len() > LAUNCHED_HISTORY {
@@ -368,6 +477,91 @@ impl Core {
         if let Some(c) = self.launched.get_mut(app).and_then(|v| v.iter_mut().find(|c| c.id == container)) {
             c.state = state;
             c.exit_code = exit_code;
+        }
+    }
+
+    /// The node that ran (or runs) a container, as remembered.
+    pub fn container_node(&self, container: u64) -> Option<&str> {
+        let app = self.launched_app.get(&container)?;
+        self.launched.get(app)?.iter().find(|c| c.id == container).map(|c| c.node.as_str())
+    }
+
+    /// Where a container's log is: its node, and that node's log-read slots (wait for one,
+    /// then [`CoreHandle::read_log`]). Fails at once for an unknown container or a node without
+    /// a stream, so callers do not wait for a slot in vain.
+    pub fn log_target(&self, container: u64) -> Result<(String, Arc<Semaphore>), LogError> {
+        let node = self.container_node(container).ok_or(LogError::UnknownContainer(container))?;
+        let not_connected = || LogError::NodeNotConnected { node: node.to_owned(), container };
+        match (self.agents.get(node), self.log_slots.get(node)) {
+            (Some(link), Some(slots)) if link.stream != 0 => Ok((node.to_owned(), slots.clone())),
+            _ => Err(not_connected()),
+        }
+    }
+
+    /// Log reads waiting for their agent's answer.
+    pub fn log_reads_in_flight(&self) -> usize {
+        self.log_reads.len()
+    }
+
+    /// Sends a `ReadLog` to the container's node and keeps the reply slot for its `LogChunk`.
+    fn read_log(
+        &mut self,
+        container: u64,
+        stream: v1::LogStream,
+        tail: Option<u64>,
+        reply: oneshot::Sender<Result<LogChunk, LogError>>,
+    ) {
+        let Some(node) = self.container_node(container).map(str::to_owned) else {
+            let _ = reply.send(Err(LogError::UnknownContainer(container)));
+            return;
+        };
+        let link_stream = self.agents.get(&node).map_or(0, |l| l.stream);
+        if link_stream == 0 {
+            let _ = reply.send(Err(LogError::NodeNotConnected { node, container }));
+            return;
+        }
+        self.last_log_request += 1;
+        let request_id = self.last_log_request;
+        let read =
+            v1::ReadLog { request_id, container_id: container, stream: stream as i32, tail_bytes: tail };
+        if !self.send_to(&node, Down::ReadLog(read)) {
+            // The stream is closed or its queue full: either way the agent will not hear it.
+            let _ = reply.send(Err(LogError::NodeNotConnected { node, container }));
+            return;
+        }
+        self.log_reads.insert(request_id, PendingLog { node, stream: link_stream, reply });
+    }
+
+    /// Hands an agent's `LogChunk` to the read waiting for it. An answer to a read this core
+    /// did not send to this very stream is ignored.
+    fn log_chunk(&mut self, node: &str, stream: u64, chunk: v1::LogChunk) {
+        let ours =
+            self.log_reads.get(&chunk.request_id).is_some_and(|p| p.node == node && p.stream == stream);
+        let Some(pending) = ours.then(|| self.log_reads.remove(&chunk.request_id)).flatten() else {
+            tracing::debug!(%node, request = chunk.request_id, "log answer for no read in flight");
+            return;
+        };
+        let outcome = if chunk.error.is_empty() {
+            Ok(LogChunk { data: chunk.data, file_size_bytes: chunk.file_size_bytes })
+        } else {
+            Err(LogError::Agent(chunk.error))
+        };
+        let _ = pending.reply.send(outcome);
+    }
+
+    /// Fails the log reads sent to `node` on the streams `gone` picks: those streams have
+    /// ended (or been replaced), and their answers will never come.
+    fn fail_log_reads(&mut self, node: &str, gone: impl Fn(u64) -> bool) {
+        let gone: Vec<u64> = self
+            .log_reads
+            .iter()
+            .filter(|(_, p)| p.node == node && gone(p.stream))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            if let Some(p) = self.log_reads.remove(&id) {
+                let _ = p.reply.send(Err(LogError::Disconnected { node: node.to_owned() }));
+            }
         }
     }
 
@@ -604,7 +798,11 @@ impl Core {
                 let _ = reply.send(result);
             }
             Request::AgentMessage { node, stream, msg } => self.agent_message(&node, stream, msg),
+            Request::ReadLog { container, stream, tail, reply } => {
+                self.read_log(container, stream, tail, reply)
+            }
             Request::AgentDisconnected { node, stream } => {
+                self.fail_log_reads(&node, |s| s == stream);
                 if self.agents.get(&node).is_some_and(|l| l.stream == stream) {
                     tracing::warn!(%node, "agent stream ended; the node is lost if it does not come back in time");
                     // Keep last_seen: liveness decides.
@@ -670,6 +868,9 @@ impl Core {
         }
         self.agents
             .insert(node.clone(), AgentLink { tx, stream, last_seen: Instant::now(), last_status: None });
+        // Reads sent down an earlier stream of this node are answered on that stream or never.
+        self.fail_log_reads(&node, |s| s != stream);
+        self.log_slots.entry(node.clone()).or_insert_with(|| Arc::new(Semaphore::new(LOG_READS_PER_NODE)));
         let _ = self.send_to(&node, Down::Registered(v1::Registered { heartbeat_interval_ms: 0 }));
         // Reconcile: exits first, then what runs there against what the engine wants there.
         for exit in &r.unacked_exits {
@@ -785,12 +986,15 @@ impl Core {
                 };
                 self.exited(node, &exit);
             }
+            Up::LogChunk(chunk) => self.log_chunk(node, stream, chunk),
             Up::Pong(_) | Up::Register(_) => {}
         }
     }
 
-    /// Declares lost every node whose agent has not been heard from within `timeout`.
+    /// Declares lost every node whose agent has not been heard from within `timeout`, and drops
+    /// log reads whose callers gave up waiting.
     fn check_liveness(&mut self, timeout: Duration) {
+        self.log_reads.retain(|_, p| !p.reply.is_closed());
         let late: Vec<String> = self
             .agents
             .iter()
@@ -800,6 +1004,7 @@ impl Core {
         for node in late {
             tracing::warn!(%node, timeout_ms = timeout.as_millis() as u64, "no status from the node; lost");
             self.agents.remove(&node);
+            self.fail_log_reads(&node, |_| true);
             self.stats.nodes_lost += 1;
             if let Err(e) = self.event(Event::NodeLost { node: node.clone() }) {
                 tracing::warn!(%node, error = %e, "node lost refused");
