@@ -3,7 +3,7 @@
 //! container it started, leaving nothing behind.
 
 use crate::config::SchedulerConfig;
-use crate::server::{ServeOptions, serve};
+use crate::server::serve;
 use anyhow::Context;
 use gantry_agent::config::AgentConfig;
 use std::os::unix::fs::PermissionsExt;
@@ -61,12 +61,11 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
             let _ = rx.wait_for(|s| *s).await;
         };
         let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
-        let options = ServeOptions { local_work_root: Some(work_root.clone()) };
         let scheduler = tokio::spawn({
             let config = config.clone();
             let stopped = stopped(stop_rx.clone());
             async move {
-                serve(&config, options, stopped, move |b| {
+                serve(&config, stopped, move |b| {
                     let _ = bound_tx.send(b);
                 })
                 .await

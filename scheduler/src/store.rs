@@ -416,7 +416,12 @@ struct Counters {
     failed_transactions: AtomicU64,
     largest_batch: AtomicU64,
     commit_nanos: AtomicU64,
+    /// Told every commit's duration and batch size (the daemon's histogram), once set.
+    on_commit: std::sync::OnceLock<CommitObserver>,
 }
+
+/// Receives each committed transaction's `COMMIT` duration and its number of jobs.
+pub type CommitObserver = Box<dyn Fn(Duration, usize) + Send + Sync>;
 
 /// Tuning of a store. The defaults suit the daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -520,6 +525,12 @@ impl Store {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Calls `observe` after every committed transaction with its `COMMIT` duration and number
+    /// of jobs (on the writer thread: keep it cheap). Only the first observer set is kept.
+    pub fn observe_commits(&self, observe: CommitObserver) {
+        let _ = self.counters.on_commit.set(observe);
     }
 
     /// Queues a job (applied all or nothing) and returns at once; the returned [`Ack`]
@@ -816,9 +827,13 @@ fn apply_batch(
     }
     let started = Instant::now();
     conn.execute_batch("COMMIT").map_err(classify)?;
-    let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    let elapsed = started.elapsed();
+    let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
     counters.commit_nanos.fetch_add(nanos, Ordering::Relaxed);
     counters.transactions.fetch_add(1, Ordering::Relaxed);
+    if let Some(observe) = counters.on_commit.get() {
+        observe(elapsed, batch.len());
+    }
     Ok(())
 }
 

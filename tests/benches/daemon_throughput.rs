@@ -12,7 +12,7 @@ use gantry_scheduler::api::client::Client;
 use gantry_scheduler::api::types::SubmitApp;
 use gantry_scheduler::config::SchedulerConfig;
 use gantry_scheduler::server::core::CoreHandle;
-use gantry_scheduler::server::{ServeOptions, serve};
+use gantry_scheduler::server::serve;
 use gantry_sdk::abi::*;
 use gantry_tests::{kill_leftover_containers, workspace_root};
 use std::path::{Path, PathBuf};
@@ -95,7 +95,7 @@ fn main() {
         let shutdown = async {
             let _ = stopped.await;
         };
-        serve(&config, ServeOptions::default(), shutdown, move |b| {
+        serve(&config, shutdown, move |b| {
             let _ = bound_tx.send(b);
         })
         .await

@@ -105,7 +105,7 @@ fn start_daemon(
         let shutdown = async {
             let _ = stopped.await;
         };
-        serve(&config, Default::default(), shutdown, move |b| {
+        serve(&config, shutdown, move |b| {
             let _ = bound_tx.send(b);
         })
         .await

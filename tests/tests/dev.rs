@@ -138,6 +138,19 @@ fn gantry_dev_runs_submitted_work_and_stops_cleanly() {
         out.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
     };
     assert!(metrics.contains("gantry_apps{state=\"finished\"} 1"), "{metrics:.2000}");
+    // The daemon feeds what only it sees: cycles timed, submissions counted once committed,
+    // store commits timed.
+    let sample = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or_else(|| panic!("no {name} in {metrics:.3000}"))
+    };
+    assert!(sample("gantry_scheduler_cycle_duration_seconds_count") >= 1.0);
+    assert_eq!(sample("gantry_scheduler_submissions_total"), 1.0, "one app was acknowledged");
+    assert!(sample("gantry_store_commit_duration_seconds_count") >= 1.0);
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

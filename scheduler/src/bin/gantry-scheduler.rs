@@ -52,7 +52,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     drop(engine);
     let rt =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
-    rt.block_on(gantry_scheduler::server::serve(&config, Default::default(), shutdown_signal(), |b| {
+    rt.block_on(gantry_scheduler::server::serve(&config, shutdown_signal(), |b| {
         tracing::info!(api = %b.api_addr, agents = %b.agent_addr, "gantry-scheduler listening");
     }))?;
     Ok(())

@@ -10,7 +10,6 @@ use gantry_engine::{AppId, EngineError};
 use gantry_proto::v1;
 use gantry_sdk::View;
 use gantry_sdk::abi::*;
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long a log request waits for the agent's answer, a free read slot on its node
@@ -46,12 +45,11 @@ fn engine_error(e: EngineError) -> ApiError {
 impl DaemonBackend {
     /// A backend over `core`.
     ///
-    /// `_local_work_root` is ignored: logs are always read through the agent that ran the
-    /// container, also when it runs on this machine (`gantry dev`). Reading its files directly
-    /// would follow a symbolic link a container planted as its log (the container's user owns
-    /// the directory) and would miss logs a launch redirected; the agent checks both. The
-    /// parameter stays until `ServeOptions::local_work_root` goes.
-    pub fn new(core: CoreHandle, _local_work_root: Option<PathBuf>) -> Self {
+    /// Logs are always read through the agent that ran the container, also when it runs on
+    /// this machine (`gantry dev`). Reading its files directly would follow a symbolic link a
+    /// container planted as its log (the container's user owns the directory) and would miss
+    /// logs a launch redirected; the agent checks both.
+    pub fn new(core: CoreHandle) -> Self {
         DaemonBackend { core, started_on_ms: now_ms(), log_timeout: LOG_TIMEOUT }
     }
 
@@ -478,7 +476,7 @@ mod tests {
             Down::Launch(l) => l.container_id,
             other => panic!("expected Launch, got {other:?}"),
         };
-        let backend = DaemonBackend::new(handle.clone(), None).with_log_timeout(Duration::from_millis(300));
+        let backend = DaemonBackend::new(handle.clone()).with_log_timeout(Duration::from_millis(300));
         (backend, handle, rx, container)
     }
 

@@ -147,6 +147,7 @@ struct PendingLog {
 #[derive(Debug, Clone)]
 pub struct CoreHandle {
     tx: mpsc::Sender<Request>,
+    metrics: Option<Arc<crate::metrics::SchedulerMetrics>>,
 }
 
 /// Why a submission was not acknowledged.
@@ -204,9 +205,17 @@ impl CoreHandle {
         self.send(Request::Submit { spec, id, templates, reply }).await?;
         match rx.await.map_err(|_| CoreGone)? {
             Err(e) => Ok(Err(SubmitError::Engine(e))),
-            Ok((id, None)) => Ok(Ok(id)),
-            // Acknowledged only once committed.
-            Ok((id, Some(ack))) => Ok(ack.await.map(|()| id).map_err(SubmitError::Store)),
+            // Acknowledged once committed (at once without a store).
+            Ok((id, ack)) => {
+                let committed = match ack {
+                    Some(ack) => ack.await.map(|()| id).map_err(SubmitError::Store),
+                    None => Ok(id),
+                };
+                if let (Ok(_), Some(m)) = (&committed, &self.metrics) {
+                    m.record_submissions(1);
+                }
+                Ok(committed)
+            }
         }
     }
 
@@ -314,6 +323,8 @@ pub struct Core {
     last_log_request: u64,
     /// Per node, the slots of [`LOG_READS_PER_NODE`] concurrent log reads.
     log_slots: HashMap<String, Arc<Semaphore>>,
+    /// Where cycle durations and acknowledged submissions are counted, if anywhere.
+    metrics: Option<Arc<crate::metrics::SchedulerMetrics>>,
 }
 
 impl std::fmt::Debug for Core {
@@ -353,7 +364,13 @@ impl Core {
             // a run makes fewer than 65 536 reads per millisecond of its life.
             last_log_request: now_ms() << 16,
             log_slots: HashMap::new(),
+            metrics: None,
         }
+    }
+
+    /// Counts cycle durations and acknowledged submissions in `metrics` from now on.
+    pub fn set_metrics(&mut self, metrics: Arc<crate::metrics::SchedulerMetrics>) {
+        self.metrics = Some(metrics);
     }
 
     /// Applications that had ended before the last restart, oldest first.
@@ -622,8 +639,12 @@ impl Core {
             }
         }
         self.dirty = false;
+        let started = Instant::now();
         if let Err(e) = self.event(Event::Tick) {
             tracing::error!(error = %e, "scheduling cycle refused");
+        }
+        if let Some(m) = &self.metrics {
+            m.observe_cycle(started.elapsed());
         }
     }
 
@@ -1022,8 +1043,9 @@ pub fn spawn(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> (CoreHandle, tokio::task::JoinHandle<Core>) {
     let (tx, rx) = mpsc::channel(4096);
+    let metrics = core.metrics.clone();
     let task = tokio::spawn(run(core, rx, cycle_interval, node_timeout, shutdown));
-    (CoreHandle { tx }, task)
+    (CoreHandle { tx, metrics }, task)
 }
 
 async fn run(

@@ -59,14 +59,6 @@ pub struct Bound {
     pub core: core::CoreHandle,
 }
 
-/// How the daemon is embedded.
-#[derive(Debug, Clone, Default)]
-pub struct ServeOptions {
-    /// The work root of an agent on this same machine (`gantry dev`): container logs are read
-    /// from it directly.
-    pub local_work_root: Option<std::path::PathBuf>,
-}
-
 /// `GET /metrics`: the scheduler's metrics, refreshed from the engine at scrape time.
 async fn metrics_handler(
     axum::extract::State((core, metrics)): axum::extract::State<(
@@ -98,7 +90,6 @@ async fn metrics_handler(
 /// Runs the daemon until `shutdown` completes. `on_bound` is told the addresses once listening.
 pub async fn serve(
     config: &SchedulerConfig,
-    options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_bound: impl FnOnce(Bound),
 ) -> Result<(), ServerError> {
@@ -113,8 +104,13 @@ pub async fn serve(
     let store =
         crate::store::Store::open(&db).map_err(|source| ServerError::Store { path: db.clone(), source })?;
     let node_timeout = Duration::from_millis(config.server.node_timeout_ms);
-    let core_state = core::Core::recover(engine, std::sync::Arc::new(store), node_timeout)
+    {
+        let metrics = metrics.clone();
+        store.observe_commits(Box::new(move |took, jobs| metrics.observe_store_commit(took, jobs)));
+    }
+    let mut core_state = core::Core::recover(engine, std::sync::Arc::new(store), node_timeout)
         .map_err(|source| ServerError::Store { path: db.clone(), source })?;
+    core_state.set_metrics(metrics.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -137,7 +133,7 @@ pub async fn serve(
     let api_addr = api_listener
         .local_addr()
         .map_err(|source| ServerError::Listen { addr: config.server.listen.clone(), source })?;
-    let app = crate::api::router(backend::DaemonBackend::new(core.clone(), options.local_work_root))
+    let app = crate::api::router(backend::DaemonBackend::new(core.clone()))
         .route("/metrics", axum::routing::get(metrics_handler).with_state((core.clone(), metrics)));
     // TCP_NODELAY on both endpoints: replies and stream messages are small, and Nagle's
     // algorithm against the peer's delayed ACK holds a small write back for up to 40 ms.
