@@ -98,7 +98,9 @@ fn probe(config: &AgentConfig) -> anyhow::Result<()> {
 }
 
 fn run(config: AgentConfig) -> anyhow::Result<()> {
-    let shim = std::env::current_exe().context("finding the agent's own executable")?;
+    let shim = gantry_agent::shim::program_beside(
+        &std::env::current_exe().context("finding the agent's own executable")?,
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
 use std::ffi::CString;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
@@ -552,13 +552,32 @@ fn reset_signals() {
 /// container), runs the supervisor and exits; otherwise returns. Call it first thing in `main`:
 /// the supervisor forks and must stay single-threaded.
 pub fn dispatch() {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().take(4).collect();
-    let (dir, notify) = match args.as_slice() {
-        [_, cmd, dir] if cmd == "shim" => (dir, None),
-        [_, cmd, dir, fd] if cmd == "shim" => (dir, fd.to_str().and_then(NotifyFd::from_inherited)),
-        _ => return,
+    let mut args = std::env::args_os().skip(1);
+    if args.next().is_none_or(|cmd| cmd != "shim") {
+        return;
+    }
+    let (Some(dir), notify, None) = (args.next(), args.next(), args.next()) else { return };
+    let notify = match notify {
+        None => None,
+        Some(fd) => match fd.to_str().and_then(NotifyFd::from_inherited) {
+            Some(n) => Some(n),
+            None => return,
+        },
     };
-    std::process::exit(run_shim(Path::new(dir), notify));
+    std::process::exit(run_shim(Path::new(&dir), notify));
+}
+
+/// The name of the shim-only binary, installed beside the agent.
+pub const SHIM_BINARY: &str = "gantry-shim";
+
+/// The program to start shims with, for a process whose own executable is `exe`: the small
+/// [`SHIM_BINARY`] beside it if there is one, else `exe` itself (every gantry binary dispatches
+/// `shim` first thing in `main`). Both take the same arguments.
+pub fn program_beside(exe: &Path) -> PathBuf {
+    exe.parent()
+        .map(|dir| dir.join(SHIM_BINARY))
+        .filter(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+        .unwrap_or_else(|| exe.to_path_buf())
 }
 
 #[cfg(test)]

@@ -651,3 +651,24 @@ fn a_watched_container_reports_its_exit_through_its_notice_only() {
     let exit = wait_exit(&exec, 2);
     assert_eq!(exit.reason, ExitReason::Exited { code: 0 });
 }
+
+#[test]
+fn the_shim_only_binary_supervises_containers_like_the_agent_binary() {
+    let mut env = Env::new("shimbin", CgroupMode::Auto, 0);
+    env.settings.shim_program = PathBuf::from(env!("CARGO_BIN_EXE_gantry-shim"));
+    assert_eq!(
+        gantry_agent::shim::program_beside(Path::new(env!("CARGO_BIN_EXE_gantry-agent"))),
+        env.settings.shim_program,
+        "the agent picks the shim binary beside it"
+    );
+    let exec = env.executor();
+    let (handle, notice) = exec.launch_watched(&spec(1, &["sh", "-c", "echo out; exit 3"])).expect("launch");
+    wait_end_of_file(notice);
+    let exit = exec.collect_exit(1).expect("ended");
+    assert_eq!(exit.reason, ExitReason::Exited { code: 3 });
+    assert_eq!(read(&handle.container_dir.join("stdout")), "out\n");
+    // Without arguments it refuses, naming its use.
+    let out = std::process::Command::new(&env.settings.shim_program).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("usage"));
+}

@@ -52,7 +52,9 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
     for dir in [work_root.parent().unwrap_or(&work_root), &work_root] {
         traversable_dir(dir)?;
     }
-    let shim = std::env::current_exe().context("finding gantry's own executable")?;
+    let shim = gantry_agent::shim::program_beside(
+        &std::env::current_exe().context("finding gantry's own executable")?,
+    );
     let rt =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     rt.block_on(async move {
