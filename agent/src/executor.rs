@@ -33,9 +33,8 @@ use nix::unistd::Pid;
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -764,34 +763,21 @@ impl Executor {
         let (notice, notify) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| {
             ExecError::Io { what: "create a pipe for", path: program.clone(), source: e.into() }
         })?;
-        let notify_raw = notify.as_raw_fd();
+        // No pre-exec code, so that the standard library starts the shim with posix_spawn (a
+        // vfork) rather than fork, which would copy this multi-threaded process's page tables
+        // for every container. The shim makes its own session; the pipe is its stdin.
         let mut cmd = Command::new(program);
         cmd.arg("shim")
             .arg(control)
-            .arg(SHIM_NOTIFY_FD.to_string())
+            .arg(shim::NOTIFY_ON_STDIN)
             .env_clear()
             .current_dir("/")
-            .stdin(Stdio::null())
+            .stdin(Stdio::from(notify))
             .stdout(log)
             .stderr(log2);
-        // SAFETY: the closure runs in the forked child before exec and only calls setsid(2),
-        // dup2(2) and fcntl(2), which are async-signal-safe and allocate nothing.
-        unsafe {
-            cmd.pre_exec(move || {
-                nix::unistd::setsid().map_err(io::Error::from)?;
-                // Put the notify pipe at the agreed descriptor, without close-on-exec (dup2
-                // clears it; a pipe already there only needs the flag cleared).
-                let r = if notify_raw == SHIM_NOTIFY_FD {
-                    libc::fcntl(notify_raw, libc::F_SETFD, 0)
-                } else {
-                    libc::dup2(notify_raw, SHIM_NOTIFY_FD)
-                };
-                if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
-            });
-        }
-        let spawned = cmd.spawn();
-        drop(notify);
-        let mut child = spawned.map_err(|source| ExecError::Spawn { program: program.clone(), source })?;
+        let mut child = cmd.spawn().map_err(|source| ExecError::Spawn { program: program.clone(), source })?;
+        // The parent's copy of the write end went with `cmd`: only the shim holds it now.
+        drop(cmd);
 
         let pid_path = control.join(PID_FILE);
         match wait_for_notice(&notice, LAUNCH_DEADLINE) {
@@ -1385,9 +1371,6 @@ fn reap_if_own_zombie(shim: ProcRef) {
         }
     }
 }
-
-/// The descriptor a shim finds its notify pipe on (see [`crate::shim`]).
-const SHIM_NOTIFY_FD: i32 = 3;
 
 /// The read end of a container's notification pipe after launch: it reaches end of file when
 /// the container's supervisor exits (the container ended, or its supervisor died). Dropping it

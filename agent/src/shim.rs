@@ -18,11 +18,11 @@
 //! A setup failure before the command runs is written to `<dir>/launch-error` and the shim exits
 //! with [`SHIM_SETUP_FAILED`]; the agent's launch reports it as an error.
 //!
-//! An agent that starts a shim itself also hands it the write end of a pipe, the *notify fd*
-//! (`gantry-agent shim <dir> <fd>`). The shim writes one byte to it once the pid record is
+//! An agent that starts a shim itself also hands it the write end of a pipe as its standard
+//! input, the *notify pipe* (`gantry-agent shim <dir> --notify-on-stdin`). The shim writes one byte to it once the pid record is
 //! written, and holds it open until it exits, so the agent learns both "running" and "ended" the
 //! moment they happen instead of polling files. The command never inherits it. Files stay the
-//! source of truth: a shim adopted after an agent restart has no notify fd and is watched by
+//! source of truth: a shim adopted after an agent restart has no notify pipe and is watched by
 //! scanning.
 
 use crate::cgroup::{ContainerCgroup, Limits};
@@ -254,29 +254,27 @@ enum Failure {
 /// than SIG_IGN, because handlers — unlike an ignored disposition — are reset by exec.
 extern "C" fn ignore_signal(_: libc::c_int) {}
 
-/// The byte a shim writes to its notify fd once the command runs and its pid is recorded.
+/// The byte a shim writes to its notify pipe once the command runs and its pid is recorded.
 pub const NOTIFY_RUNNING: u8 = b'R';
 
-/// The write end of the agent's notification pipe, inherited by the shim.
+/// The argument that tells a shim its standard input is the agent's notification pipe.
+pub const NOTIFY_ON_STDIN: &str = "--notify-on-stdin";
+
+/// The write end of the agent's notification pipe, inherited by the shim as its standard input
+/// (so the agent can start shims with `posix_spawn`, which copies no page tables, rather than
+/// `fork` plus a descriptor shuffle of its own).
 #[derive(Debug)]
 pub struct NotifyFd(std::os::fd::OwnedFd);
 
 impl NotifyFd {
-    /// Takes over an inherited descriptor. Refuses the standard streams and anything that is not
-    /// an open descriptor, and marks it close-on-exec so the command never inherits it.
-    pub fn from_inherited(raw: &str) -> Option<NotifyFd> {
-        let fd: i32 = raw.parse().ok().filter(|fd| *fd > 2)?;
-        // SAFETY: F_GETFD only reads the descriptor's flags; an invalid fd fails with EBADF.
-        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-        if flags < 0 {
-            return None;
-        }
-        // SAFETY: the descriptor is open (checked above) and was handed to this process to own;
-        // nothing else in the shim refers to it.
-        let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        // SAFETY: F_SETFD on a descriptor this process owns changes only its close-on-exec flag.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) };
-        Some(NotifyFd(owned))
+    /// Takes the pipe off standard input: a close-on-exec duplicate (the command never inherits
+    /// it), with `/dev/null` put on standard input in its place.
+    pub fn from_stdin() -> io::Result<NotifyFd> {
+        use std::os::fd::AsFd;
+        let pipe = std::io::stdin().as_fd().try_clone_to_owned()?;
+        let null = std::fs::File::open("/dev/null")?;
+        nix::unistd::dup2_stdin(&null)?;
+        Ok(NotifyFd(pipe))
     }
 
     fn running(&self) {
@@ -286,6 +284,9 @@ impl NotifyFd {
 }
 
 fn supervise(dir: &Path, notify: Option<NotifyFd>) -> Result<(), Failure> {
+    // A session of its own, so that signals meant for the agent's terminal or process group
+    // (Ctrl-C on `gantry dev`) never reach the container. Fails only if it leads one already.
+    let _ = nix::unistd::setsid();
     let spec: ShimSpec = read_json(&dir.join(SPEC_FILE)).map_err(Failure::Setup)?;
     let threads = thread_count();
     if threads > 1 {
@@ -548,7 +549,7 @@ fn reset_signals() {
     let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
 }
 
-/// If this process was started as `<binary> shim <DIR> [NOTIFY_FD]` (by an agent launching a
+/// If this process was started as `<binary> shim <DIR> [--notify-on-stdin]` (by an agent launching a
 /// container), runs the supervisor and exits; otherwise returns. Call it first thing in `main`:
 /// the supervisor forks and must stay single-threaded.
 pub fn dispatch() {
@@ -556,13 +557,17 @@ pub fn dispatch() {
     if args.next().is_none_or(|cmd| cmd != "shim") {
         return;
     }
-    let (Some(dir), notify, None) = (args.next(), args.next(), args.next()) else { return };
-    let notify = match notify {
+    let (Some(dir), flag, None) = (args.next(), args.next(), args.next()) else { return };
+    let notify = match flag {
         None => None,
-        Some(fd) => match fd.to_str().and_then(NotifyFd::from_inherited) {
-            Some(n) => Some(n),
-            None => return,
+        Some(f) if f == NOTIFY_ON_STDIN => match NotifyFd::from_stdin() {
+            Ok(n) => Some(n),
+            Err(e) => {
+                eprintln!("gantry-shim: taking the notify pipe off standard input: {e}");
+                std::process::exit(SHIM_SETUP_FAILED);
+            }
         },
+        Some(_) => return,
     };
     std::process::exit(run_shim(Path::new(&dir), notify));
 }

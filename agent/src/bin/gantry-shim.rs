@@ -1,4 +1,4 @@
-//! `gantry-shim shim DIR [NOTIFY_FD]`: a container's supervisor, as a binary of its own.
+//! `gantry-shim shim DIR [--notify-on-stdin]`: a container's supervisor, as a binary of its own.
 //!
 //! The agent starts one per container. Its own binary can do the same (`gantry-agent shim DIR`),
 //! but it is large, and a process's start-up (mapping and relocating the binary) is paid once per
@@ -7,6 +7,6 @@
 
 fn main() {
     gantry_agent::shim::dispatch();
-    eprintln!("usage: gantry-shim shim DIR [NOTIFY_FD] (started by gantry-agent, not by hand)");
+    eprintln!("usage: gantry-shim shim DIR [--notify-on-stdin] (started by gantry-agent, not by hand)");
     std::process::exit(2);
 }
