@@ -1,0 +1,16 @@
+//! gantry's simulator: the real [`gantry_engine::Engine`] — with whatever plugins it was built
+//! with, loaded `.so` files included — driven on a virtual clock by the same events the daemon
+//! feeds it (nodes registering, submissions, containers starting and ending, ticks, node
+//! failures), with simulated agents that carry out its commands.
+//!
+//! - [`trace`]: the workload model ([`trace::Job`]) and one reader per trace format, each
+//!   in its own module, each refusing a malformed line with its file, line and what was expected.
+//! - [`cluster`]: cluster descriptions (gantry's TOML, Alibaba's node list CSV) → node specs.
+//!
+//! Same inputs and seed ⇒ byte-identical outputs: nothing here reads a clock, iterates a hash
+//! map in an order that reaches the output, or uses a random source other than the seed.
+
+#![forbid(unsafe_code)]
+
+pub mod cluster;
+pub mod trace;
