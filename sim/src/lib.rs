@@ -13,4 +13,5 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod sim;
 pub mod trace;

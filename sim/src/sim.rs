@@ -1,0 +1,833 @@
+//! The discrete-event loop.
+//!
+//! Events wait in a heap ordered by (virtual time, insertion number), so two runs with the same
+//! inputs pop them in the same order. At each instant the loop applies every event due, then runs
+//! one scheduling cycle (`Event::Tick`), as the daemon does after anything that can make work
+//! placeable; while work is pending it also ticks every `tick_ms`, so time-based policies (waiting
+//! for better resources, rebalancing) see time pass. When nothing is pending it jumps to the next
+//! event.
+//!
+//! The simulated agents obey at once: a `Launch` starts its container now and schedules its end
+//! after the stage's duration — `duration_ms` where the stage's preferences hold, else
+//! `slow_duration_ms` — and a `Kill` ends it now. A stage whose containers are spread over
+//! several racks while it prefers one rack runs slow; a gang's containers end together.
+
+use crate::trace::{Job, Stage};
+use gantry_engine::{
+    AppId, AppSpec, Command, ContainerId, Engine, Event, KillReason, NodeId, NodeSpec, RackAffinity,
+    RequestSpec, Resources,
+};
+use gantry_sdk::abi::*;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+
+/// How the loop runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimOptions {
+    /// Interval of the periodic scheduling cycle while work is pending, ms.
+    pub tick_ms: u64,
+    /// Stop at this virtual time (ms); jobs still running are reported unfinished.
+    pub until_ms: Option<u64>,
+    /// Interval of the time-series samples, ms.
+    pub sample_ms: u64,
+    /// Nodes that fail (and when), by name: their containers are lost and rerun elsewhere.
+    pub failures: Vec<NodeFailure>,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions { tick_ms: 1_000, until_ms: None, sample_ms: 60_000, failures: Vec::new() }
+    }
+}
+
+/// A node failure injected into a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFailure {
+    /// Node name.
+    pub node: String,
+    /// When it fails, ms.
+    pub at_ms: u64,
+    /// When it comes back (registers again), ms; `None` = never.
+    pub back_at_ms: Option<u64>,
+}
+
+/// Why a run could not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The engine refused something the simulator must be able to do (a node, a node failure).
+    #[error("the engine refused {what}: {source}")]
+    Engine {
+        /// What was being done.
+        what: String,
+        /// Why.
+        source: gantry_engine::EngineError,
+    },
+    /// The inputs are unusable.
+    #[error("{0}")]
+    Input(String),
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobOutcome {
+    /// Every stage finished.
+    Completed,
+    /// Killed at its time limit.
+    Killed,
+    /// Refused by the engine at submission or admission.
+    Rejected,
+    /// A stage failed (out of attempts) or was killed by the scheduler.
+    Failed,
+    /// Still pending or running when the run stopped.
+    Unfinished,
+}
+
+/// What happened to one job.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct JobRecord {
+    /// The trace's name for it.
+    pub name: String,
+    /// Its class.
+    pub class: String,
+    /// Containers of its largest stage.
+    pub containers: u32,
+    /// Submitted, ms.
+    pub submit_ms: u64,
+    /// Its first container started, ms.
+    pub start_ms: Option<u64>,
+    /// It ended (completed, killed, failed), ms.
+    pub end_ms: Option<u64>,
+    /// How it ended.
+    pub outcome: JobOutcome,
+    /// Whether any of its stages ran on resources its preferences did not want (slow).
+    pub ran_slow: bool,
+    /// Its containers preempted by a policy.
+    pub preempted: u32,
+}
+
+impl JobRecord {
+    /// Time from submission to the first container's start, ms.
+    pub fn wait_ms(&self) -> Option<u64> {
+        self.start_ms.map(|s| s.saturating_sub(self.submit_ms))
+    }
+
+    /// Time from submission to the end, ms (the seed's T).
+    pub fn completion_ms(&self) -> Option<u64> {
+        self.end_ms.map(|e| e.saturating_sub(self.submit_ms))
+    }
+}
+
+/// One time-series sample.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Sample {
+    /// Virtual time, ms.
+    pub t_ms: u64,
+    /// Allocated share of the cluster's CPU, 0..=1.
+    pub cpu: f64,
+    /// Allocated share of the cluster's memory.
+    pub memory: f64,
+    /// Allocated share of the cluster's GPUs (0 without GPUs).
+    pub gpus: f64,
+    /// Containers running.
+    pub running: u64,
+    /// Jobs submitted and not yet started.
+    pub waiting_jobs: u64,
+}
+
+/// Everything a run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimResult {
+    /// Per job, in trace order.
+    pub jobs: Vec<JobRecord>,
+    /// The time series.
+    pub samples: Vec<Sample>,
+    /// Virtual time at the end of the run, ms.
+    pub end_ms: u64,
+    /// Time-averaged allocated share of CPU, memory and GPUs over the run.
+    pub utilisation: [f64; 3],
+    /// Node-hours: the time each node was registered, summed.
+    pub node_hours: f64,
+    /// Containers preempted by a policy.
+    pub preemptions: u64,
+    /// Scheduling cycles run.
+    pub cycles: u64,
+    /// Containers launched.
+    pub launches: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Due {
+    /// A job arrives (index into the jobs).
+    Arrival(usize),
+    /// A container's natural end (its id); ignored if it was killed or lost first.
+    End(u64),
+    /// A killed container's end (its id).
+    Killed(u64),
+    /// A job's time limit.
+    Limit(usize),
+    /// A node fails (index into the failures).
+    Fail(usize),
+    /// A failed node registers again.
+    Back(usize),
+    /// A periodic scheduling cycle.
+    Tick,
+    /// A time-series sample.
+    Sample,
+}
+
+/// A running container as the simulated agent sees it.
+struct Running {
+    job: usize,
+    node: u32,
+    resources: Resources,
+}
+
+struct JobState {
+    stage: usize,
+    app: Option<AppId>,
+    started: Option<u64>,
+    ended: Option<(u64, JobOutcome)>,
+    ran_slow: bool,
+    preempted: u32,
+}
+
+/// The loop's state.
+struct Sim<'a> {
+    engine: &'a mut Engine,
+    jobs: &'a [Job],
+    nodes: &'a [NodeSpec],
+    options: &'a SimOptions,
+    now: u64,
+    seq: u64,
+    heap: BinaryHeap<Reverse<(u64, u64, Due)>>,
+    state: Vec<JobState>,
+    app_job: HashMap<u64, usize>,
+    running: BTreeMap<u64, Running>,
+    allocated: [u64; 3],
+    capacity: [u64; 3],
+    /// Integral of the allocated shares over time, and when it was last advanced.
+    area: [f64; 3],
+    area_at: u64,
+    samples: Vec<Sample>,
+    preemptions: u64,
+    cycles: u64,
+    launches: u64,
+    tick_scheduled: bool,
+    /// Registered time per node, for node-hours: (since, total).
+    node_time: HashMap<String, (Option<u64>, u64)>,
+    /// Node name → rack, from the specs.
+    rack_of: HashMap<String, String>,
+}
+
+/// Runs `jobs` on `nodes` through `engine` (already built, with its plugins and queues).
+pub fn run(
+    engine: &mut Engine,
+    nodes: &[NodeSpec],
+    jobs: &[Job],
+    options: &SimOptions,
+) -> Result<SimResult, SimError> {
+    if options.tick_ms == 0 || options.sample_ms == 0 {
+        return Err(SimError::Input("tick_ms and sample_ms must be positive".into()));
+    }
+    let mut capacity = [0u64; 3];
+    for n in nodes {
+        capacity[0] += n.capacity.cpu_millis;
+        capacity[1] += n.capacity.memory_bytes;
+        capacity[2] += u64::from(n.capacity.gpus);
+    }
+    let mut sim = Sim {
+        engine,
+        jobs,
+        nodes,
+        options,
+        now: 0,
+        seq: 0,
+        heap: BinaryHeap::new(),
+        state: jobs
+            .iter()
+            .map(|_| JobState {
+                stage: 0,
+                app: None,
+                started: None,
+                ended: None,
+                ran_slow: false,
+                preempted: 0,
+            })
+            .collect(),
+        app_job: HashMap::new(),
+        running: BTreeMap::new(),
+        allocated: [0; 3],
+        capacity,
+        area: [0.0; 3],
+        area_at: 0,
+        samples: Vec::new(),
+        preemptions: 0,
+        cycles: 0,
+        launches: 0,
+        tick_scheduled: false,
+        node_time: HashMap::new(),
+        rack_of: nodes.iter().map(|n| (n.name.clone(), n.rack.clone())).collect(),
+    };
+    sim.start()?;
+    sim.main_loop()?;
+    Ok(sim.finish())
+}
+
+impl Sim<'_> {
+    fn push(&mut self, at: u64, due: Due) {
+        self.seq += 1;
+        self.heap.push(Reverse((at, self.seq, due)));
+    }
+
+    fn start(&mut self) -> Result<(), SimError> {
+        for n in self.nodes {
+            let cmds = self
+                .engine
+                .handle(0, Event::NodeRegistered(n.clone()))
+                .map_err(|source| SimError::Engine { what: format!("node {}", n.name), source })?;
+            self.node_time.insert(n.name.clone(), (Some(0), 0));
+            self.apply(cmds);
+        }
+        for (i, job) in self.jobs.iter().enumerate() {
+            self.push(job.submit_ms, Due::Arrival(i));
+            if let Some(limit) = job.time_limit_ms {
+                self.push(job.submit_ms.saturating_add(limit), Due::Limit(i));
+            }
+        }
+        for (i, f) in self.options.failures.iter().enumerate() {
+            self.push(f.at_ms, Due::Fail(i));
+            if let Some(back) = f.back_at_ms {
+                self.push(back, Due::Back(i));
+            }
+        }
+        self.push(0, Due::Sample);
+        Ok(())
+    }
+
+    fn all_done(&self) -> bool {
+        self.state.iter().all(|s| s.ended.is_some())
+    }
+
+    fn main_loop(&mut self) -> Result<(), SimError> {
+        while let Some(Reverse((at, _, _))) = self.heap.peek().copied() {
+            if self.options.until_ms.is_some_and(|u| at > u) {
+                self.advance(self.options.until_ms.unwrap_or(at));
+                break;
+            }
+            self.advance(at);
+            let mut tick = false;
+            // Every event due now, then one cycle.
+            while let Some(Reverse((t, _, due))) = self.heap.peek().copied() {
+                if t != at {
+                    break;
+                }
+                self.heap.pop();
+                tick |= self.handle_due(due)?;
+            }
+            if tick {
+                self.cycle();
+            }
+            if self.all_done() {
+                break;
+            }
+            // Keep time moving for pending work.
+            if !self.tick_scheduled && self.pending_work() {
+                self.tick_scheduled = true;
+                self.push(self.now + self.options.tick_ms, Due::Tick);
+            }
+        }
+        Ok(())
+    }
+
+    fn pending_work(&self) -> bool {
+        self.state.iter().any(|s| s.ended.is_none() && s.app.is_some() && self.is_waiting(s))
+    }
+
+    fn is_waiting(&self, s: &JobState) -> bool {
+        // A job whose current stage has not started all its containers yet.
+        s.app.is_some_and(|app| {
+            let st = self.engine.state();
+            st.app_index(app).is_some_and(|ai| {
+                let a = &st.apps()[ai as usize];
+                let reqs =
+                    &st.requests()[a.requests.start as usize..(a.requests.start + a.requests.len) as usize];
+                reqs.iter().any(|r| r.placed < r.count)
+            })
+        })
+    }
+
+    /// Moves the clock to `t`, integrating the allocation over the interval.
+    fn advance(&mut self, t: u64) {
+        if t > self.area_at {
+            let dt = (t - self.area_at) as f64;
+            for k in 0..3 {
+                if self.capacity[k] > 0 {
+                    self.area[k] += dt * self.allocated[k] as f64 / self.capacity[k] as f64;
+                }
+            }
+            self.area_at = t;
+        }
+        self.now = self.now.max(t);
+    }
+
+    /// Applies one due event; true if a scheduling cycle should follow.
+    fn handle_due(&mut self, due: Due) -> Result<bool, SimError> {
+        match due {
+            Due::Arrival(i) => {
+                self.submit_stage(i);
+                Ok(true)
+            }
+            Due::End(c) => Ok(self.container_ended(c, 0)),
+            Due::Killed(c) => Ok(self.container_ended(c, 128 + 15)),
+            Due::Limit(i) => {
+                if self.state[i].ended.is_none() {
+                    self.state[i].ended = Some((self.now, JobOutcome::Killed));
+                    if let Some(app) = self.state[i].app {
+                        self.event(Event::AppKillRequested { app });
+                    }
+                }
+                Ok(true)
+            }
+            Due::Fail(f) => {
+                let node = self.options.failures[f].node.clone();
+                if let Some((since, total)) = self.node_time.get_mut(&node) {
+                    if let Some(s) = since.take() {
+                        *total += self.now - s;
+                    }
+                }
+                let lost: Vec<u64> = self
+                    .running
+                    .iter()
+                    .filter(|(_, r)| self.node_name(r.node) == node)
+                    .map(|(&c, _)| c)
+                    .collect();
+                for c in lost {
+                    self.release(c);
+                }
+                self.engine
+                    .handle(self.now, Event::NodeLost { node: node.clone() })
+                    .map(|cmds| self.apply(cmds))
+                    .map_err(|source| SimError::Engine {
+                        what: format!("the loss of node {node}"),
+                        source,
+                    })?;
+                Ok(true)
+            }
+            Due::Back(f) => {
+                let name = &self.options.failures[f].node;
+                let Some(spec) = self.nodes.iter().find(|n| &n.name == name).cloned() else {
+                    return Err(SimError::Input(format!("node failure names an unknown node {name:?}")));
+                };
+                if let Some((since, _)) = self.node_time.get_mut(name) {
+                    *since = Some(self.now);
+                }
+                self.engine
+                    .handle(self.now, Event::NodeRegistered(spec))
+                    .map(|cmds| self.apply(cmds))
+                    .map_err(|source| SimError::Engine {
+                        what: format!("node {name} coming back"),
+                        source,
+                    })?;
+                Ok(true)
+            }
+            Due::Tick => {
+                self.tick_scheduled = false;
+                Ok(true)
+            }
+            Due::Sample => {
+                self.sample();
+                if !self.all_done() {
+                    self.push(self.now + self.options.sample_ms, Due::Sample);
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    fn node_name(&self, node: u32) -> &str {
+        let st = self.engine.state();
+        st.nodes().get(node as usize).map_or("", |n| st.str(n.name))
+    }
+
+    fn sample(&mut self) {
+        let share = |k: usize, s: &Self| {
+            if s.capacity[k] == 0 { 0.0 } else { s.allocated[k] as f64 / s.capacity[k] as f64 }
+        };
+        let waiting =
+            self.state.iter().filter(|s| s.ended.is_none() && s.started.is_none() && s.app.is_some()).count();
+        self.samples.push(Sample {
+            t_ms: self.now,
+            cpu: share(0, self),
+            memory: share(1, self),
+            gpus: share(2, self),
+            running: self.running.len() as u64,
+            waiting_jobs: waiting as u64,
+        });
+    }
+
+    fn event(&mut self, event: Event) {
+        match self.engine.handle(self.now, event) {
+            Ok(cmds) => self.apply(cmds),
+            Err(e) => tracing::debug!(error = %e, "event refused"),
+        }
+    }
+
+    fn cycle(&mut self) {
+        self.cycles += 1;
+        self.event(Event::Tick);
+    }
+
+    fn submit_stage(&mut self, i: usize) {
+        let job = &self.jobs[i];
+        let s = self.state[i].stage;
+        let Some(stage) = job.stages.get(s) else { return };
+        let spec = AppSpec {
+            name: if job.stages.len() > 1 { format!("{}#{s}", job.name) } else { job.name.clone() },
+            queue: if job.queue.is_empty() { "root.default".into() } else { job.queue.clone() },
+            user: job.user.clone(),
+            priority: job.priority,
+            max_attempts: 0,
+            requests: vec![request_of(stage, job, self.now)],
+        };
+        match self.engine.handle(self.now, Event::AppSubmitted(spec)) {
+            Ok(cmds) => {
+                for c in &cmds {
+                    if let Command::AppAccepted { app } = c {
+                        self.state[i].app = Some(*app);
+                        self.app_job.insert(app.0, i);
+                    }
+                }
+                self.apply(cmds);
+            }
+            Err(e) => {
+                tracing::debug!(job = %job.name, error = %e, "submission refused");
+                self.state[i].ended = Some((self.now, JobOutcome::Rejected));
+            }
+        }
+    }
+
+    /// Applies the engine's commands as obedient agents would.
+    fn apply(&mut self, cmds: Vec<Command>) {
+        // Launches of one request in one batch start together: their speed depends on where
+        // all of them landed.
+        let mut launches: Vec<(ContainerId, AppId, u32, NodeId, Resources)> = Vec::new();
+        for c in cmds {
+            match c {
+                Command::Launch { container, app, request, node, resources, .. } => {
+                    launches.push((container, app, request, node, resources));
+                }
+                Command::Kill { container, reason, .. } => {
+                    if let Some(job) = self.running.get(&container.0).map(|r| r.job) {
+                        if matches!(reason, KillReason::Preempted | KillReason::PolicyKill) {
+                            self.preemptions += 1;
+                            self.state[job].preempted += 1;
+                        }
+                        // The simulated process ends at once on SIGTERM.
+                        self.push(self.now, Due::Killed(container.0));
+                    }
+                }
+                Command::AppStateChanged { app, state, .. } => self.app_state(app, state),
+                Command::AppAccepted { .. }
+                | Command::ReservationRecorded { .. }
+                | Command::ReservationStateChanged { .. } => {}
+            }
+        }
+        self.start_launches(launches);
+    }
+
+    fn start_launches(&mut self, mut launches: Vec<(ContainerId, AppId, u32, NodeId, Resources)>) {
+        // Group by (app, request), keeping the engine's order within a group.
+        launches.sort_by_key(|l| (l.1.0, l.2));
+        let mut at = 0;
+        while at < launches.len() {
+            let key = (launches[at].1, launches[at].2);
+            let end =
+                launches[at..].iter().position(|l| (l.1, l.2) != key).map_or(launches.len(), |p| at + p);
+            self.start_group(&launches[at..end]);
+            at = end;
+        }
+    }
+
+    /// Starts the containers of one request launched together and schedules their ends.
+    fn start_group(&mut self, group: &[(ContainerId, AppId, u32, NodeId, Resources)]) {
+        let Some(&(_, app, _, _, _)) = group.first() else { return };
+        let Some(&job) = self.app_job.get(&app.0) else { return };
+        let stage = &self.jobs[job].stages[self.state[job].stage.min(self.jobs[job].stages.len() - 1)];
+        let fast = self.preferences_hold(stage, group);
+        let duration = if fast { stage.duration_ms } else { stage.slow_duration_ms };
+        if !fast {
+            self.state[job].ran_slow = true;
+        }
+        if self.state[job].started.is_none() {
+            self.state[job].started = Some(self.now);
+        }
+        for &(container, _, _, node, resources) in group {
+            self.launches += 1;
+            self.running.insert(container.0, Running { job, node: node.0, resources });
+            self.allocated[0] += resources.cpu_millis;
+            self.allocated[1] += resources.memory_bytes;
+            self.allocated[2] += u64::from(resources.gpus);
+            self.event(Event::ContainerStarted { container });
+            self.push(self.now.saturating_add(duration), Due::End(container.0));
+        }
+    }
+
+    /// Whether the stage runs fast where `group` landed: every node has the preferred labels,
+    /// and a stage that prefers one rack got one rack.
+    fn preferences_hold(
+        &self,
+        stage: &Stage,
+        group: &[(ContainerId, AppId, u32, NodeId, Resources)],
+    ) -> bool {
+        let st = self.engine.state();
+        let labels_hold = group.iter().all(|&(_, _, _, node, _)| {
+            let Some(n) = st.nodes().get(node.0 as usize) else { return false };
+            let name = st.str(n.name);
+            let Some(spec) = self.nodes.iter().find(|s| s.name == name) else { return false };
+            stage
+                .preferred
+                .iter()
+                .all(|(k, v)| spec.labels.iter().any(|(lk, lv)| lk == k && value_matches(v, lv)))
+        });
+        let rack_holds = stage.rack_affinity != RackAffinity::Preferred || {
+            let racks: Vec<&str> = group
+                .iter()
+                .map(|&(_, _, _, node, _)| {
+                    self.rack_of.get(self.node_name(node.0)).map_or("", String::as_str)
+                })
+                .collect();
+            racks.windows(2).all(|w| w[0] == w[1]) && racks.first().is_some_and(|r| !r.is_empty())
+        };
+        labels_hold && rack_holds
+    }
+
+    fn release(&mut self, container: u64) -> Option<Running> {
+        let r = self.running.remove(&container)?;
+        self.allocated[0] -= r.resources.cpu_millis;
+        self.allocated[1] -= r.resources.memory_bytes;
+        self.allocated[2] -= u64::from(r.resources.gpus);
+        Some(r)
+    }
+
+    /// A container ended with `code`; true if a cycle should follow.
+    fn container_ended(&mut self, container: u64, code: i32) -> bool {
+        if self.release(container).is_none() {
+            return false; // killed or lost earlier
+        }
+        self.event(Event::ContainerExited { container: ContainerId(container), exit_code: code });
+        true
+    }
+
+    fn app_state(&mut self, app: AppId, state: u32) {
+        let Some(&job) = self.app_job.get(&app.0) else { return };
+        if self.state[job].ended.is_some() {
+            return;
+        }
+        match state {
+            GANTRY_APP_FINISHED => {
+                self.state[job].stage += 1;
+                if self.state[job].stage < self.jobs[job].stages.len() {
+                    self.submit_stage(job);
+                } else {
+                    self.state[job].ended = Some((self.now, JobOutcome::Completed));
+                }
+            }
+            GANTRY_APP_FAILED | GANTRY_APP_KILLED => {
+                self.state[job].ended = Some((self.now, JobOutcome::Failed));
+            }
+            GANTRY_APP_REJECTED => {
+                self.state[job].ended = Some((self.now, JobOutcome::Rejected));
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(mut self) -> SimResult {
+        let end = self.now;
+        self.sample();
+        let hours = self
+            .node_time
+            .values()
+            .map(|&(since, total)| total + since.map_or(0, |s| end.saturating_sub(s)))
+            .sum::<u64>() as f64
+            / 3_600_000.0;
+        let utilisation = self.area.map(|a| if end == 0 { 0.0 } else { a / end as f64 });
+        let jobs = self
+            .jobs
+            .iter()
+            .zip(&self.state)
+            .map(|(j, s)| JobRecord {
+                name: j.name.clone(),
+                class: j.class.clone(),
+                containers: j.stages.iter().map(|st| st.count).max().unwrap_or(0),
+                submit_ms: j.submit_ms,
+                start_ms: s.started,
+                end_ms: s.ended.map(|(t, _)| t),
+                outcome: s.ended.map_or(JobOutcome::Unfinished, |(_, o)| o),
+                ran_slow: s.ran_slow,
+                preempted: s.preempted,
+            })
+            .collect();
+        SimResult {
+            jobs,
+            samples: self.samples,
+            end_ms: end,
+            utilisation,
+            node_hours: hours,
+            preemptions: self.preemptions,
+            cycles: self.cycles,
+            launches: self.launches,
+        }
+    }
+}
+
+/// Whether a node label value satisfies a wanted value (`A|B` accepts either).
+fn value_matches(wanted: &str, have: &str) -> bool {
+    wanted.split('|').any(|w| w == have)
+}
+
+/// The engine request for a stage submitted at `now`.
+fn request_of(stage: &Stage, job: &Job, now: u64) -> RequestSpec {
+    RequestSpec {
+        resources: stage.resources,
+        count: stage.count,
+        gang: stage.gang,
+        priority: 0,
+        selector: stage.selector.clone(),
+        preferred: stage.preferred.clone(),
+        rack_affinity: stage.rack_affinity,
+        master: false,
+        expected_ms: stage.duration_ms,
+        slow_ms: if stage.slow_duration_ms == stage.duration_ms { 0 } else { stage.slow_duration_ms },
+        deadline_ms: job.time_limit_ms.map_or(0, |l| job.submit_ms.saturating_add(l).max(now)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gantry_engine::EngineConfig;
+
+    const S: u64 = 1_000;
+
+    fn node(name: &str, rack: &str, cores: u64, labels: &[(&str, &str)]) -> NodeSpec {
+        NodeSpec {
+            name: name.into(),
+            rack: rack.into(),
+            labels: labels.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect(),
+            capacity: Resources::new(cores * 1000, cores << 30, 0),
+            gpu_list: Vec::new(),
+        }
+    }
+
+    fn stage(count: u32, gang: bool, fast: u64, slow: u64) -> Stage {
+        Stage {
+            resources: Resources::new(1000, 1 << 30, 0),
+            count,
+            gang,
+            selector: Vec::new(),
+            preferred: Vec::new(),
+            rack_affinity: RackAffinity::None,
+            duration_ms: fast,
+            slow_duration_ms: slow,
+        }
+    }
+
+    fn job(name: &str, at: u64, stages: Vec<Stage>) -> Job {
+        Job {
+            name: name.into(),
+            submit_ms: at,
+            queue: String::new(),
+            user: "u".into(),
+            class: "test".into(),
+            priority: 0,
+            stages,
+            time_limit_ms: None,
+        }
+    }
+
+    fn engine() -> Engine {
+        Engine::builtin(EngineConfig::default()).expect("engine")
+    }
+
+    #[test]
+    fn jobs_run_for_their_durations_and_stages_follow_each_other() {
+        let nodes = [node("a", "r1", 2, &[]), node("b", "r1", 2, &[])];
+        let jobs = [
+            job("one", 0, vec![stage(2, false, 10 * S, 10 * S)]),
+            job("two-stages", 5 * S, vec![stage(1, false, 3 * S, 3 * S), stage(2, true, 4 * S, 4 * S)]),
+        ];
+        let r = run(&mut engine(), &nodes, &jobs, &SimOptions::default()).expect("run");
+        let one = &r.jobs[0];
+        assert_eq!((one.start_ms, one.end_ms, one.outcome), (Some(0), Some(10 * S), JobOutcome::Completed));
+        let two = &r.jobs[1];
+        assert_eq!(two.start_ms, Some(5 * S), "room for it on arrival");
+        assert_eq!(two.end_ms, Some(12 * S), "3 s, then the second stage's 4 s");
+        assert_eq!(r.launches, 5);
+        assert_eq!(r.end_ms, 12 * S);
+        // CPU: 2 of 4 cores for 10 s, 1 core 5..8, 2 cores 8..12 → (20 + 3 + 8) / (4 · 12).
+        assert!((r.utilisation[0] - 31.0 / 48.0).abs() < 1e-9, "{:?}", r.utilisation);
+    }
+
+    #[test]
+    fn a_job_that_waits_for_room_waits_and_preferences_decide_the_speed() {
+        let nodes = [node("gpu", "r0", 2, &[("gpu", "true")]), node("plain", "r1", 2, &[])];
+        let mut fast = stage(1, false, 10 * S, 30 * S);
+        fast.preferred = vec![("gpu".into(), "true".into())];
+        let mut rack = stage(2, true, 5 * S, 20 * S);
+        rack.rack_affinity = RackAffinity::Preferred;
+        rack.resources = Resources::new(2000, 1 << 30, 0);
+        let jobs = [
+            job("filler", 0, vec![stage(2, false, 50 * S, 50 * S)]),
+            job("pref", S, vec![fast]),
+            job("spread", 2 * S, vec![rack]),
+        ];
+        let r = run(&mut engine(), &nodes, &jobs, &SimOptions::default()).expect("run");
+        // The built-in first fit puts the filler's two containers on `gpu`; `pref` lands on
+        // `plain` and runs slow.
+        assert!(r.jobs[1].ran_slow);
+        assert_eq!(r.jobs[1].completion_ms(), Some(30 * S));
+        // The gang of two whole nodes waits for the filler, then spans both racks: slow.
+        assert_eq!(r.jobs[2].start_ms, Some(50 * S));
+        assert!(r.jobs[2].ran_slow);
+        assert_eq!(r.jobs[2].end_ms, Some(70 * S));
+    }
+
+    #[test]
+    fn time_limits_kill_and_lost_nodes_rerun_their_work() {
+        let nodes = [node("a", "r1", 1, &[]), node("b", "r1", 1, &[])];
+        let mut limited = job("limited", 0, vec![stage(1, false, 100 * S, 100 * S)]);
+        limited.time_limit_ms = Some(20 * S);
+        let jobs = [limited, job("survivor", 0, vec![stage(1, false, 30 * S, 30 * S)])];
+        let options = SimOptions {
+            failures: vec![NodeFailure { node: "b".into(), at_ms: 10 * S, back_at_ms: None }],
+            ..SimOptions::default()
+        };
+        let r = run(&mut engine(), &nodes, &jobs, &options).expect("run");
+        assert_eq!((r.jobs[0].end_ms, r.jobs[0].outcome), (Some(20 * S), JobOutcome::Killed));
+        // `survivor` ran on b, which failed at 10 s; it reruns on a once `limited` is gone.
+        assert_eq!(r.jobs[1].outcome, JobOutcome::Completed);
+        assert_eq!(r.jobs[1].end_ms, Some(50 * S));
+        assert!((r.node_hours - (50.0 + 10.0) / 3600.0).abs() < 1e-9, "{}", r.node_hours);
+    }
+
+    #[test]
+    fn the_same_inputs_give_the_same_result() {
+        let nodes: Vec<NodeSpec> =
+            (0..6).map(|i| node(&format!("n{i}"), &format!("r{}", i % 2), 4, &[])).collect();
+        let jobs: Vec<Job> = (0..200u64)
+            .map(|i| {
+                job(
+                    &format!("j{i}"),
+                    i * 300,
+                    vec![stage(1 + (i % 4) as u32, i % 3 == 0, (5 + i % 17) * S, (9 + i % 17) * S)],
+                )
+            })
+            .collect();
+        let a = run(&mut engine(), &nodes, &jobs, &SimOptions::default()).expect("run");
+        let b = run(&mut engine(), &nodes, &jobs, &SimOptions::default()).expect("run");
+        assert_eq!(a, b);
+        assert!(a.jobs.iter().all(|j| j.outcome == JobOutcome::Completed));
+    }
+}
