@@ -6,6 +6,8 @@
 //! - [`trace`]: the workload model ([`trace::Job`]) and one reader per trace format, each
 //!   in its own module, each refusing a malformed line with its file, line and what was expected.
 //! - [`cluster`]: cluster descriptions (gantry's TOML, Alibaba's node list CSV) → node specs.
+//! - [`sim`]: the discrete-event loop itself; [`report`]: what a run writes (summary, per-job
+//!   and time-series CSV, SVG plots).
 //!
 //! Same inputs and seed ⇒ byte-identical outputs: nothing here reads a clock, iterates a hash
 //! map in an order that reaches the output, or uses a random source other than the seed.
@@ -13,5 +15,6 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod report;
 pub mod sim;
 pub mod trace;

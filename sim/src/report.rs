@@ -1,0 +1,472 @@
+//! What a run writes into its output directory: `summary.json`, `jobs.csv` (one line per job),
+//! `timeseries.csv`, and two plots, `utilisation.svg` (allocated share of each resource over
+//! time) and `completion_cdf.svg` (distribution of completion times).
+//!
+//! Every number is formatted with a fixed number of decimals and every collection is written in
+//! a fixed order, so that the same run writes byte-identical files.
+
+use crate::sim::{JobOutcome, JobRecord, SimResult};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Policy-specific figures the summary computes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportOptions {
+    /// The utility horizon U of seed 002: a job completing after T seconds earns U − T (a job
+    /// killed or unfinished earns nothing); also the SLA: completed within U.
+    pub utility_horizon_s: f64,
+}
+
+impl Default for ReportOptions {
+    fn default() -> Self {
+        ReportOptions { utility_horizon_s: 1200.0 }
+    }
+}
+
+/// Mean and percentiles of a set of durations, seconds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Spread {
+    /// How many values.
+    pub n: usize,
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Spread {
+    fn of(mut values: Vec<f64>) -> Spread {
+        values.sort_by(f64::total_cmp);
+        let n = values.len();
+        let pct = |p: f64| if n == 0 { 0.0 } else { values[((n as f64 - 1.0) * p).round() as usize] };
+        let mean = if n == 0 { 0.0 } else { values.iter().sum::<f64>() / n as f64 };
+        Spread { n, mean: round3(mean), p50: pct(0.5), p95: pct(0.95), p99: pct(0.99), max: pct(1.0) }
+    }
+}
+
+/// Allocated shares, 0..=1.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Utilisation {
+    /// CPU.
+    pub cpu: f64,
+    /// Memory.
+    pub memory: f64,
+    /// GPUs.
+    pub gpus: f64,
+}
+
+/// Figures of one class of jobs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassSummary {
+    /// Jobs.
+    pub jobs: usize,
+    /// Completed.
+    pub completed: usize,
+    /// Completion time of completed jobs, s.
+    pub completion_s: Spread,
+    /// Wait before the first container, s (jobs that started).
+    pub wait_s: Spread,
+    /// Σ(U − T) over completed jobs.
+    pub utility: f64,
+    /// Jobs that ran (in part) on resources they did not prefer.
+    pub ran_slow: usize,
+}
+
+/// `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// Jobs in the trace.
+    pub jobs: usize,
+    /// Jobs that completed.
+    pub completed: usize,
+    /// Killed at their time limit.
+    pub killed: usize,
+    /// Refused at submission or admission.
+    pub rejected: usize,
+    /// Failed (out of attempts, or killed by the scheduler).
+    pub failed: usize,
+    /// Not finished when the run stopped.
+    pub unfinished: usize,
+    /// From time 0 to the end of the run, s.
+    pub makespan_s: f64,
+    /// Completion time (submission to end) of completed jobs, s.
+    pub completion_s: Spread,
+    /// Wait (submission to first container) of jobs that started, s.
+    pub wait_s: Spread,
+    /// Time-averaged allocated share of each resource.
+    pub utilisation: Utilisation,
+    /// Node-hours.
+    pub node_hours: f64,
+    /// Containers preempted by a policy.
+    pub preemptions: u64,
+    /// Containers launched.
+    pub launches: u64,
+    /// Scheduling cycles run.
+    pub cycles: u64,
+    /// The utility horizon U, s.
+    pub utility_horizon_s: f64,
+    /// Σ max(0, U − T) over completed jobs (seed 002's objective).
+    pub utility: f64,
+    /// Completed within U, as a share of all jobs.
+    pub sla_met: f64,
+    /// Per class, by name.
+    pub classes: BTreeMap<String, ClassSummary>,
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn secs(ms: u64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+fn utility_of(jobs: &[&JobRecord], horizon: f64) -> f64 {
+    round3(
+        jobs.iter()
+            .filter(|j| j.outcome == JobOutcome::Completed)
+            .filter_map(|j| j.completion_ms())
+            .map(|t| (horizon - secs(t)).max(0.0))
+            .sum(),
+    )
+}
+
+/// The summary of a run.
+pub fn summarise(result: &SimResult, options: &ReportOptions) -> Summary {
+    let all: Vec<&JobRecord> = result.jobs.iter().collect();
+    let count = |o: JobOutcome| all.iter().filter(|j| j.outcome == o).count();
+    let completion = |js: &[&JobRecord]| {
+        Spread::of(
+            js.iter()
+                .filter(|j| j.outcome == JobOutcome::Completed)
+                .filter_map(|j| j.completion_ms())
+                .map(secs)
+                .collect(),
+        )
+    };
+    let wait = |js: &[&JobRecord]| Spread::of(js.iter().filter_map(|j| j.wait_ms()).map(secs).collect());
+    let mut by_class: BTreeMap<String, Vec<&JobRecord>> = BTreeMap::new();
+    for j in &all {
+        by_class.entry(j.class.clone()).or_default().push(j);
+    }
+    let horizon = options.utility_horizon_s;
+    let classes = by_class
+        .into_iter()
+        .map(|(class, js)| {
+            let s = ClassSummary {
+                jobs: js.len(),
+                completed: js.iter().filter(|j| j.outcome == JobOutcome::Completed).count(),
+                completion_s: completion(&js),
+                wait_s: wait(&js),
+                utility: utility_of(&js, horizon),
+                ran_slow: js.iter().filter(|j| j.ran_slow).count(),
+            };
+            (class, s)
+        })
+        .collect();
+    let within = all
+        .iter()
+        .filter(|j| {
+            j.outcome == JobOutcome::Completed && j.completion_ms().is_some_and(|t| secs(t) <= horizon)
+        })
+        .count();
+    Summary {
+        jobs: all.len(),
+        completed: count(JobOutcome::Completed),
+        killed: count(JobOutcome::Killed),
+        rejected: count(JobOutcome::Rejected),
+        failed: count(JobOutcome::Failed),
+        unfinished: count(JobOutcome::Unfinished),
+        makespan_s: secs(result.end_ms),
+        completion_s: completion(&all),
+        wait_s: wait(&all),
+        utilisation: Utilisation {
+            cpu: round3(result.utilisation[0]),
+            memory: round3(result.utilisation[1]),
+            gpus: round3(result.utilisation[2]),
+        },
+        node_hours: round3(result.node_hours),
+        preemptions: result.preemptions,
+        launches: result.launches,
+        cycles: result.cycles,
+        utility_horizon_s: horizon,
+        utility: utility_of(&all, horizon),
+        sla_met: if all.is_empty() { 0.0 } else { round3(within as f64 / all.len() as f64) },
+        classes,
+    }
+}
+
+/// `jobs.csv`.
+pub fn jobs_csv(result: &SimResult) -> String {
+    let mut out = String::from(
+        "name,class,containers,submit_s,start_s,end_s,wait_s,completion_s,outcome,ran_slow,preempted\n",
+    );
+    let opt = |v: Option<u64>| v.map_or(String::new(), |ms| format!("{:.3}", secs(ms)));
+    for j in &result.jobs {
+        let outcome = serde_json::to_value(j.outcome)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{},{},{},{:.3},{},{},{},{},{},{},{}",
+            csv_field(&j.name),
+            csv_field(&j.class),
+            j.containers,
+            secs(j.submit_ms),
+            opt(j.start_ms),
+            opt(j.end_ms),
+            opt(j.wait_ms()),
+            opt(j.completion_ms()),
+            outcome,
+            j.ran_slow,
+            j.preempted
+        );
+    }
+    out
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_owned() }
+}
+
+/// `timeseries.csv`.
+pub fn timeseries_csv(result: &SimResult) -> String {
+    let mut out = String::from("t_s,cpu,memory,gpus,running,waiting_jobs\n");
+    for s in &result.samples {
+        let _ = writeln!(
+            out,
+            "{:.3},{:.4},{:.4},{:.4},{},{}",
+            secs(s.t_ms),
+            s.cpu,
+            s.memory,
+            s.gpus,
+            s.running,
+            s.waiting_jobs
+        );
+    }
+    out
+}
+
+const W: f64 = 720.0;
+const H: f64 = 360.0;
+const PAD: f64 = 50.0;
+
+/// One line of a plot: its name, its colour, its points (x, y).
+type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
+
+/// A line plot of `series` with y in 0..=`y_max`.
+fn line_plot(title: &str, x_label: &str, y_label: &str, y_max: f64, series: &[Series<'_>]) -> String {
+    let x_max = series.iter().flat_map(|s| s.2.iter().map(|p| p.0)).fold(0.0_f64, f64::max).max(1e-9);
+    let sx = |x: f64| PAD + x / x_max * (W - 2.0 * PAD);
+    let sy = |y: f64| H - PAD - y / y_max.max(1e-9) * (H - 2.0 * PAD);
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">{}</text>\n",
+        W / 2.0,
+        xml(title)
+    );
+    // Axes, ticks at quarters.
+    let _ = writeln!(
+        svg,
+        "<path d=\"M{PAD},{} V{} H{}\" stroke=\"black\" fill=\"none\"/>",
+        PAD,
+        H - PAD,
+        W - PAD
+    );
+    for k in 0..=4 {
+        let f = f64::from(k) / 4.0;
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            sx(f * x_max),
+            H - PAD + 16.0,
+            short(f * x_max),
+            PAD - 6.0,
+            sy(f * y_max) + 4.0,
+            short(f * y_max)
+        );
+    }
+    let _ = writeln!(
+        svg,
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\
+         <text x=\"14\" y=\"{}\" text-anchor=\"middle\" transform=\"rotate(-90 14 {})\">{}</text>",
+        W / 2.0,
+        H - 12.0,
+        xml(x_label),
+        H / 2.0,
+        H / 2.0,
+        xml(y_label)
+    );
+    for (i, (name, colour, points)) in series.iter().enumerate() {
+        let mut d = String::new();
+        for (k, (x, y)) in points.iter().enumerate() {
+            let _ = write!(d, "{}{:.1},{:.1}", if k == 0 { "M" } else { " L" }, sx(*x), sy(*y));
+        }
+        let _ = writeln!(svg, "<path d=\"{d}\" stroke=\"{colour}\" fill=\"none\" stroke-width=\"1.5\"/>");
+        let ly = PAD + 14.0 * i as f64;
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{ly:.1}\" fill=\"{colour}\">{}</text>",
+            W - PAD - 100.0,
+            xml(name)
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+fn short(v: f64) -> String {
+    if v >= 10_000.0 {
+        format!("{:.0}k", v / 1000.0)
+    } else if v >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// `utilisation.svg`: allocated share of each resource over time.
+pub fn utilisation_svg(result: &SimResult) -> String {
+    let pick = |f: fn(&crate::sim::Sample) -> f64| -> Vec<(f64, f64)> {
+        result.samples.iter().map(|s| (secs(s.t_ms), f(s))).collect()
+    };
+    let mut series = vec![("CPU", "#1f77b4", pick(|s| s.cpu)), ("memory", "#2ca02c", pick(|s| s.memory))];
+    if result.samples.iter().any(|s| s.gpus > 0.0) {
+        series.push(("GPUs", "#d62728", pick(|s| s.gpus)));
+    }
+    line_plot("Allocated share over time", "time (s)", "allocated share", 1.0, &series)
+}
+
+/// `completion_cdf.svg`: the share of completed jobs that completed within each time.
+pub fn completion_cdf_svg(result: &SimResult) -> String {
+    let mut times: Vec<f64> = result
+        .jobs
+        .iter()
+        .filter(|j| j.outcome == JobOutcome::Completed)
+        .filter_map(|j| j.completion_ms())
+        .map(secs)
+        .collect();
+    times.sort_by(f64::total_cmp);
+    let n = times.len().max(1) as f64;
+    let points: Vec<(f64, f64)> = times.iter().enumerate().map(|(i, t)| (*t, (i + 1) as f64 / n)).collect();
+    line_plot(
+        "Completion time CDF",
+        "completion time (s)",
+        "share of completed jobs",
+        1.0,
+        &[("jobs", "#1f77b4", points)],
+    )
+}
+
+/// Writes every output file of a run into `dir` (created if missing).
+pub fn write_all(dir: &Path, result: &SimResult, options: &ReportOptions) -> std::io::Result<Summary> {
+    std::fs::create_dir_all(dir)?;
+    let summary = summarise(result, options);
+    let json = serde_json::to_string_pretty(&summary).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join("summary.json"), json + "\n")?;
+    std::fs::write(dir.join("jobs.csv"), jobs_csv(result))?;
+    std::fs::write(dir.join("timeseries.csv"), timeseries_csv(result))?;
+    std::fs::write(dir.join("utilisation.svg"), utilisation_svg(result))?;
+    std::fs::write(dir.join("completion_cdf.svg"), completion_cdf_svg(result))?;
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{JobRecord, Sample};
+
+    fn record(
+        name: &str,
+        class: &str,
+        submit: u64,
+        start: Option<u64>,
+        end: Option<u64>,
+        outcome: JobOutcome,
+    ) -> JobRecord {
+        JobRecord {
+            name: name.into(),
+            class: class.into(),
+            containers: 1,
+            submit_ms: submit,
+            start_ms: start,
+            end_ms: end,
+            outcome,
+            ran_slow: false,
+            preempted: 0,
+        }
+    }
+
+    fn result() -> SimResult {
+        SimResult {
+            jobs: vec![
+                record("a", "GPU", 0, Some(0), Some(100_000), JobOutcome::Completed),
+                record("b", "GPU", 10_000, Some(60_000), Some(1_310_000), JobOutcome::Completed),
+                record("c", "MPI", 20_000, Some(30_000), Some(1_220_000), JobOutcome::Killed),
+                record("d,\"x\"", "MPI", 30_000, None, None, JobOutcome::Unfinished),
+            ],
+            samples: vec![
+                Sample { t_ms: 0, cpu: 0.5, memory: 0.25, gpus: 0.0, running: 1, waiting_jobs: 0 },
+                Sample { t_ms: 60_000, cpu: 1.0, memory: 0.5, gpus: 0.0, running: 2, waiting_jobs: 1 },
+            ],
+            end_ms: 1_310_000,
+            utilisation: [0.75, 0.375, 0.0],
+            node_hours: 2.5,
+            preemptions: 0,
+            cycles: 9,
+            launches: 3,
+        }
+    }
+
+    #[test]
+    fn the_summary_counts_outcomes_and_computes_utility_and_percentiles() {
+        let s = summarise(&result(), &ReportOptions::default());
+        assert_eq!((s.jobs, s.completed, s.killed, s.unfinished), (4, 2, 1, 1));
+        // Completed: a in 100 s, b in 1300 s (past the horizon: no utility, SLA missed).
+        assert_eq!(s.utility, 1100.0);
+        assert_eq!(s.sla_met, 0.25);
+        assert_eq!(s.completion_s.n, 2);
+        assert_eq!((s.completion_s.p50, s.completion_s.max), (1300.0, 1300.0));
+        assert_eq!(s.completion_s.mean, 700.0);
+        // Waits of the three that started: 0, 50, 10 s.
+        assert_eq!((s.wait_s.n, s.wait_s.p50, s.wait_s.max), (3, 10.0, 50.0));
+        assert_eq!(s.classes["GPU"].utility, 1100.0);
+        assert_eq!(s.classes["MPI"].completed, 0);
+        assert_eq!(s.makespan_s, 1310.0);
+    }
+
+    #[test]
+    fn the_files_are_written_and_identical_twice() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let r = result();
+        write_all(&dir.path().join("one"), &r, &ReportOptions::default()).expect("write");
+        write_all(&dir.path().join("two"), &r, &ReportOptions::default()).expect("write");
+        for f in ["summary.json", "jobs.csv", "timeseries.csv", "utilisation.svg", "completion_cdf.svg"] {
+            let a = std::fs::read(dir.path().join("one").join(f)).expect("read");
+            let b = std::fs::read(dir.path().join("two").join(f)).expect("read");
+            assert!(!a.is_empty() && a == b, "{f}");
+        }
+        let csv = std::fs::read_to_string(dir.path().join("one/jobs.csv")).expect("read");
+        assert!(
+            csv.lines().nth(4).is_some_and(|l| l.starts_with("\"d,\"\"x\"\"\",MPI,1,30.000,,,,,unfinished")),
+            "{csv}"
+        );
+        let svg = std::fs::read_to_string(dir.path().join("one/utilisation.svg")).expect("read");
+        assert!(svg.starts_with("<svg") && svg.contains("CPU") && !svg.contains("GPUs"));
+    }
+}
