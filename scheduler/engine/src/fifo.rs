@@ -12,6 +12,10 @@ pub struct FirstFitFifo {
     node_alloc: Vec<GantryResources>,
     queue_used: Vec<GantryResources>,
     gang_nodes: Vec<u32>,
+    /// Per request shape (size and selector), the first node that might still fit it in this
+    /// cycle. Allocations only grow within a cycle, so a node that did not fit a shape never
+    /// will: first fit stays O(nodes + containers) per cycle instead of O(nodes × containers).
+    cursors: std::collections::HashMap<(u64, u64, u32, u32, u32), usize>,
 }
 
 impl FirstFitFifo {
@@ -94,6 +98,7 @@ impl Plugin for FirstFitFifo {
         self.node_alloc.extend(view.nodes.iter().map(|n| n.allocated));
         self.queue_used.clear();
         self.queue_used.extend(view.queues.iter().map(|q| q.used));
+        self.cursors.clear();
         for &r in view.pending {
             let Some(req) = view.requests.get(r as usize) else { continue };
             let Some(app) = view.apps.get(req.app as usize) else { continue };
@@ -125,8 +130,16 @@ impl Plugin for FirstFitFifo {
             let same_rack = req.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0;
             let mut rack =
                 if same_rack { crate::state::placed_rack(view.containers, view.nodes, r) } else { None };
+            let shape = (
+                req.resources.cpu_millis,
+                req.resources.memory_bytes,
+                req.resources.gpus,
+                req.selector.start,
+                req.selector.len,
+            );
             let mut placed = 0;
-            let mut i = 0;
+            // A same-rack request's rack changes what fits; it scans from the start.
+            let mut i = if same_rack { 0 } else { self.cursors.get(&shape).copied().unwrap_or(0) };
             while placed < remaining && i < view.nodes.len() {
                 if !self.queue_has_room(view, app.queue, &req.resources) {
                     break;
@@ -142,6 +155,9 @@ impl Plugin for FirstFitFifo {
                 } else {
                     i += 1;
                 }
+            }
+            if !same_rack {
+                self.cursors.insert(shape, i);
             }
         }
         Ok(())

@@ -23,8 +23,36 @@ enum Command {
         #[command(subcommand)]
         command: PluginCommand,
     },
+    /// Measure parts of gantry on this machine.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
     #[command(flatten)]
     Cluster(gantry_scheduler::cli::ClientCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Placements per second through the engine and a placement policy, on one core, with the
+    /// scheduling cycle's p50/p99 duration.
+    Engine(gantry_scheduler::bench::EngineBenchArgs),
+}
+
+fn bench_engine(args: &gantry_scheduler::bench::EngineBenchArgs) -> anyhow::Result<()> {
+    let r = gantry_scheduler::bench::run(args)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r).context("encoding JSON")?);
+    } else {
+        println!(
+            "{} nodes, {} requests, policy {}: {} placed in {} cycles",
+            r.nodes, r.requests, r.plugin, r.placements, r.cycles
+        );
+        println!("  placements/s (cycle time)  {:>12.0}", r.placements_per_sec);
+        println!("  cycle p50 / p99            {:>9.3} ms / {:.3} ms", r.cycle_p50_ms, r.cycle_p99_ms);
+        println!("  submissions/s              {:>12.0}", r.submissions_per_sec);
+    }
+    Ok(())
 }
 
 #[derive(Debug, Subcommand)]
@@ -80,6 +108,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Plugin { command: PluginCommand::Inspect { path, json } } => inspect(path, json),
         Command::Cluster(c) => gantry_scheduler::cli::run(c).map_err(Into::into),
+        Command::Bench { command: BenchCommand::Engine(args) } => bench_engine(&args),
         Command::Dev(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(
