@@ -65,3 +65,170 @@ pub struct TraceError {
     /// What was wrong, and what was expected.
     pub message: String,
 }
+
+pub mod alibaba;
+pub mod cmu;
+pub mod jsonl;
+pub mod swf;
+pub mod swim;
+
+use gantry_engine::{MAX_CONTAINERS_PER_REQUEST, MAX_LABELS, MAX_NAME_LEN};
+use std::path::Path;
+
+/// The queue every reader uses when its format has none (the engine's default leaf queue).
+pub const DEFAULT_QUEUE: &str = "root.default";
+
+impl TraceError {
+    /// An error at `line` (1-based; 0 for the file as a whole) of `file`.
+    pub fn new(file: &str, line: usize, message: impl Into<String>) -> Self {
+        TraceError { file: file.to_owned(), line, message: message.into() }
+    }
+}
+
+/// Reads a whole trace file as UTF-8. An unreadable file is an error at line 0.
+pub(crate) fn read_text(path: &Path) -> Result<String, TraceError> {
+    std::fs::read_to_string(path)
+        .map_err(|e| TraceError::new(&path.display().to_string(), 0, format!("cannot read the file: {e}")))
+}
+
+/// Sorts jobs by submission time, keeping the trace's order among equal times (a stable sort),
+/// so that two jobs submitted at the same instant reach the engine in the order the trace lists
+/// them, whatever the reader.
+pub fn sort_by_submit(jobs: &mut [Job]) {
+    jobs.sort_by_key(|j| j.submit_ms);
+}
+
+/// Checks a job against what the engine would refuse at submission (names, label counts,
+/// container counts, empty requests) and against the model's own rules (at least one stage,
+/// `slow_duration_ms >= duration_ms`), so that a bad trace line is reported with its line number
+/// by the reader instead of as an engine rejection in the middle of a run.
+pub fn validate_job(job: &Job) -> Result<(), String> {
+    check_name("name", &job.name, false)?;
+    check_name("queue", &job.queue, false)?;
+    check_name("user", &job.user, false)?;
+    check_name("class", &job.class, false)?;
+    if job.stages.is_empty() {
+        return Err("a job needs at least one stage".into());
+    }
+    for (i, s) in job.stages.iter().enumerate() {
+        let at = |m: String| format!("stage {i}: {m}");
+        if s.count == 0 || s.count > MAX_CONTAINERS_PER_REQUEST {
+            return Err(at(format!("count {} is not in 1..={MAX_CONTAINERS_PER_REQUEST}", s.count)));
+        }
+        if s.resources.cpu_millis == 0 && s.resources.memory_bytes == 0 && s.resources.gpus == 0 {
+            return Err(at("asks for no resources (CPU, memory and GPUs are all 0)".into()));
+        }
+        if s.resources.reserved != 0 {
+            return Err(at("the reserved resource field must be 0".into()));
+        }
+        check_labels("selector", &s.selector).map_err(at)?;
+        check_labels("preferred", &s.preferred).map_err(at)?;
+        if s.slow_duration_ms < s.duration_ms {
+            return Err(at(format!(
+                "slow_duration_ms {} is shorter than duration_ms {}; expected the slow duration to be at least the fast one",
+                s.slow_duration_ms, s.duration_ms
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The engine's rule for names: at most [`MAX_NAME_LEN`] bytes, no control characters.
+pub(crate) fn check_name(what: &str, s: &str, allow_empty: bool) -> Result<(), String> {
+    if s.is_empty() && !allow_empty {
+        return Err(format!("{what} must not be empty"));
+    }
+    if s.len() > MAX_NAME_LEN {
+        return Err(format!("{what} is {} bytes long; expected at most {MAX_NAME_LEN}", s.len()));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(format!("{what} {s:?} contains control characters"));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_labels(what: &str, labels: &[(String, String)]) -> Result<(), String> {
+    if labels.len() > MAX_LABELS {
+        return Err(format!("{what} has {} terms; expected at most {MAX_LABELS}", labels.len()));
+    }
+    for (k, v) in labels {
+        check_name(&format!("{what} key"), k, false)?;
+        check_name(&format!("{what} value of `{k}`"), v, true)?;
+    }
+    Ok(())
+}
+
+/// Parses a non-negative decimal integer (digits only: no sign, no fraction, no exponent),
+/// naming the field and saying what was expected when it is not one.
+pub(crate) fn parse_u64(what: &str, s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(format!("{what}: expected a non-negative integer, found an empty field"));
+    }
+    let negative =
+        t.strip_prefix('-').is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()));
+    if negative {
+        return Err(format!("{what}: expected a non-negative integer, found the negative number `{t}`"));
+    }
+    if !t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{what}: expected a non-negative integer, found `{t}`"));
+    }
+    t.parse::<u64>().map_err(|_| format!("{what}: `{t}` is too large; expected at most {}", u64::MAX))
+}
+
+/// [`parse_u64`], narrowed to `u32`.
+pub(crate) fn parse_u32(what: &str, s: &str) -> Result<u32, String> {
+    let v = parse_u64(what, s)?;
+    u32::try_from(v)
+        .map_err(|_| format!("{what}: `{}` is too large; expected at most {}", s.trim(), u32::MAX))
+}
+
+/// Parses a decimal integer that may be negative (`-1` is "unknown" in several formats).
+pub(crate) fn parse_i64(what: &str, s: &str) -> Result<i64, String> {
+    let t = s.trim();
+    let digits = t.strip_prefix('-').unwrap_or(t);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{what}: expected an integer, found `{t}`"));
+    }
+    t.parse::<i64>()
+        .map_err(|_| format!("{what}: `{t}` is out of range; expected {}..={}", i64::MIN, i64::MAX))
+}
+
+/// Parses a finite decimal number (integer or with a fraction or exponent; `nan` and `inf` are
+/// refused).
+pub(crate) fn parse_f64(what: &str, s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let ok_chars = !t.is_empty()
+        && t.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+' | b'e' | b'E'));
+    match t.parse::<f64>() {
+        Ok(v) if ok_chars && v.is_finite() => Ok(v),
+        _ => Err(format!("{what}: expected a number, found `{t}`")),
+    }
+}
+
+/// Seconds (possibly fractional, non-negative) to milliseconds, rounded to the nearest ms.
+pub(crate) fn secs_f64_to_ms(what: &str, secs: f64) -> Result<u64, String> {
+    if secs < 0.0 {
+        return Err(format!("{what}: expected a non-negative number of seconds, found {secs}"));
+    }
+    let ms = (secs * 1000.0).round();
+    // 2^63 ms is 292 million years; anything beyond is a corrupt field, not a trace.
+    if ms >= 9.2e18 {
+        return Err(format!("{what}: {secs} s is too large"));
+    }
+    Ok(ms as u64)
+}
+
+/// Whole seconds to milliseconds, refusing an overflow.
+pub(crate) fn secs_to_ms(what: &str, secs: u64) -> Result<u64, String> {
+    secs.checked_mul(1000).ok_or_else(|| format!("{what}: {secs} s is too large to count in milliseconds"))
+}
+
+/// Splits one line of a simple CSV file (no quoting: none of the formats read here quotes
+/// fields, and a quote is refused rather than silently mis-split).
+pub(crate) fn split_csv(line: &str) -> Result<Vec<&str>, String> {
+    if line.contains('"') {
+        return Err("quoted CSV fields are not supported; expected plain comma-separated values".into());
+    }
+    Ok(line.split(',').map(str::trim).collect())
+}
