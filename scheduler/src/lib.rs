@@ -13,6 +13,7 @@ pub mod dev;
 pub mod metrics;
 pub mod plugin_host;
 pub mod server;
+pub mod sim_cli;
 pub mod store;
 
 use config::SchedulerConfig;

@@ -185,6 +185,8 @@ struct Running {
 
 struct JobState {
     stage: usize,
+    /// Containers of the current stage not running yet (to start, or to start again).
+    unplaced: u32,
     app: Option<AppId>,
     started: Option<u64>,
     ended: Option<(u64, JobOutcome)>,
@@ -214,6 +216,10 @@ struct Sim<'a> {
     cycles: u64,
     launches: u64,
     tick_scheduled: bool,
+    /// Jobs still active with containers to start: while there are any, time keeps ticking.
+    pending_jobs: usize,
+    /// Jobs submitted that have not started a container yet.
+    not_started: usize,
     /// Registered time per node, for node-hours: (since, total).
     node_time: HashMap<String, (Option<u64>, u64)>,
     /// Node name → rack, from the specs.
@@ -248,6 +254,7 @@ pub fn run(
             .iter()
             .map(|_| JobState {
                 stage: 0,
+                unplaced: 0,
                 app: None,
                 started: None,
                 ended: None,
@@ -266,6 +273,8 @@ pub fn run(
         cycles: 0,
         launches: 0,
         tick_scheduled: false,
+        pending_jobs: 0,
+        not_started: 0,
         node_time: HashMap::new(),
         rack_of: nodes.iter().map(|n| (n.name.clone(), n.rack.clone())).collect(),
     };
@@ -341,20 +350,30 @@ impl Sim<'_> {
     }
 
     fn pending_work(&self) -> bool {
-        self.state.iter().any(|s| s.ended.is_none() && s.app.is_some() && self.is_waiting(s))
+        self.pending_jobs > 0
     }
 
-    fn is_waiting(&self, s: &JobState) -> bool {
-        // A job whose current stage has not started all its containers yet.
-        s.app.is_some_and(|app| {
-            let st = self.engine.state();
-            st.app_index(app).is_some_and(|ai| {
-                let a = &st.apps()[ai as usize];
-                let reqs =
-                    &st.requests()[a.requests.start as usize..(a.requests.start + a.requests.len) as usize];
-                reqs.iter().any(|r| r.placed < r.count)
-            })
-        })
+    /// Sets a job's count of containers to start, keeping [`Sim::pending_jobs`] true.
+    fn set_unplaced(&mut self, job: usize, n: u32) {
+        let before = self.state[job].unplaced > 0;
+        self.state[job].unplaced = n;
+        match (before, n > 0) {
+            (false, true) => self.pending_jobs += 1,
+            (true, false) => self.pending_jobs -= 1,
+            _ => {}
+        }
+    }
+
+    /// Records a job's end (the first one counts).
+    fn end_job(&mut self, job: usize, outcome: JobOutcome) {
+        if self.state[job].ended.is_some() {
+            return;
+        }
+        self.state[job].ended = Some((self.now, outcome));
+        self.set_unplaced(job, 0);
+        if self.state[job].app.is_some() && self.state[job].started.is_none() {
+            self.not_started -= 1;
+        }
     }
 
     /// Moves the clock to `t`, integrating the allocation over the interval.
@@ -382,7 +401,7 @@ impl Sim<'_> {
             Due::Killed(c) => Ok(self.container_ended(c, 128 + 15)),
             Due::Limit(i) => {
                 if self.state[i].ended.is_none() {
-                    self.state[i].ended = Some((self.now, JobOutcome::Killed));
+                    self.end_job(i, JobOutcome::Killed);
                     if let Some(app) = self.state[i].app {
                         self.event(Event::AppKillRequested { app });
                     }
@@ -403,7 +422,9 @@ impl Sim<'_> {
                     .map(|(&c, _)| c)
                     .collect();
                 for c in lost {
-                    self.release(c);
+                    if let Some(r) = self.release(c) {
+                        self.rerun(r.job);
+                    }
                 }
                 self.engine
                     .handle(self.now, Event::NodeLost { node: node.clone() })
@@ -454,8 +475,7 @@ impl Sim<'_> {
         let share = |k: usize, s: &Self| {
             if s.capacity[k] == 0 { 0.0 } else { s.allocated[k] as f64 / s.capacity[k] as f64 }
         };
-        let waiting =
-            self.state.iter().filter(|s| s.ended.is_none() && s.started.is_none() && s.app.is_some()).count();
+        let waiting = self.not_started;
         self.samples.push(Sample {
             t_ms: self.now,
             cpu: share(0, self),
@@ -494,15 +514,19 @@ impl Sim<'_> {
             Ok(cmds) => {
                 for c in &cmds {
                     if let Command::AppAccepted { app } = c {
+                        if self.state[i].app.is_none() {
+                            self.not_started += 1;
+                        }
                         self.state[i].app = Some(*app);
                         self.app_job.insert(app.0, i);
+                        self.set_unplaced(i, stage.count);
                     }
                 }
                 self.apply(cmds);
             }
             Err(e) => {
                 tracing::debug!(job = %job.name, error = %e, "submission refused");
-                self.state[i].ended = Some((self.now, JobOutcome::Rejected));
+                self.end_job(i, JobOutcome::Rejected);
             }
         }
     }
@@ -561,7 +585,10 @@ impl Sim<'_> {
         }
         if self.state[job].started.is_none() {
             self.state[job].started = Some(self.now);
+            self.not_started -= 1;
         }
+        let unplaced = self.state[job].unplaced.saturating_sub(group.len() as u32);
+        self.set_unplaced(job, unplaced);
         for &(container, _, _, node, resources) in group {
             self.launches += 1;
             self.running.insert(container.0, Running { job, node: node.0, resources });
@@ -602,6 +629,15 @@ impl Sim<'_> {
         labels_hold && rack_holds
     }
 
+    /// A container of `job` ended before its time: unless the job is over, the engine places it
+    /// again (a retry, a gang restart, a lost node's rerun).
+    fn rerun(&mut self, job: usize) {
+        if self.state[job].ended.is_none() {
+            let n = self.state[job].unplaced + 1;
+            self.set_unplaced(job, n);
+        }
+    }
+
     fn release(&mut self, container: u64) -> Option<Running> {
         let r = self.running.remove(&container)?;
         self.allocated[0] -= r.resources.cpu_millis;
@@ -612,8 +648,11 @@ impl Sim<'_> {
 
     /// A container ended with `code`; true if a cycle should follow.
     fn container_ended(&mut self, container: u64, code: i32) -> bool {
-        if self.release(container).is_none() {
+        let Some(r) = self.release(container) else {
             return false; // killed or lost earlier
+        };
+        if code != 0 {
+            self.rerun(r.job);
         }
         self.event(Event::ContainerExited { container: ContainerId(container), exit_code: code });
         true
@@ -630,14 +669,14 @@ impl Sim<'_> {
                 if self.state[job].stage < self.jobs[job].stages.len() {
                     self.submit_stage(job);
                 } else {
-                    self.state[job].ended = Some((self.now, JobOutcome::Completed));
+                    self.end_job(job, JobOutcome::Completed);
                 }
             }
             GANTRY_APP_FAILED | GANTRY_APP_KILLED => {
-                self.state[job].ended = Some((self.now, JobOutcome::Failed));
+                self.end_job(job, JobOutcome::Failed);
             }
             GANTRY_APP_REJECTED => {
-                self.state[job].ended = Some((self.now, JobOutcome::Rejected));
+                self.end_job(job, JobOutcome::Rejected);
             }
             _ => {}
         }

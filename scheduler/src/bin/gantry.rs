@@ -23,6 +23,8 @@ enum Command {
         #[command(subcommand)]
         command: PluginCommand,
     },
+    /// Simulate a workload trace through the real engine and plugins on a virtual clock.
+    Sim(gantry_scheduler::sim_cli::SimArgs),
     /// Measure parts of gantry on this machine.
     Bench {
         #[command(subcommand)]
@@ -37,6 +39,12 @@ enum BenchCommand {
     /// Placements per second through the engine and a placement policy, on one core, with the
     /// scheduling cycle's p50/p99 duration.
     Engine(gantry_scheduler::bench::EngineBenchArgs),
+}
+
+fn sim(args: &gantry_scheduler::sim_cli::SimArgs) -> anyhow::Result<()> {
+    let summary = gantry_scheduler::sim_cli::run_sim(args)?;
+    println!("{}", serde_json::to_string_pretty(&summary).context("encoding JSON")?);
+    Ok(())
 }
 
 fn bench_engine(args: &gantry_scheduler::bench::EngineBenchArgs) -> anyhow::Result<()> {
@@ -109,6 +117,7 @@ fn main() -> ExitCode {
         Command::Plugin { command: PluginCommand::Inspect { path, json } } => inspect(path, json),
         Command::Cluster(c) => gantry_scheduler::cli::run(c).map_err(Into::into),
         Command::Bench { command: BenchCommand::Engine(args) } => bench_engine(&args),
+        Command::Sim(args) => sim(&args),
         Command::Dev(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(

@@ -1,0 +1,178 @@
+//! `gantry sim`: a workload trace through the real engine — the scheduler's configuration, its
+//! queues and its plugin `.so` files — on a virtual clock ([`gantry_sim`]), with the results
+//! written to a directory.
+
+use crate::config::SchedulerConfig;
+use gantry_engine::{Engine, EngineConfig};
+use gantry_sim::cluster::ClusterSpec;
+use gantry_sim::report::{ReportOptions, write_all};
+use gantry_sim::sim::{SimOptions, run};
+use gantry_sim::trace::{self, Job};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+/// A trace format `gantry sim` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TraceFormat {
+    /// gantry's own JSON lines (sim/TRACES.md).
+    Gantry,
+    /// Alibaba GPU 2023 pod list CSV.
+    Alibaba,
+    /// SWIM Facebook 2009 TSV.
+    Swim,
+    /// Standard Workload Format of the Parallel Workloads Archive.
+    Swf,
+    /// CMU 15-719 heterogeneity traces (`traceGPU…`, `traceMPI…` CSV files).
+    Cmu,
+}
+
+/// `gantry sim` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimArgs {
+    /// The cluster: gantry's TOML, or Alibaba's node list (`.csv`).
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// A trace file (repeat for several, e.g. one CMU file per job type).
+    #[arg(long, required = true)]
+    pub trace: Vec<PathBuf>,
+    /// The traces' format.
+    #[arg(long, value_enum)]
+    pub format: TraceFormat,
+    /// The scheduler's configuration (queues, plugins, profile) [default: built-in policies].
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Where to write summary.json, jobs.csv, timeseries.csv and the plots.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Seed of the engine's randomness (overrides the configuration's).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Stop at this virtual time, seconds.
+    #[arg(long)]
+    pub until: Option<f64>,
+    /// Scheduling cycle interval while work is pending, ms.
+    #[arg(long, default_value_t = 1000)]
+    pub tick_ms: u64,
+    /// Time-series sample interval, s [default: 60 s, or longer so that the trace's span makes
+    /// at most about 2,000 samples].
+    #[arg(long)]
+    pub sample: Option<f64>,
+    /// Utility horizon U (s): a job completing after T seconds earns U − T.
+    #[arg(long, default_value_t = 1200.0)]
+    pub utility_horizon: f64,
+}
+
+/// Why a simulation did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimCliError {
+    /// The cluster file.
+    #[error(transparent)]
+    Cluster(#[from] gantry_sim::cluster::ClusterError),
+    /// A trace.
+    #[error(transparent)]
+    Trace(#[from] trace::TraceError),
+    /// The scheduler configuration.
+    #[error("{0}")]
+    Config(String),
+    /// The engine or its plugins.
+    #[error(transparent)]
+    Build(#[from] crate::BuildError),
+    /// The engine refused the setup.
+    #[error(transparent)]
+    Engine(#[from] gantry_engine::EngineError),
+    /// The run.
+    #[error(transparent)]
+    Sim(#[from] gantry_sim::sim::SimError),
+    /// Writing the results.
+    #[error("writing {path}: {source}")]
+    Write {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Bad arguments.
+    #[error("{0}")]
+    Args(String),
+}
+
+/// Reads the traces of `args` in their format.
+pub fn read_traces(format: TraceFormat, paths: &[PathBuf]) -> Result<Vec<Job>, trace::TraceError> {
+    let mut jobs = Vec::new();
+    match format {
+        TraceFormat::Cmu => jobs = trace::cmu::read_many(paths, &trace::cmu::CmuConfig::default())?,
+        _ => {
+            for p in paths {
+                jobs.extend(match format {
+                    TraceFormat::Gantry => trace::jsonl::read(p)?,
+                    TraceFormat::Alibaba => trace::alibaba::read(p, &Default::default())?,
+                    TraceFormat::Swim => trace::swim::read(p, &Default::default())?,
+                    TraceFormat::Swf => trace::swf::read(p, &Default::default())?,
+                    TraceFormat::Cmu => unreachable!("handled above"),
+                });
+            }
+            trace::sort_by_submit(&mut jobs);
+        }
+    }
+    Ok(jobs)
+}
+
+/// Builds the engine a simulation runs: the configuration's queues and plugins, or the
+/// built-in policies.
+pub fn engine_for(config: Option<&PathBuf>, seed: Option<u64>) -> Result<Engine, SimCliError> {
+    match config {
+        Some(path) => {
+            let mut cfg = SchedulerConfig::from_file(path).map_err(|e| SimCliError::Config(e.to_string()))?;
+            if seed.is_some() {
+                cfg.engine.seed = seed;
+            }
+            Ok(crate::build_engine(&cfg, None)?)
+        }
+        None => Ok(Engine::builtin(EngineConfig { seed: seed.unwrap_or(0), ..EngineConfig::default() })?),
+    }
+}
+
+/// A sample interval giving about 2,000 samples over the trace's arrivals: whole minutes, at
+/// least one.
+fn auto_sample_ms(jobs: &[Job]) -> u64 {
+    let span = jobs.iter().map(|j| j.submit_ms).max().unwrap_or(0);
+    span.div_ceil(2_000).div_ceil(60_000).max(1) * 60_000
+}
+
+/// Runs `gantry sim`; returns the summary as written to `summary.json`.
+pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliError> {
+    if args.tick_ms == 0 || args.sample.is_some_and(|s| s <= 0.0) || args.until.is_some_and(|u| u < 0.0) {
+        return Err(SimCliError::Args(
+            "--tick-ms and --sample must be positive, --until not negative".into(),
+        ));
+    }
+    let cluster = ClusterSpec::read(&args.cluster)?;
+    let jobs = read_traces(args.format, &args.trace)?;
+    let mut engine = engine_for(args.config.as_ref(), args.seed)?;
+    let options = SimOptions {
+        tick_ms: args.tick_ms,
+        until_ms: args.until.map(|s| (s * 1000.0) as u64),
+        sample_ms: match args.sample {
+            Some(s) => ((s * 1000.0) as u64).max(1),
+            None => auto_sample_ms(&jobs),
+        },
+        failures: Vec::new(),
+    };
+    let progress = std::io::stderr().is_terminal();
+    if progress {
+        eprintln!("simulating {} jobs on {} nodes…", jobs.len(), cluster.nodes.len());
+    }
+    let result = run(&mut engine, &cluster.nodes, &jobs, &options)?;
+    let report = ReportOptions { utility_horizon_s: args.utility_horizon };
+    let summary = write_all(&args.out, &result, &report)
+        .map_err(|source| SimCliError::Write { path: args.out.clone(), source })?;
+    if progress {
+        eprintln!(
+            "done: {} of {} jobs completed; results in {}",
+            summary.completed,
+            summary.jobs,
+            args.out.display()
+        );
+    }
+    Ok(summary)
+}
