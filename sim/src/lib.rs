@@ -7,7 +7,7 @@
 //!   in its own module, each refusing a malformed line with its file, line and what was expected.
 //! - [`cluster`]: cluster descriptions (gantry's TOML, Alibaba's node list CSV) → node specs.
 //! - [`sim`]: the discrete-event loop itself; [`report`]: what a run writes (summary, per-job
-//!   and time-series CSV, SVG plots).
+//!   and time-series CSV, SVG plots); [`workload`]: synthetic workloads at a target load.
 //!
 //! Same inputs and seed ⇒ byte-identical outputs: nothing here reads a clock, iterates a hash
 //! map in an order that reaches the output, or uses a random source other than the seed.
@@ -18,3 +18,4 @@ pub mod cluster;
 pub mod report;
 pub mod sim;
 pub mod trace;
+pub mod workload;

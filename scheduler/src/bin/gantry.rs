@@ -25,6 +25,11 @@ enum Command {
     },
     /// Simulate a workload trace through the real engine and plugins on a virtual clock.
     Sim(gantry_scheduler::sim_cli::SimArgs),
+    /// Work with workload traces.
+    Trace {
+        #[command(subcommand)]
+        command: TraceCommand,
+    },
     /// Measure parts of gantry on this machine.
     Bench {
         #[command(subcommand)]
@@ -32,6 +37,12 @@ enum Command {
     },
     #[command(flatten)]
     Cluster(gantry_scheduler::cli::ClientCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum TraceCommand {
+    /// Generate a synthetic trace: Poisson arrivals at a target load from weighted job classes.
+    Gen(gantry_scheduler::sim_cli::TraceGenArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -118,6 +129,16 @@ fn main() -> ExitCode {
         Command::Cluster(c) => gantry_scheduler::cli::run(c).map_err(Into::into),
         Command::Bench { command: BenchCommand::Engine(args) } => bench_engine(&args),
         Command::Sim(args) => sim(&args),
+        Command::Trace { command: TraceCommand::Gen(args) } => {
+            gantry_scheduler::sim_cli::run_trace_gen(&args)
+                .map(|(files, jobs)| {
+                    for f in files {
+                        println!("{}", f.display());
+                    }
+                    eprintln!("{jobs} jobs");
+                })
+                .map_err(Into::into)
+        }
         Command::Dev(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(
