@@ -220,7 +220,7 @@ pub fn run_trace_gen(args: &TraceGenArgs) -> Result<(Vec<PathBuf>, usize), SimCl
     let classes = workload::parse_classes(&text, &args.classes.display().to_string())
         .map_err(|e| SimCliError::Args(e.to_string()))?;
     let cluster = ClusterSpec::read(&args.cluster)?;
-    if !(args.span > 0.0) {
+    if args.span.is_nan() || args.span <= 0.0 {
         return Err(SimCliError::Args("--span must be positive".into()));
     }
     let spec = workload::GenSpec {

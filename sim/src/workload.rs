@@ -273,7 +273,7 @@ mod tests {
 
     /// 22 machines of one core: each container is one machine's worth.
     fn machines() -> Resources {
-        Resources::new(22 * 1000, 22 * 1024 << 20, 0)
+        Resources::new(22 * 1000, (22 * 1024) << 20, 0)
     }
 
     #[test]
