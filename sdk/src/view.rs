@@ -231,11 +231,33 @@ impl<'a> View<'a> {
         Self::range(self.gpus, node.gpus)
     }
 
-    /// Whether `node` carries every label of `selector` (a range in `labels`). Strings are
-    /// interned, so labels compare by reference.
+    /// Whether `node` carries every label of `selector` (a range in `labels`); see
+    /// [`View::labels_satisfy`].
     pub fn node_matches(&self, node: &GantryNode, selector: GantryRange) -> bool {
-        let have = self.node_labels(node);
-        Self::range(self.labels, selector).iter().all(|want| have.contains(want))
+        Self::labels_satisfy(self.strings, self.node_labels(node), Self::range(self.labels, selector))
+    }
+
+    /// Whether labels `have` satisfy every term of `want`: the same key with the same value, or —
+    /// for a wanted value listing alternatives, `A|B` — with one of them. Strings are interned,
+    /// so the common case compares references; only alternatives compare text (in `strings`,
+    /// the view's string arena).
+    pub fn labels_satisfy(strings: &[u8], have: &[GantryLabel], want: &[GantryLabel]) -> bool {
+        let text = |s: GantryStrRef| {
+            let start = s.offset as usize;
+            strings
+                .get(start..start.saturating_add(s.len as usize))
+                .and_then(|b| core::str::from_utf8(b).ok())
+        };
+        want.iter().all(|w| {
+            have.contains(w)
+                || text(w.value).is_some_and(|v| {
+                    v.contains('|')
+                        && have.iter().any(|h| {
+                            h.key == w.key
+                                && text(h.value).is_some_and(|hv| v.split('|').any(|alt| alt == hv))
+                        })
+                })
+        })
     }
 
     /// Whether `node` is schedulable and has room for `res` on top of what it has allocated.

@@ -65,13 +65,10 @@ fn swim_swf_and_jsonl_jobs_on_the_small_cluster() {
     let outcomes = run_all(&cluster, &swf);
     assert!(outcomes.iter().all(|o| *o == JobOutcome::Completed), "{outcomes:?}");
 
-    // The example's GPU job selects `A100|H100`, alternatives the engine does not read yet, so
-    // only the others are required to complete here.
+    // The example's GPU job selects `A100|H100` (either model): the engine reads alternatives.
     let mixed = jsonl::read(&local("examples/traces/mixed.jsonl")).unwrap();
     let outcomes = run_all(&cluster, &mixed);
     for (o, j) in outcomes.iter().zip(&mixed) {
-        if j.name != "train-7" {
-            assert_eq!(*o, JobOutcome::Completed, "{}", j.name);
-        }
+        assert_eq!(*o, JobOutcome::Completed, "{}", j.name);
     }
 }

@@ -397,7 +397,7 @@ fn check_one(
         return Err(RejectReason::NodeNotSchedulable);
     }
     let have = View::range(&state.labels, n.labels);
-    if !View::range(&state.labels, req.selector).iter().all(|l| have.contains(l)) {
+    if !View::labels_satisfy(state.strings.bytes(), have, View::range(&state.labels, req.selector)) {
         return Err(RejectReason::SelectorMismatch);
     }
     if !tent.node_alloc(state, node).plus(&req.resources).fits_in(&n.capacity) {

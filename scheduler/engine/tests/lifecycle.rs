@@ -1571,3 +1571,44 @@ fn a_container_missing_on_its_node_is_lost_and_reruns_without_using_an_attempt()
     assert_ne!(again[0].container, l[0].container);
     h.refused(Event::ContainerLost { container: l[0].container });
 }
+
+#[test]
+fn a_selector_value_with_alternatives_matches_any_of_them_and_nothing_else() {
+    let mut h = H::builtin();
+    let mut a100 = node("a100", "r1", 8, 32, 0);
+    a100.labels = labels(&[("gpu_model", "A100")]);
+    let mut v100 = node("v100", "r1", 8, 32, 0);
+    v100.labels = labels(&[("gpu_model", "V100")]);
+    h.register(a100);
+    h.register(v100);
+    let mut either = req(8000, 1, 0, 1);
+    either.selector = labels(&[("gpu_model", "H100|V100")]);
+    let mut neither = req(1000, 1, 0, 1);
+    neither.selector = labels(&[("gpu_model", "H100|T4")]);
+    let ok = h.submit(app("either", DEFAULT_Q, vec![either]));
+    h.submit(app("neither", DEFAULT_Q, vec![neither]));
+    let l = launches(&h.tick());
+    assert_eq!(l.len(), 1, "only the request one of whose models exists is placed: {l:?}");
+    assert_eq!((l[0].app, l[0].node), (ok, NodeId(1)), "on the V100 node, the A100 one does not match");
+
+    // The validator applies the same rule to a plugin's decisions.
+    let hook: HookFn = Box::new(|view, out| {
+        for &r in view.pending {
+            out.place(r, 0); // always node 0 (the A100)
+        }
+    });
+    let mut p =
+        H::with(engine_with(EngineConfig::default(), Profile { place: Some(0), ..Default::default() }, hook));
+    let mut a100 = node("a100", "r1", 8, 32, 0);
+    a100.labels = labels(&[("gpu_model", "A100")]);
+    p.register(a100);
+    let mut wrong = req(1000, 1, 0, 1);
+    wrong.selector = labels(&[("gpu_model", "H100|V100")]);
+    let mut right = req(1000, 1, 0, 1);
+    right.selector = labels(&[("gpu_model", "V100|A100")]);
+    p.submit(app("wrong", DEFAULT_Q, vec![wrong]));
+    let good = p.submit(app("right", DEFAULT_Q, vec![right]));
+    let l = launches(&p.tick());
+    assert_eq!(l.iter().map(|x| x.app).collect::<Vec<_>>(), vec![good]);
+    assert_eq!(p.e.stats().rejected.get(RejectReason::SelectorMismatch), 1);
+}
