@@ -6,7 +6,7 @@ use crate::config::SchedulerConfig;
 use gantry_engine::{Engine, EngineConfig};
 use gantry_sim::cluster::ClusterSpec;
 use gantry_sim::report::{ReportOptions, write_all};
-use gantry_sim::sim::{SimOptions, run};
+use gantry_sim::sim::{SimOptions, run_with_progress};
 use gantry_sim::trace::{self, Job};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -60,6 +60,31 @@ pub struct SimArgs {
     /// Utility horizon U (s): a job completing after T seconds earns U − T.
     #[arg(long, default_value_t = 1200.0)]
     pub utility_horizon: f64,
+    /// Fail a node: `NAME@SECONDS` (for good) or `NAME@SECONDS:BACK_SECONDS` (it registers
+    /// again then). Its containers are lost and run again elsewhere. Repeatable.
+    #[arg(long = "fail", value_parser = parse_failure)]
+    pub failures: Vec<gantry_sim::sim::NodeFailure>,
+}
+
+/// Parses `NAME@SECONDS[:BACK_SECONDS]`.
+fn parse_failure(s: &str) -> Result<gantry_sim::sim::NodeFailure, String> {
+    let (node, when) =
+        s.rsplit_once('@').ok_or_else(|| format!("{s:?}: expected NAME@SECONDS[:BACK_SECONDS]"))?;
+    let secs = |t: &str| -> Result<u64, String> {
+        t.parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .map(|v| (v * 1000.0) as u64)
+            .ok_or_else(|| format!("{s:?}: {t:?} is not a number of seconds"))
+    };
+    let (at, back) = match when.split_once(':') {
+        Some((a, b)) => (secs(a)?, Some(secs(b)?)),
+        None => (secs(when)?, None),
+    };
+    if node.is_empty() || back.is_some_and(|b| b <= at) {
+        return Err(format!("{s:?}: expected a node name, and a return after the failure"));
+    }
+    Ok(gantry_sim::sim::NodeFailure { node: node.to_owned(), at_ms: at, back_at_ms: back })
 }
 
 /// Why a simulation did not run.
@@ -147,6 +172,9 @@ pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliErro
         ));
     }
     let cluster = ClusterSpec::read(&args.cluster)?;
+    if let Some(f) = args.failures.iter().find(|f| !cluster.nodes.iter().any(|n| n.name == f.node)) {
+        return Err(SimCliError::Args(format!("--fail names {:?}, which the cluster does not have", f.node)));
+    }
     let jobs = read_traces(args.format, &args.trace)?;
     let mut engine = engine_for(args.config.as_ref(), args.seed)?;
     let options = SimOptions {
@@ -156,19 +184,35 @@ pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliErro
             Some(s) => ((s * 1000.0) as u64).max(1),
             None => auto_sample_ms(&jobs),
         },
-        failures: Vec::new(),
+        failures: args.failures.clone(),
     };
-    let progress = std::io::stderr().is_terminal();
-    if progress {
-        eprintln!("simulating {} jobs on {} nodes…", jobs.len(), cluster.nodes.len());
+    // A progress bar on a terminal, nothing in a pipe or a file.
+    let terminal = std::io::stderr().is_terminal();
+    let mut last_drawn = usize::MAX;
+    let mut bar = |now_ms: u64, done: usize, total: usize| {
+        let percent = done * 100 / total.max(1);
+        if percent != last_drawn {
+            last_drawn = percent;
+            let filled = percent * 30 / 100;
+            eprint!(
+                "\r[{}{}] {percent:>3}%  {done}/{total} jobs  t = {:.0} s ",
+                "=".repeat(filled),
+                " ".repeat(30 - filled),
+                now_ms as f64 / 1000.0
+            );
+        }
+    };
+    let progress: Option<&mut dyn FnMut(u64, usize, usize)> = if terminal { Some(&mut bar) } else { None };
+    let result = run_with_progress(&mut engine, &cluster.nodes, &jobs, &options, progress)?;
+    if terminal {
+        eprintln!();
     }
-    let result = run(&mut engine, &cluster.nodes, &jobs, &options)?;
     let report = ReportOptions { utility_horizon_s: args.utility_horizon };
     let summary = write_all(&args.out, &result, &report)
         .map_err(|source| SimCliError::Write { path: args.out.clone(), source })?;
-    if progress {
+    if terminal {
         eprintln!(
-            "done: {} of {} jobs completed; results in {}",
+            "{} of {} jobs completed; results in {}",
             summary.completed,
             summary.jobs,
             args.out.display()

@@ -220,6 +220,10 @@ struct Sim<'a> {
     pending_jobs: usize,
     /// Jobs submitted that have not started a container yet.
     not_started: usize,
+    /// Jobs that have ended (any outcome).
+    ended_jobs: usize,
+    /// Told (virtual time, jobs ended, jobs) whenever a job ends.
+    progress: Option<&'a mut dyn FnMut(u64, usize, usize)>,
     /// Registered time per node, for node-hours: (since, total).
     node_time: HashMap<String, (Option<u64>, u64)>,
     /// Node name → rack, from the specs.
@@ -232,6 +236,17 @@ pub fn run(
     nodes: &[NodeSpec],
     jobs: &[Job],
     options: &SimOptions,
+) -> Result<SimResult, SimError> {
+    run_with_progress(engine, nodes, jobs, options, None)
+}
+
+/// [`run`], telling `progress` (virtual time ms, jobs ended, jobs) whenever a job ends.
+pub fn run_with_progress<'a>(
+    engine: &'a mut Engine,
+    nodes: &'a [NodeSpec],
+    jobs: &'a [Job],
+    options: &'a SimOptions,
+    progress: Option<&'a mut dyn FnMut(u64, usize, usize)>,
 ) -> Result<SimResult, SimError> {
     if options.tick_ms == 0 || options.sample_ms == 0 {
         return Err(SimError::Input("tick_ms and sample_ms must be positive".into()));
@@ -275,6 +290,8 @@ pub fn run(
         tick_scheduled: false,
         pending_jobs: 0,
         not_started: 0,
+        ended_jobs: 0,
+        progress,
         node_time: HashMap::new(),
         rack_of: nodes.iter().map(|n| (n.name.clone(), n.rack.clone())).collect(),
     };
@@ -315,7 +332,7 @@ impl Sim<'_> {
     }
 
     fn all_done(&self) -> bool {
-        self.state.iter().all(|s| s.ended.is_some())
+        self.ended_jobs == self.jobs.len()
     }
 
     fn main_loop(&mut self) -> Result<(), SimError> {
@@ -370,6 +387,10 @@ impl Sim<'_> {
             return;
         }
         self.state[job].ended = Some((self.now, outcome));
+        self.ended_jobs += 1;
+        if let Some(p) = self.progress.as_mut() {
+            p(self.now, self.ended_jobs, self.jobs.len());
+        }
         self.set_unplaced(job, 0);
         if self.state[job].app.is_some() && self.state[job].started.is_none() {
             self.not_started -= 1;

@@ -67,3 +67,20 @@ fn a_malformed_trace_is_refused_with_its_file_and_line() {
     assert!(err.contains("traceGPU-bad.csv:2:"), "{err}");
     assert!(!out.exists(), "nothing written for a refused trace");
 }
+
+#[test]
+fn a_failed_node_stops_counting_and_its_work_reruns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let whole = sim(&dir.path().join("whole"), &[]);
+    let failed = sim(&dir.path().join("failed"), &["--fail", "rack0-n0@5", "--fail", "rack1-n0@5:60"]);
+    assert!(failed.status.success(), "{}", String::from_utf8_lossy(&failed.stderr));
+    let summary =
+        |o: &std::process::Output| -> serde_json::Value { serde_json::from_slice(&o.stdout).expect("json") };
+    let (w, f) = (summary(&whole), summary(&failed));
+    assert_eq!(f["completed"], 8, "the lost work ran again: {f}");
+    let hours = |v: &serde_json::Value| v["node_hours"].as_f64().expect("node_hours");
+    assert!(hours(&f) < hours(&w), "failed nodes stop counting: {} vs {}", hours(&f), hours(&w));
+    let bad = sim(&dir.path().join("bad"), &["--fail", "no-such-node@5"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no-such-node"));
+}
