@@ -13,6 +13,7 @@
 //! kill_grace_ms = 10000               # SIGTERM → SIGKILL grace period
 //! sample_interval_ms = 1000           # usage sampling / enforcement interval
 //! cgroup_name = "gantry"              # parent cgroup of all containers
+//! max_concurrent_launches = 0         # launches in progress at once; 0: 4 per CPU
 //! [reserve]                           # kept back for the system (capacity − reserve = allocatable)
 //! cpu_millis = 500
 //! memory_bytes = 1073741824
@@ -100,6 +101,8 @@ pub struct AgentConfig {
     pub sample_interval_ms: u64,
     /// Name of the parent cgroup of all containers.
     pub cgroup_name: String,
+    /// Launches in progress at once (each mostly waits for a fork and two execs); 0 = 4 per CPU.
+    pub max_concurrent_launches: u32,
     /// Resources kept back for the system.
     pub reserve: Reserve,
 }
@@ -118,6 +121,7 @@ impl Default for AgentConfig {
             kill_grace_ms: 10_000,
             sample_interval_ms: 1_000,
             cgroup_name: "gantry".into(),
+            max_concurrent_launches: 0,
             reserve: Reserve::default(),
         }
     }
@@ -166,6 +170,12 @@ impl AgentConfig {
         {
             return bad("cgroup_name", format!("`{}` must be [A-Za-z0-9_-]+", self.cgroup_name));
         }
+        if self.max_concurrent_launches > 1024 {
+            return bad(
+                "max_concurrent_launches",
+                format!("{} is more than 1024", self.max_concurrent_launches),
+            );
+        }
         if self.container_user.is_empty() {
             return bad("container_user", "must not be empty".into());
         }
@@ -183,6 +193,14 @@ impl AgentConfig {
                 .and_then(|h| h.into_string().ok())
                 .unwrap_or_else(|| "localhost".to_owned())
         })
+    }
+
+    /// Launches in progress at once: the configured number, or 4 per CPU.
+    pub fn launch_slots(&self) -> usize {
+        match self.max_concurrent_launches {
+            0 => 4 * std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n as usize,
+        }
     }
 
     /// Directory holding one subdirectory per container.

@@ -132,7 +132,7 @@ pub async fn run_with(
         .on_heartbeat_latency(move |d| latency_metrics.observe_heartbeat(d));
     let client_task = tokio::spawn(client.run(events_rx, commands_tx, stopped(stop_rx.clone())));
 
-    let launcher = Launcher::new(executor.clone(), events.clone(), metrics.clone());
+    let launcher = Launcher::new(executor.clone(), events.clone(), metrics.clone(), config.launch_slots());
     // One log read at a time: each holds up to 4 MiB until it is sent, and the agent has a
     // small memory budget. Reads queue here, off the main loop.
     let log_reads = Arc::new(Semaphore::new(1));
@@ -285,13 +285,17 @@ struct Launcher {
 }
 
 impl Launcher {
-    fn new(executor: Arc<Executor>, events: mpsc::Sender<AgentEvent>, metrics: Arc<AgentMetrics>) -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    fn new(
+        executor: Arc<Executor>,
+        events: mpsc::Sender<AgentEvent>,
+        metrics: Arc<AgentMetrics>,
+        slots: usize,
+    ) -> Self {
         Launcher {
             executor,
             events,
             metrics,
-            slots: Arc::new(Semaphore::new((2 * cores).max(2))),
+            slots: Arc::new(Semaphore::new(slots.max(1))),
             in_flight: Arc::default(),
         }
     }

@@ -775,7 +775,8 @@ impl Executor {
             .stdin(Stdio::from(notify))
             .stdout(log)
             .stderr(log2);
-        let mut child = cmd.spawn().map_err(|source| ExecError::Spawn { program: program.clone(), source })?;
+        let mut child =
+            cmd.spawn().map_err(|source| ExecError::Spawn { program: program.clone(), source })?;
         // The parent's copy of the write end went with `cmd`: only the shim holds it now.
         drop(cmd);
 

@@ -1,12 +1,14 @@
 //! The scheduler daemon end to end on loopback: submit → container running latency (p50, p99),
 //! and trivial containers (`true`) submitted and completed per second, with one real agent.
 //! The daemon runs in this process (REST API on 127.0.0.1, SQLite store in a temp dir, fsync'd);
-//! the agent is the release `gantry-agent` binary, launching real containers (shim, cgroup,
+//! the agent is the release `gantry-agent` binary (with `gantry-shim` beside it), launching real containers (shim, cgroup,
 //! `nobody`). Submissions go through the REST API with the project's HTTP client.
 //!
 //! Run (as root): `cargo bench -p gantry-tests --bench daemon_throughput`
 //! Optional: `LATENCY_SAMPLES` (default 200), `THROUGHPUT_APPS` (default 1000),
-//! `THROUGHPUT_CLIENTS` (default 16).
+//! `THROUGHPUT_CLIENTS` (default 16), `AGENT_LAUNCH_SLOTS` (the agent's
+//! `max_concurrent_launches`, default 0 = its default), `AGENT_WORK_BASE` (where the agent's
+//! work root goes, default the temp dir).
 
 use gantry_scheduler::api::client::Client;
 use gantry_scheduler::api::types::SubmitApp;
@@ -26,7 +28,7 @@ fn env_or(name: &str, default: usize) -> usize {
 fn release_agent() -> PathBuf {
     let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
         .current_dir(workspace_root())
-        .args(["build", "--quiet", "--release", "-p", "gantry-agent", "--bin", "gantry-agent"])
+        .args(["build", "--quiet", "--release", "-p", "gantry-agent", "--bins"])
         .status()
         .expect("cargo");
     assert!(status.success(), "building the release agent");
@@ -113,7 +115,11 @@ fn main() {
     let agent_cfg = dir.path().join("agent.toml");
     std::fs::write(
         &agent_cfg,
-        format!("cgroup_name = \"{cgroup}\"\nsample_interval_ms = 1000\n[reserve]\ncpu_millis = 0\nmemory_bytes = 0\n"),
+        format!(
+            "cgroup_name = \"{cgroup}\"\nsample_interval_ms = 1000\nmax_concurrent_launches = {}\n\
+             [reserve]\ncpu_millis = 0\nmemory_bytes = 0\n",
+            env_or("AGENT_LAUNCH_SLOTS", 0)
+        ),
     )
     .expect("agent config");
     let _agent = Killed(
