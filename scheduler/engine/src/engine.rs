@@ -103,6 +103,11 @@ pub struct Engine {
     stats: EngineStats,
     buf: Decisions,
     pending: Vec<u32>,
+    /// Apps that may have containers left to place (indexes): new apps, and apps whose
+    /// containers were stopped, lost or failed since. Saves walking every app each cycle.
+    maybe_pending: Vec<u32>,
+    /// Compaction renumbered the apps: the next pending computation walks them all.
+    rescan_pending: bool,
     commands: Vec<Command>,
 }
 
@@ -173,6 +178,8 @@ impl Engine {
             stats: EngineStats::default(),
             buf: Decisions::new(),
             pending: Vec::new(),
+            maybe_pending: Vec::new(),
+            rescan_pending: true,
             commands: Vec::new(),
             config,
         })
@@ -353,6 +360,7 @@ impl Engine {
         }
         let user = st.strings.intern(&spec.user);
         let failures = restored.as_ref().map_or(0, |r| r.failures);
+        self.maybe_pending.push(st.apps.len() as u32);
         st.apps.push(GantryApp {
             id,
             queue,
@@ -494,6 +502,7 @@ impl Engine {
             // It no longer counts as placed for its request (a gang restart resets the whole gang).
             let r = &mut self.state.requests[c.request as usize];
             r.placed = r.placed.saturating_sub(1);
+            self.maybe_pending.push(c.app);
         }
         c.state = GANTRY_CONTAINER_STOPPING;
         if reason == KillReason::Preempted {
@@ -539,6 +548,7 @@ impl Engine {
                 }
             }
             self.state.requests[c.request as usize].placed = 0;
+            self.maybe_pending.push(c.app);
         }
     }
 
@@ -572,6 +582,7 @@ impl Engine {
         } else {
             let r = &mut self.state.requests[c.request as usize];
             r.placed = r.placed.saturating_sub(1);
+            self.maybe_pending.push(app);
             if new_state == GANTRY_CONTAINER_FAILED {
                 let meta = &mut self.state.app_meta[app as usize];
                 meta.failures += 1;
@@ -619,7 +630,7 @@ impl Engine {
         self.stats.cycles += 1;
         // Last cycle's pending indexes are stale once compaction renumbers requests.
         self.pending.clear();
-        self.state.compact();
+        self.rescan_pending |= self.state.compact();
         for r in &mut self.state.reservations {
             if r.state == GANTRY_RESERVATION_ACCEPTED && r.end_ms <= self.now_ms {
                 r.state = GANTRY_RESERVATION_EXPIRED;
@@ -631,7 +642,7 @@ impl Engine {
             }
         }
         self.admit_phase();
-        self.state.compact();
+        self.rescan_pending |= self.state.compact();
         self.compute_pending();
         if !self.pending.is_empty() {
             self.order_phase();
@@ -784,14 +795,30 @@ impl Engine {
         for q in &mut st.queues {
             q.pending = GantryResources::default();
         }
-        for (ai, a) in st.apps.iter().enumerate() {
+        let mut candidates = std::mem::take(&mut self.maybe_pending);
+        if std::mem::take(&mut self.rescan_pending) {
+            candidates.clear();
+            candidates.extend(0..st.apps.len() as u32);
+        } else {
+            candidates.sort_unstable();
+            candidates.dedup();
+        }
+        for ai in candidates {
+            let Some(a) = st.apps.get(ai as usize) else { continue };
+            if a.state == GANTRY_APP_NEW {
+                // Not admitted yet: it may be next cycle.
+                self.maybe_pending.push(ai);
+                continue;
+            }
             if !matches!(a.state, GANTRY_APP_ACCEPTED | GANTRY_APP_RUNNING) {
                 continue;
             }
+            let mut any = false;
             for ri in a.requests.start..a.requests.start + a.requests.len {
                 let r = &st.requests[ri as usize];
-                debug_assert_eq!(r.app as usize, ai);
+                debug_assert_eq!(r.app, ai);
                 if r.placed < r.count {
+                    any = true;
                     self.pending.push(ri);
                     let want = r.resources.times(r.count - r.placed);
                     let mut q = a.queue;
@@ -800,6 +827,10 @@ impl Engine {
                         q = rec.parent;
                     }
                 }
+            }
+            if any {
+                // Still pending after this cycle's placements? The next computation finds out.
+                self.maybe_pending.push(ai);
             }
         }
         let (apps, requests) = (&st.apps, &st.requests);

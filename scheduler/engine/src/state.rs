@@ -381,9 +381,10 @@ impl ClusterState {
 
     /// Drops finished apps, their requests and finished containers, renumbering what is left and
     /// every reference to it; rebuilds the label pool and GPU array without orphans.
-    pub(crate) fn compact(&mut self) {
+    /// Returns whether it renumbered anything (so indexes held elsewhere are stale).
+    pub(crate) fn compact(&mut self) -> bool {
         if !self.dirty {
-            return;
+            return false;
         }
         self.dirty = false;
         let mut live_per_app = vec![0u32; self.apps.len()];
@@ -480,6 +481,7 @@ impl ClusterState {
         self.gpus = new_gpus;
         self.app_index = self.apps.iter().enumerate().map(|(i, a)| (a.id, i as u32)).collect();
         self.container_index = self.containers.iter().enumerate().map(|(i, c)| (c.id, i as u32)).collect();
+        true
     }
 
     /// Checks the bookkeeping against the records: every node's and queue's allocation equals the
