@@ -15,7 +15,7 @@
 use crate::trace::{Job, Stage};
 use gantry_engine::{
     AppId, AppSpec, Command, ContainerId, Engine, Event, KillReason, NodeId, NodeSpec, RackAffinity,
-    RequestSpec, Resources,
+    RequestSpec, ReservationSpec, Resources,
 };
 use gantry_sdk::abi::*;
 use std::cmp::Reverse;
@@ -32,11 +32,20 @@ pub struct SimOptions {
     pub sample_ms: u64,
     /// Nodes that fail (and when), by name: their containers are lost and rerun elsewhere.
     pub failures: Vec<NodeFailure>,
+    /// Reservation requests, each made at its time (ms), as a client of the daemon's
+    /// reservation API would; their outcomes are counted in the result.
+    pub reservations: Vec<(u64, ReservationSpec)>,
 }
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { tick_ms: 1_000, until_ms: None, sample_ms: 60_000, failures: Vec::new() }
+        SimOptions {
+            tick_ms: 1_000,
+            until_ms: None,
+            sample_ms: 60_000,
+            failures: Vec::new(),
+            reservations: Vec::new(),
+        }
     }
 }
 
@@ -154,6 +163,10 @@ pub struct SimResult {
     pub cycles: u64,
     /// Containers launched.
     pub launches: u64,
+    /// Reservation requests the engine recorded, and those it refused outright.
+    pub reservations: (u64, u64),
+    /// Reservation state changes seen, by state (`GANTRY_RESERVATION_*`).
+    pub reservation_states: BTreeMap<u32, u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -168,6 +181,8 @@ enum Due {
     Limit(usize),
     /// A node fails (index into the failures).
     Fail(usize),
+    /// A reservation request (index into the options' reservations).
+    Reserve(usize),
     /// A failed node registers again.
     Back(usize),
     /// A periodic scheduling cycle.
@@ -222,6 +237,10 @@ struct Sim<'a> {
     not_started: usize,
     /// Jobs that have ended (any outcome).
     ended_jobs: usize,
+    reservations_requested: u64,
+    reservations_refused: u64,
+    /// Reservation state changes seen, by state (`GANTRY_RESERVATION_*`).
+    reservation_states: BTreeMap<u32, u64>,
     /// Told (virtual time, jobs ended, jobs) whenever a job ends.
     progress: Option<&'a mut dyn FnMut(u64, usize, usize)>,
     /// Registered time per node, for node-hours: (since, total).
@@ -291,6 +310,9 @@ pub fn run_with_progress<'a>(
         pending_jobs: 0,
         not_started: 0,
         ended_jobs: 0,
+        reservations_requested: 0,
+        reservations_refused: 0,
+        reservation_states: BTreeMap::new(),
         progress,
         node_time: HashMap::new(),
         rack_of: nodes.iter().map(|n| (n.name.clone(), n.rack.clone())).collect(),
@@ -320,6 +342,9 @@ impl Sim<'_> {
             if let Some(limit) = job.time_limit_ms {
                 self.push(job.submit_ms.saturating_add(limit), Due::Limit(i));
             }
+        }
+        for (i, (at, _)) in self.options.reservations.iter().enumerate() {
+            self.push(*at, Due::Reserve(i));
         }
         for (i, f) in self.options.failures.iter().enumerate() {
             self.push(f.at_ms, Due::Fail(i));
@@ -477,6 +502,20 @@ impl Sim<'_> {
                 self.tick_scheduled = false;
                 Ok(true)
             }
+            Due::Reserve(r) => {
+                let spec = self.options.reservations[r].1.clone();
+                match self.engine.handle(self.now, Event::ReservationRequested(spec)) {
+                    Ok(cmds) => {
+                        self.reservations_requested += 1;
+                        self.apply(cmds);
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "reservation refused");
+                        self.reservations_refused += 1;
+                    }
+                }
+                Ok(true)
+            }
             Due::Sample => {
                 self.sample();
                 if !self.all_done() {
@@ -573,9 +612,10 @@ impl Sim<'_> {
                     }
                 }
                 Command::AppStateChanged { app, state, .. } => self.app_state(app, state),
-                Command::AppAccepted { .. }
-                | Command::ReservationRecorded { .. }
-                | Command::ReservationStateChanged { .. } => {}
+                Command::ReservationStateChanged { state, .. } => {
+                    *self.reservation_states.entry(state).or_default() += 1;
+                }
+                Command::AppAccepted { .. } | Command::ReservationRecorded { .. } => {}
             }
         }
         self.start_launches(launches);
@@ -738,6 +778,8 @@ impl Sim<'_> {
             preemptions: self.preemptions,
             cycles: self.cycles,
             launches: self.launches,
+            reservations: (self.reservations_requested, self.reservations_refused),
+            reservation_states: self.reservation_states,
         }
     }
 }
@@ -870,6 +912,30 @@ mod tests {
         assert_eq!(r.jobs[1].outcome, JobOutcome::Completed);
         assert_eq!(r.jobs[1].end_ms, Some(50 * S));
         assert!((r.node_hours - (50.0 + 10.0) / 3600.0).abs() < 1e-9, "{}", r.node_hours);
+    }
+
+    #[test]
+    fn reservation_requests_reach_the_engine_at_their_time() {
+        let nodes = [node("a", "r1", 4, &[])];
+        let jobs = [job("long", 0, vec![stage(1, false, 60 * S, 60 * S)])];
+        let spec = |start: u64, end: u64| ReservationSpec {
+            queue: "root.default".into(),
+            start_ms: start,
+            end_ms: end,
+            resources: Resources::new(1000, 1 << 30, 0),
+        };
+        let options = SimOptions {
+            reservations: vec![(5 * S, spec(10 * S, 30 * S)), (6 * S, spec(40 * S, 20 * S))],
+            ..SimOptions::default()
+        };
+        let r = run(&mut engine(), &nodes, &jobs, &options).expect("run");
+        assert_eq!(r.reservations, (1, 1), "one recorded, one refused (it ends before it starts)");
+        assert_eq!(
+            r.reservation_states.get(&GANTRY_RESERVATION_EXPIRED),
+            Some(&1),
+            "{:?}",
+            r.reservation_states
+        );
     }
 
     #[test]
