@@ -185,6 +185,8 @@ pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliErro
             None => auto_sample_ms(&jobs),
         },
         failures: args.failures.clone(),
+        // No trace format carries reservations yet (the reservation language comes with Rayon).
+        reservations: Vec::new(),
     };
     // A progress bar on a terminal, nothing in a pipe or a file.
     let terminal = std::io::stderr().is_terminal();
