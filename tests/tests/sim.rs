@@ -84,3 +84,39 @@ fn a_failed_node_stops_counting_and_its_work_reruns() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("no-such-node"));
 }
+
+#[test]
+fn the_simulator_runs_the_scheduler_configuration_and_its_plugin_library() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugin = gantry_tests::rust_plugin("gantry_minimal").expect("build the plugin");
+    let config = dir.path().join("scheduler.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[engine]\nseed = 3\n[[queues]]\npath = \"root.default\"\nguaranteed = 1.0\n\
+             [[plugins]]\nname = \"ff\"\npath = {:?}\n[profile]\nplace = \"ff\"\n",
+            plugin.display().to_string()
+        ),
+    )
+    .expect("config");
+    let out = dir.path().join("out");
+    let o = sim(&out, &["--config", config.to_str().expect("utf-8 path")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(summary["completed"], 8, "{summary}");
+    // A library that is not a plugin stops the run before anything is written.
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "[[plugins]]\nname = \"x\"\npath = \"/etc/hostname\"\n[profile]\nplace = \"x\"\n",
+    )
+    .expect("config");
+    let bad =
+        sim(&dir.path().join("bad-out"), &["--config", dir.path().join("bad.toml").to_str().expect("path")]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("plugin `x`"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    assert!(!dir.path().join("bad-out").exists());
+}
