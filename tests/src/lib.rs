@@ -84,6 +84,29 @@ pub fn kill_leftover_containers(work_root: &Path, cgroup_name: &str) {
     }
 }
 
+/// Runs the real `gantry` CLI against the scheduler whose REST API listens on `api`
+/// (`GANTRY_SCHEDULER`), and returns what it did.
+pub fn gantry_cli(api: &str, args: &[&str]) -> std::process::Output {
+    Command::new(gantry_bin().expect("gantry binary"))
+        .args(args)
+        .env("GANTRY_SCHEDULER", format!("http://{api}"))
+        .output()
+        .expect("run gantry")
+}
+
+/// Polls `f` every 100 ms until it returns a value; fails the test after `guard` (a correctness
+/// bound, never a timing assertion).
+pub fn wait_until<T>(what: &str, guard: std::time::Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < guard, "guard: gave up waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// Path of the `gantry-agent` binary (built on demand).
 pub fn agent_bin() -> anyhow::Result<PathBuf> {
     Ok(build_artifacts()?.join("gantry-agent"))

@@ -2,17 +2,13 @@
 //! binaries. Ctrl-C stops the cluster with no process left behind. Timeouts are failure guards.
 
 use gantry_tests::gantry_bin;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const GUARD: Duration = Duration::from_secs(60);
 
-fn gantry(api: &str, args: &[&str]) -> Output {
-    Command::new(gantry_bin().expect("gantry binary"))
-        .args(args)
-        .env("GANTRY_SCHEDULER", format!("http://{api}"))
-        .output()
-        .expect("run gantry")
+fn gantry(api: &str, args: &[&str]) -> std::process::Output {
+    gantry_tests::gantry_cli(api, args)
 }
 
 fn app_json(api: &str, id: u64) -> serde_json::Value {

@@ -6,11 +6,11 @@
 //! finished and running containers; a node whose agent is gone answers 503 naming the node.
 //! Timeouts are failure guards only.
 
-use gantry_tests::{agent_bin, gantry_bin, kill_leftover_containers, scheduler_bin};
+use gantry_tests::{agent_bin, kill_leftover_containers, scheduler_bin};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const GUARD: Duration = Duration::from_secs(60);
 
@@ -48,12 +48,8 @@ impl Drop for Agent {
     }
 }
 
-fn gantry(api: &str, args: &[&str]) -> Output {
-    Command::new(gantry_bin().expect("gantry binary"))
-        .args(args)
-        .env("GANTRY_SCHEDULER", format!("http://{api}"))
-        .output()
-        .expect("run gantry")
+fn gantry(api: &str, args: &[&str]) -> std::process::Output {
+    gantry_tests::gantry_cli(api, args)
 }
 
 fn stdout_of(out: &Output) -> String {
@@ -89,15 +85,8 @@ fn remote_exception(body: &[u8]) -> serde_json::Value {
     v["RemoteException"].clone()
 }
 
-fn wait<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < GUARD, "guard: gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn wait<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    gantry_tests::wait_until(what, GUARD, f)
 }
 
 fn app(api: &str, id: u64) -> serde_json::Value {

@@ -2,10 +2,10 @@
 //! application is present, and containers that were running were not restarted. Real
 //! `gantry-scheduler`, `gantry-agent` and `gantry` binaries on loopback.
 
-use gantry_tests::{agent_bin, gantry_bin, kill_leftover_containers, scheduler_bin};
+use gantry_tests::{agent_bin, kill_leftover_containers, scheduler_bin};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const GUARD: Duration = Duration::from_secs(60);
 
@@ -34,11 +34,7 @@ fn start_scheduler(config: &Path) -> Proc {
 }
 
 fn gantry(api: &str, args: &[&str]) -> std::process::Output {
-    Command::new(gantry_bin().expect("gantry"))
-        .args(args)
-        .env("GANTRY_SCHEDULER", format!("http://{api}"))
-        .output()
-        .expect("run gantry")
+    gantry_tests::gantry_cli(api, args)
 }
 
 fn app(api: &str, id: u64) -> Option<serde_json::Value> {
@@ -46,15 +42,8 @@ fn app(api: &str, id: u64) -> Option<serde_json::Value> {
     out.status.success().then(|| serde_json::from_slice(&out.stdout).expect("JSON"))
 }
 
-fn wait<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < GUARD, "guard: gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn wait<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    gantry_tests::wait_until(what, GUARD, f)
 }
 
 fn command_pid(work: &Path, container: u64) -> Option<u64> {
