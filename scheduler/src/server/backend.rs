@@ -567,7 +567,7 @@ mod tests {
         for e in outcomes.into_iter().filter_map(Result::err) {
             assert_eq!(
                 (e.status.as_u16(), e.message.as_str()),
-                (503, "node n1 disconnected before it answered; try again")
+                (503, "node n1 disconnected before it sent container 1's log; try again")
             );
         }
         // With no stream, a read is refused at once, naming the node.

@@ -126,10 +126,12 @@ pub enum LogError {
         container: u64,
     },
     /// The node's stream ended (or was replaced) before the agent answered.
-    #[error("node {node} disconnected before it answered; try again")]
+    #[error("node {node} disconnected before it sent container {container}'s log; try again")]
     Disconnected {
         /// The node.
         node: String,
+        /// The container.
+        container: u64,
     },
     /// The agent could not read the file; its reason (e.g. "no stdout for container 12").
     #[error("{0}")]
@@ -139,6 +141,7 @@ pub enum LogError {
 /// A log read sent to an agent and not answered yet.
 struct PendingLog {
     node: String,
+    container: u64,
     stream: u64,
     reply: oneshot::Sender<Result<LogChunk, LogError>>,
 }
@@ -546,7 +549,7 @@ impl Core {
             let _ = reply.send(Err(LogError::NodeNotConnected { node, container }));
             return;
         }
-        self.log_reads.insert(request_id, PendingLog { node, stream: link_stream, reply });
+        self.log_reads.insert(request_id, PendingLog { node, container, stream: link_stream, reply });
     }
 
     /// Hands an agent's `LogChunk` to the read waiting for it. An answer to a read this core
@@ -577,7 +580,9 @@ impl Core {
             .collect();
         for id in gone {
             if let Some(p) = self.log_reads.remove(&id) {
-                let _ = p.reply.send(Err(LogError::Disconnected { node: node.to_owned() }));
+                let _ = p
+                    .reply
+                    .send(Err(LogError::Disconnected { node: node.to_owned(), container: p.container }));
             }
         }
     }
