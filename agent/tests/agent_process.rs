@@ -256,3 +256,75 @@ async fn runs_containers_survives_kill_9_and_reports_what_happened_meanwhile() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_exits_follow_their_start_and_a_kill_during_launch_is_carried_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("agent.toml");
+    let cgroup = format!("gantry-e2e-race-{}", std::process::id());
+    std::fs::write(
+        &config,
+        format!(
+            "node_name = \"race\"\nwork_root = {root:?}\nmetrics_listen = \"127.0.0.1:{port}\"\n\
+             cgroup_name = \"{cgroup}\"\nsample_interval_ms = 60000\nkill_grace_ms = 2000\n",
+            port = free_port(),
+            root = dir.path().join("work").display().to_string(),
+        ),
+    )
+    .expect("config");
+    let mut server = Server::start(false).await;
+    let mut agent = AgentProcess::start(&config, server.addr);
+    let (mut s, _) = server.handshake().await;
+
+    // Twenty `true`s at once: each is reported started, then exited with 0 — in that order, and
+    // long before the (one-minute) sampling tick, so through the shims' notify pipes.
+    for id in 1..=20 {
+        s.send(launch(id, &["true"], 0)).await;
+    }
+    let mut started = std::collections::HashSet::new();
+    let mut exited = std::collections::HashSet::new();
+    let begun = Instant::now();
+    while exited.len() < 20 {
+        match until(&mut s, "starts and exits", |m| match m {
+            Up::ContainerStarted(c) => Some((c.container_id, None)),
+            Up::ContainerExited(e) => Some((e.container_id, Some(*e))),
+            Up::LaunchFailed(f) => panic!("launch failed: {f:?}"),
+            _ => None,
+        })
+        .await
+        {
+            (id, None) => assert!(started.insert(id), "container {id} started twice"),
+            (id, Some(e)) => {
+                assert!(started.contains(&id), "container {id}'s exit came before its start");
+                assert_eq!((e.reason, e.exit_code), (v1::ExitReason::Exited as i32, 0));
+                assert!(exited.insert(id));
+                s.send(Down::AckExit(v1::AckExit { container_id: id })).await;
+            }
+        }
+    }
+    assert!(begun.elapsed() < Duration::from_secs(60), "exits did not wait for the sampling tick");
+
+    // A kill sent right behind its launch finds the launch in flight (or just done): the
+    // container is killed, never reported lost while it runs on.
+    s.send(launch(50, &["sleep", "300"], 0)).await;
+    s.send(Down::Kill(v1::Kill { container_id: 50, grace_ms: Some(200), reason: "changed my mind".into() }))
+        .await;
+    let exit = until(&mut s, "the exit of container 50", |m| match m {
+        Up::ContainerExited(e) if e.container_id == 50 => Some(*e),
+        Up::LaunchFailed(f) => panic!("launch failed: {f:?}"),
+        _ => None,
+    })
+    .await;
+    assert_eq!(exit.reason, v1::ExitReason::KilledByRequest as i32, "{exit:?}");
+    let rec: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("work/containers/50/pid")).expect("pid file"),
+    )
+    .expect("pid JSON");
+    assert!(!pid_alive(rec["pid"].as_i64().expect("pid") as i32), "the killed command is gone");
+
+    let status = agent.terminate();
+    assert!(status.success(), "{status:?}");
+    for controller in ["memory", "cpu", "cpuacct", "pids", "freezer", "unified"] {
+        let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(controller).join(&cgroup));
+    }
+}
