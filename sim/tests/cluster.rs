@@ -1,5 +1,7 @@
 //! Cluster readers on the example files, the shared Alibaba node lists and malformed inputs.
 
+mod common;
+use common::shared;
 use gantry_engine::{GpuSpec, Resources};
 use gantry_sim::cluster::{AlibabaNodeOptions, ClusterError, ClusterSpec};
 use std::path::{Path, PathBuf};
@@ -8,10 +10,6 @@ const GIB: u64 = 1 << 30;
 
 fn local(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn shared(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces").join(rel)
 }
 
 fn label<'a>(labels: &'a [(String, String)], key: &str) -> Option<&'a str> {

@@ -2,6 +2,8 @@
 //! build, go through the real engine (built-in first fit) in the simulation loop without a
 //! single refusal.
 
+mod common;
+use common::shared;
 use gantry_engine::{Engine, EngineConfig};
 use gantry_sim::cluster::ClusterSpec;
 use gantry_sim::sim::{JobOutcome, SimOptions, run};
@@ -10,10 +12,6 @@ use std::path::{Path, PathBuf};
 
 fn local(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn shared(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces").join(rel)
 }
 
 /// Runs the jobs to the end and returns the outcomes, asserting none was refused or failed.

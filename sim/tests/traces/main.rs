@@ -2,6 +2,10 @@
 //! `../shared/traces/`), the hand-written files in `tests/data/` and `examples/traces/`, and
 //! malformed inputs for every reader.
 
+#[path = "../common/mod.rs"]
+mod common;
+pub use common::shared;
+
 mod alibaba;
 mod cmu;
 mod jsonl;
@@ -10,11 +14,6 @@ mod swim;
 
 use gantry_sim::trace::{Job, TraceError};
 use std::path::{Path, PathBuf};
-
-/// A file of the shared trace collection (`/work/shared/traces` beside the repository).
-pub fn shared(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces").join(rel)
-}
 
 /// A file of this crate (`tests/data/…`, `examples/…`).
 pub fn local(rel: &str) -> PathBuf {
