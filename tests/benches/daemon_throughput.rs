@@ -12,12 +12,10 @@
 
 use gantry_scheduler::api::client::Client;
 use gantry_scheduler::api::types::SubmitApp;
-use gantry_scheduler::config::SchedulerConfig;
 use gantry_scheduler::server::core::CoreHandle;
-use gantry_scheduler::server::serve;
 use gantry_sdk::abi::*;
 use gantry_tests::{kill_leftover_containers, workspace_root};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -89,21 +87,7 @@ fn main() {
         "[server]\nlisten = \"127.0.0.1:0\"\nagent_listen = \"127.0.0.1:0\"\ndata_dir = {:?}\n",
         dir.path().join("data").display().to_string()
     );
-    let config =
-        SchedulerConfig::from_str_at(&text, Path::new("<bench>"), dir.path().to_path_buf()).expect("config");
-    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    rt.spawn(async move {
-        let shutdown = async {
-            let _ = stopped.await;
-        };
-        serve(&config, shutdown, move |b| {
-            let _ = bound_tx.send(b);
-        })
-        .await
-        .expect("daemon");
-    });
-    let bound = bound_rx.recv_timeout(Duration::from_secs(30)).expect("daemon up");
+    let (bound, stop) = gantry_tests::start_daemon(&rt, &text);
     // The agent's work root: `AGENT_WORK_BASE` (e.g. a tmpfs) or the temp dir.
     let agent_base = std::env::var_os("AGENT_WORK_BASE").map(PathBuf::from);
     let agent_dir = tempfile::tempdir_in(agent_base.unwrap_or_else(std::env::temp_dir)).expect("agent dir");

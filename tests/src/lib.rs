@@ -84,6 +84,31 @@ pub fn kill_leftover_containers(work_root: &Path, cgroup_name: &str) {
     }
 }
 
+/// Starts the scheduler daemon in-process on `rt` with the configuration `toml` (`[server]`
+/// addresses of port 0 bind ephemeral ports) and returns where it listens and the sender that
+/// stops it. Tests and benchmarks submit through the returned core.
+pub fn start_daemon(
+    rt: &tokio::runtime::Runtime,
+    toml: &str,
+) -> (gantry_scheduler::server::Bound, tokio::sync::oneshot::Sender<()>) {
+    let config =
+        gantry_scheduler::config::SchedulerConfig::from_str_at(toml, Path::new("<test>"), PathBuf::from("."))
+            .expect("daemon config");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
+    rt.spawn(async move {
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        gantry_scheduler::server::serve(&config, shutdown, move |b| {
+            let _ = bound_tx.send(b);
+        })
+        .await
+        .expect("daemon");
+    });
+    (bound_rx.recv_timeout(std::time::Duration::from_secs(60)).expect("daemon bound"), stop)
+}
+
 /// Runs the real `gantry` CLI against the scheduler whose REST API listens on `api`
 /// (`GANTRY_SCHEDULER`), and returns what it did.
 pub fn gantry_cli(api: &str, args: &[&str]) -> std::process::Output {

@@ -3,9 +3,8 @@
 //! with its own work root, cgroup parent, rack and labels. Timeouts are failure guards only.
 
 use gantry_engine::{AppId, AppSpec, RequestSpec, Resources};
-use gantry_scheduler::config::SchedulerConfig;
+use gantry_scheduler::server::Bound;
 use gantry_scheduler::server::core::{CoreHandle, LaunchTemplate};
-use gantry_scheduler::server::{Bound, serve};
 use gantry_sdk::abi::*;
 use gantry_tests::agent_bin;
 use std::path::{Path, PathBuf};
@@ -97,21 +96,7 @@ fn start_daemon(
     let text = format!(
         "[server]\nagent_listen = \"127.0.0.1:0\"\nlisten = \"127.0.0.1:0\"\nnode_timeout_ms = {node_timeout_ms}\ncycle_interval_ms = 50\ndata_dir = {data:?}\n"
     );
-    let config =
-        SchedulerConfig::from_str_at(&text, Path::new("<test>"), PathBuf::from(".")).expect("config");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (bound_tx, bound_rx) = std::sync::mpsc::channel();
-    rt.spawn(async move {
-        let shutdown = async {
-            let _ = stopped.await;
-        };
-        serve(&config, shutdown, move |b| {
-            let _ = bound_tx.send(b);
-        })
-        .await
-        .expect("daemon");
-    });
-    (bound_rx.recv_timeout(GUARD).expect("daemon bound"), stop)
+    gantry_tests::start_daemon(rt, &text)
 }
 
 fn app(name: &str, argv: &[&str], count: u32, gang: bool, cpu_millis: u64) -> (AppSpec, Vec<LaunchTemplate>) {
