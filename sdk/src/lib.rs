@@ -51,6 +51,7 @@
 //! ```
 
 pub mod abi;
+pub mod config;
 mod plugin;
 mod view;
 
