@@ -6,3 +6,10 @@ TRACES="${GANTRY_TRACES:-$ROOT/../shared/traces}"
 cargo build --quiet --release --manifest-path "$ROOT/Cargo.toml" -p gantry-scheduler --bin gantry >&2
 GANTRY="$ROOT/target/release/gantry"
 OUT="${OUT:-$(mktemp -d)}"
+
+# Builds a plugin package in the release profile (quietly) and prints its library's path:
+# plugin_so PACKAGE LIBNAME, e.g. plugin_so gantry-hetero gantry_hetero.
+plugin_so() {
+  cargo build --quiet --release --manifest-path "$ROOT/Cargo.toml" -p "$1" >&2
+  echo "$ROOT/target/release/lib$2.so"
+}

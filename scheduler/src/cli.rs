@@ -127,9 +127,20 @@ pub struct SubmitArgs {
     /// Environment variable for the containers (`NAME=value`; repeatable).
     #[arg(long = "env", value_parser = parse_key_value, value_name = "NAME=VALUE")]
     pub env: Vec<(String, String)>,
+    /// Nodes preferred when free (`key=value`; repeatable): a soft constraint for placement
+    /// policies such as hetero, which may run the containers elsewhere at `--slow` speed.
+    #[arg(long = "prefer", value_parser = parse_key_value, value_name = "KEY=VALUE")]
+    pub prefer: Vec<(String, String)>,
     /// Whether the containers must (`required`) or should (`preferred`) share a rack.
     #[arg(long, default_value = "none", value_parser = parse_rack_affinity, value_name = "none|preferred|required")]
     pub rack_affinity: RackAffinity,
+    /// Expected run time on the preferred resources (`90s`, `15m`, `2h`, `500ms`; a bare number
+    /// is seconds), for policies that order or place by it (SJF, utility).
+    #[arg(long, value_parser = parse_duration_ms, value_name = "DURATION")]
+    pub expected: Option<u64>,
+    /// Expected run time elsewhere [default: the same as `--expected`].
+    #[arg(long, value_parser = parse_duration_ms, value_name = "DURATION", requires = "expected")]
+    pub slow: Option<u64>,
     /// Priority among the queue's applications (higher first).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i32,
@@ -163,11 +174,11 @@ impl SubmitArgs {
                 gang: self.gang,
                 priority: 0,
                 labels: self.labels.iter().cloned().collect(),
-                preferred_labels: BTreeMap::new(),
+                preferred_labels: self.prefer.iter().cloned().collect(),
                 rack_affinity: self.rack_affinity,
                 master: false,
-                expected_ms: 0,
-                slow_ms: 0,
+                expected_ms: self.expected.unwrap_or(0),
+                slow_ms: self.slow.unwrap_or(0),
                 command: self.command.clone(),
                 env: self.env.iter().cloned().collect(),
             }],
@@ -694,6 +705,27 @@ pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
         _ => Err(format!("`{s}` is not KEY=VALUE")),
     }
+}
+
+/// A duration in ms: a number with `ms`, `s`, `m` or `h` (decimals allowed, `1.5h`); a bare
+/// number is seconds. Zero is refused (it would mean "unknown").
+pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit_ms: f64 = match unit.trim() {
+        "ms" => 1.0,
+        "" | "s" => 1_000.0,
+        "m" | "min" => 60_000.0,
+        "h" => 3_600_000.0,
+        other => return Err(format!("`{s}`: unknown unit `{other}` (use ms, s, m or h)")),
+    };
+    let value: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration (e.g. 90s, 15m, 2h)"))?;
+    let ms = (value * unit_ms).round();
+    if !(1.0..=crate::api::types::MAX_EXPECTED_MS as f64).contains(&ms) {
+        return Err(format!("`{s}` must be from 1 ms to one year"));
+    }
+    Ok(ms as u64)
 }
 
 /// An application state name, any case.

@@ -1110,6 +1110,44 @@ fn cpu_amounts_are_exact_millicores() {
 }
 
 #[test]
+fn durations_take_units_and_bare_numbers_are_seconds() {
+    assert_eq!(cli::parse_duration_ms("39"), Ok(39_000));
+    assert_eq!(cli::parse_duration_ms("39s"), Ok(39_000));
+    assert_eq!(cli::parse_duration_ms("500ms"), Ok(500));
+    assert_eq!(cli::parse_duration_ms("1.5m"), Ok(90_000));
+    assert_eq!(cli::parse_duration_ms("2h"), Ok(7_200_000));
+    for bad in ["0", "0s", "-1s", "1d", "", "s", "1..2s", "9000h"] {
+        assert!(cli::parse_duration_ms(bad).is_err(), "{bad:?} was accepted");
+    }
+}
+
+#[test]
+fn submit_flags_carry_preferences_and_run_time_estimates() {
+    let Ok(ClientCommand::Submit(a)) = parse(&[
+        "submit",
+        "--count",
+        "4",
+        "--gang",
+        "--prefer",
+        "gpu=true",
+        "--rack-affinity",
+        "preferred",
+        "--expected",
+        "39s",
+        "--slow",
+        "71s",
+        "--",
+        "train",
+    ]) else {
+        panic!("submit parses");
+    };
+    let c = &a.to_submit().containers[0];
+    assert_eq!(c.preferred_labels.get("gpu").map(String::as_str), Some("true"));
+    assert_eq!((c.expected_ms, c.slow_ms), (39_000, 71_000));
+    assert!(parse(&["submit", "--slow", "71s", "--", "train"]).is_err(), "--slow without --expected");
+}
+
+#[test]
 fn memory_sizes_use_binary_units_and_bare_numbers_are_mib() {
     assert_eq!(cli::parse_memory("512M"), Ok(512 << 20));
     assert_eq!(cli::parse_memory("512"), Ok(512 << 20));

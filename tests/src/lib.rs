@@ -35,7 +35,17 @@ pub fn build_artifacts() -> anyhow::Result<PathBuf> {
             // plugin packages and leave their shared libraries unbuilt.
             let builds: [&[&str]; 2] = [
                 &["build", "--quiet", "-p", "gantry-scheduler", "-p", "gantry-agent", "--bins"],
-                &["build", "--quiet", "-p", "gantry-example-minimal", "-p", "gantry-test-plugin", "--lib"],
+                &[
+                    "build",
+                    "--quiet",
+                    "-p",
+                    "gantry-example-minimal",
+                    "-p",
+                    "gantry-test-plugin",
+                    "-p",
+                    "gantry-hetero",
+                    "--lib",
+                ],
             ];
             for args in builds {
                 let out = Command::new(&cargo)
@@ -129,6 +139,77 @@ pub fn wait_until<T>(what: &str, guard: std::time::Duration, mut f: impl FnMut()
         }
         assert!(start.elapsed() < guard, "guard: gave up waiting for {what}");
         std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A real `gantry-agent` on loopback, with its own work root, cgroup parent, rack and labels,
+/// reporting to the scheduler at `scheduler`. Killed when dropped, with the containers it left
+/// (containers outlive a killed agent by design).
+pub struct TestAgent {
+    child: std::process::Child,
+    /// Its work root.
+    pub work: PathBuf,
+    config: PathBuf,
+    cgroup: String,
+}
+
+impl TestAgent {
+    /// Writes the agent's configuration under `dir` and starts it: node `name` in `rack`, with
+    /// `labels`, no reserve, samples every 200 ms, 1 s kill grace.
+    pub fn start(
+        dir: &Path,
+        name: &str,
+        rack: &str,
+        labels: &[(&str, &str)],
+        scheduler: std::net::SocketAddr,
+    ) -> TestAgent {
+        let work = dir.join(name);
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+        let config = dir.join(format!("{name}.toml"));
+        let cgroup = format!("gantry-test-{}-{name}", std::process::id());
+        let labels: String = labels.iter().map(|(k, v)| format!("{k} = {v:?}\n")).collect();
+        std::fs::write(
+            &config,
+            format!(
+                "node_name = \"{name}\"\nrack = \"{rack}\"\nwork_root = {:?}\nmetrics_listen = \"127.0.0.1:{port}\"\n\
+                 cgroup_name = \"{cgroup}\"\nsample_interval_ms = 200\nkill_grace_ms = 1000\n\
+                 [reserve]\ncpu_millis = 0\nmemory_bytes = 0\n[labels]\n{labels}",
+                work.display().to_string(),
+            ),
+        )
+        .expect("agent config");
+        let child = Self::spawn(&config, scheduler);
+        TestAgent { child, work, config, cgroup }
+    }
+
+    fn spawn(config: &Path, scheduler: std::net::SocketAddr) -> std::process::Child {
+        Command::new(agent_bin().expect("agent binary"))
+            .args(["run", "--config"])
+            .arg(config)
+            .args(["--scheduler", &format!("http://{scheduler}")])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start agent")
+    }
+
+    /// Starts the agent again with the same configuration (after [`TestAgent::kill9`]).
+    pub fn restart(&mut self, scheduler: std::net::SocketAddr) {
+        self.child = Self::spawn(&self.config, scheduler);
+    }
+
+    /// SIGKILLs the agent (its containers keep running).
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for TestAgent {
+    fn drop(&mut self) {
+        self.kill9();
+        kill_leftover_containers(&self.work, &self.cgroup);
     }
 }
 

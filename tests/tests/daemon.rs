@@ -6,69 +6,11 @@ use gantry_engine::{AppId, AppSpec, RequestSpec, Resources};
 use gantry_scheduler::server::Bound;
 use gantry_scheduler::server::core::{CoreHandle, LaunchTemplate};
 use gantry_sdk::abi::*;
-use gantry_tests::agent_bin;
+use gantry_tests::TestAgent;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const GUARD: Duration = Duration::from_secs(60);
-
-struct Agent {
-    child: Child,
-    work: PathBuf,
-    config: PathBuf,
-    cgroup: String,
-}
-
-impl Agent {
-    fn start(dir: &Path, name: &str, rack: &str, scheduler: std::net::SocketAddr) -> Agent {
-        let work = dir.join(name);
-        let port =
-            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
-        let config = dir.join(format!("{name}.toml"));
-        let cgroup = format!("gantry-daemon-test-{}-{name}", std::process::id());
-        std::fs::write(
-            &config,
-            format!(
-                "node_name = \"{name}\"\nrack = \"{rack}\"\nwork_root = {:?}\nmetrics_listen = \"127.0.0.1:{port}\"\n\
-                 cgroup_name = \"{cgroup}\"\nsample_interval_ms = 200\nkill_grace_ms = 1000\n\
-                 [reserve]\ncpu_millis = 0\nmemory_bytes = 0\n[labels]\nrole = \"{rack}\"\n",
-                work.display().to_string(),
-            ),
-        )
-        .expect("agent config");
-        let child = Self::spawn(&config, scheduler);
-        Agent { child, work, config, cgroup }
-    }
-
-    fn spawn(config: &Path, scheduler: std::net::SocketAddr) -> Child {
-        Command::new(agent_bin().expect("agent binary"))
-            .args(["run", "--config"])
-            .arg(config)
-            .args(["--scheduler", &format!("http://{scheduler}")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start agent")
-    }
-
-    /// Starts the agent again with the same configuration (after `kill9`).
-    fn restart(&mut self, scheduler: std::net::SocketAddr) {
-        self.child = Self::spawn(&self.config, scheduler);
-    }
-
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        self.kill9();
-        gantry_tests::kill_leftover_containers(&self.work, &self.cgroup);
-    }
-}
 
 fn pid_alive(pid: u64) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
@@ -153,9 +95,9 @@ fn apps_run_gangs_start_whole_and_a_lost_node_s_work_reruns_elsewhere() {
     let core = bound.core.clone();
     // Three agents, each on its own port, rack and label (`role = <rack>`).
     let mut agents = vec![
-        Agent::start(dir.path(), "node-a", "rack-1", bound.agent_addr),
-        Agent::start(dir.path(), "node-b", "rack-2", bound.agent_addr),
-        Agent::start(dir.path(), "node-c", "rack-3", bound.agent_addr),
+        TestAgent::start(dir.path(), "node-a", "rack-1", &[("role", "rack-1")], bound.agent_addr),
+        TestAgent::start(dir.path(), "node-b", "rack-2", &[("role", "rack-2")], bound.agent_addr),
+        TestAgent::start(dir.path(), "node-c", "rack-3", &[("role", "rack-3")], bound.agent_addr),
     ];
     let works: Vec<PathBuf> = agents.iter().map(|a| a.work.clone()).collect();
     rt.block_on(async {
@@ -277,7 +219,7 @@ fn an_agent_restart_readopts_its_containers_without_relaunching_them() {
     // A long node timeout: the restarted agent is back well before its node could be lost.
     let (bound, stop) = start_daemon(&rt, 15_000, &dir.path().join("scheduler"));
     let core = bound.core.clone();
-    let mut a = Agent::start(dir.path(), "node-r", "rack-1", bound.agent_addr);
+    let mut a = TestAgent::start(dir.path(), "node-r", "rack-1", &[("role", "rack-1")], bound.agent_addr);
     rt.block_on(async {
         wait_until(&core, "the node", |c| (c.engine().state().nodes().len() == 1).then_some(())).await;
         let (spec, t) = app("long", &["sleep", "300"], 2, false, 100);
