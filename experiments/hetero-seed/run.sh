@@ -28,10 +28,11 @@ for s in no_mixing protect_preferred sjf_machine_seconds wait_for_better backfil
   configs+=("sjf-hetero soft + $s|$base;$s=true")
 done
 all='policy="sjf-hetero";placement="soft";improvements="all"'
-configs+=("sjf-hetero soft, all (default)|$all")
+configs+=("sjf-hetero soft, all|$all")
 for s in no_mixing protect_preferred sjf_machine_seconds wait_for_better backfill skip_hopeless; do
   configs+=("sjf-hetero soft, all but $s|$all;$s=false")
 done
+configs+=("sjf-hetero soft, recommended (the defaults)|# no settings: the defaults")
 configs+=("sjf-hetero hard, all|policy=\"sjf-hetero\";placement=\"hard\";improvements=\"all\"")
 configs+=("fcfs-hetero soft, all|policy=\"fcfs-hetero\";placement=\"soft\";improvements=\"all\"")
 configs+=("greedy-utility soft, all|policy=\"greedy-utility\";placement=\"soft\";improvements=\"all\"")

@@ -135,6 +135,8 @@ pub struct Cluster {
     up: Vec<bool>,
     /// Rack group of each node, `NO_RACK` without one; groups numbered by first appearance.
     rack: Vec<u32>,
+    /// Number of rack groups.
+    racks: usize,
     /// Kind of each node: the preference sets it satisfies.
     kind: Vec<u64>,
     /// Room held for waiting jobs, and the earliest time from which it is held.
@@ -177,6 +179,7 @@ impl Cluster {
             free: Vec::with_capacity(n),
             up: Vec::with_capacity(n),
             rack: Vec::with_capacity(n),
+            racks: 0,
             kind: Vec::with_capacity(n),
             held: vec![Res::default(); n],
             held_from: vec![u64::MAX; n],
@@ -194,6 +197,7 @@ impl Cluster {
             c.rack.push(if name.is_empty() { NO_RACK } else { *racks.entry(name).or_insert(next) });
             c.kind.push(prefs.kind_of(view, node));
         }
+        c.racks = racks.len();
         c.learn_releases(view, request_bits);
         c
     }
@@ -404,6 +408,10 @@ impl Cluster {
             };
             pool.retain(|c| c.rack == rack);
         }
+        let total: u64 = pool.iter().map(|c| u64::from(c.slots)).sum();
+        if total < u64::from(need) {
+            return None;
+        }
         match chooser {
             Chooser::FirstFit => {}
             Chooser::Random => {
@@ -414,25 +422,25 @@ impl Cluster {
             }
             Chooser::Aware { protect, .. } => {
                 // Pack into the racks with the fewest qualifying slots, keeping emptier racks
-                // whole for jobs that want one rack.
-                let mut rack_slots: HashMap<u32, u64> = HashMap::new();
+                // whole for jobs that want one rack. Racks are numbered densely; the last
+                // entry counts the nodes without one.
+                let mut rack_slots = vec![0u64; self.racks + 1];
+                let slot_of = |rack: u32| if rack == NO_RACK { self.racks } else { rack as usize };
                 for c in &pool {
-                    *rack_slots.entry(c.rack).or_default() += u64::from(c.slots);
+                    rack_slots[slot_of(c.rack)] += u64::from(c.slots);
                 }
-                pool.sort_by_key(|c| {
-                    (
-                        protect && c.foreign,
-                        rack_slots.get(&c.rack).copied().unwrap_or(0),
-                        c.rack,
-                        c.slots,
-                        c.node,
-                    )
-                });
+                let key = |c: &Candidate| {
+                    (protect && c.foreign, rack_slots[slot_of(c.rack)], c.rack, c.slots, c.node)
+                };
+                // Only the best `want` nodes can be used (each has a slot): select them in
+                // linear time, then order just those.
+                let want = job.want as usize;
+                if pool.len() > want && want > 0 {
+                    pool.select_nth_unstable_by_key(want - 1, key);
+                    pool.truncate(want);
+                }
+                pool.sort_by_key(key);
             }
-        }
-        let total: u64 = pool.iter().map(|c| u64::from(c.slots)).sum();
-        if total < u64::from(need) {
-            return None;
         }
         let mut nodes = Vec::with_capacity(job.want as usize);
         for c in &pool {

@@ -82,6 +82,11 @@ pub struct Switches {
 }
 
 impl Switches {
+    /// The default: every refinement but `no_mixing`, which `protect_preferred` mostly
+    /// subsumes and which, with it, only stops jobs that could start (EXPERIMENTS.md,
+    /// "hetero-seed": all-but-no_mixing beats all at each load tried).
+    pub const RECOMMENDED: Switches = Switches { no_mixing: false, ..Switches::ALL };
+
     /// Every refinement on.
     pub const ALL: Switches = Switches {
         no_mixing: true,
@@ -117,7 +122,7 @@ impl Default for HeteroConfig {
         HeteroConfig {
             policy: Policy::SjfHetero,
             placement: Placement::Soft,
-            switches: Switches::ALL,
+            switches: Switches::RECOMMENDED,
             horizon_ms: 1_200_000,
             max_scan: 2_000,
             lookahead_steps: 512,
@@ -153,8 +158,8 @@ fn pick<T: Copy>(key: &str, value: &str, names: &[(&str, T)]) -> Result<T, Plugi
 impl HeteroConfig {
     /// Reads the configuration. Unknown keys, unknown names and out-of-range numbers are refused.
     ///
-    /// `improvements` sets every refinement at once (`"all"` or `"none"`, default `"all"`); the
-    /// individual switches then override it.
+    /// `improvements` sets the refinements at once (`"recommended"`, the default, `"all"` or
+    /// `"none"`); the individual switches then override it.
     pub fn parse(text: &str) -> Result<HeteroConfig, PluginError> {
         let mut c = ConfigObject::parse(NAME, text)?;
         let mut cfg = HeteroConfig::default();
@@ -165,8 +170,15 @@ impl HeteroConfig {
             cfg.placement = pick("placement", &p, &Placement::NAMES)?;
         }
         if let Some(all) = c.str("improvements")? {
-            cfg.switches =
-                pick("improvements", &all, &[("all", Switches::ALL), ("none", Switches::default())])?;
+            cfg.switches = pick(
+                "improvements",
+                &all,
+                &[
+                    ("recommended", Switches::RECOMMENDED),
+                    ("all", Switches::ALL),
+                    ("none", Switches::default()),
+                ],
+            )?;
         }
         let s = &mut cfg.switches;
         for (key, field) in [
