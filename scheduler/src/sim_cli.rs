@@ -7,6 +7,7 @@ use gantry_engine::{Engine, EngineConfig};
 use gantry_sim::cluster::ClusterSpec;
 use gantry_sim::report::{ReportOptions, write_all};
 use gantry_sim::sim::{SimOptions, run_with_progress};
+use gantry_sim::trace::alibaba::{AlibabaOptions, GpuSpecAs};
 use gantry_sim::trace::{self, Job};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -24,6 +25,16 @@ pub enum TraceFormat {
     Swf,
     /// CMU 15-719 heterogeneity traces (`traceGPU…`, `traceMPI…` CSV files).
     Cmu,
+}
+
+/// What `--alibaba-gpu-spec` makes of a pod's `gpu_spec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GpuSpecMode {
+    /// A hard node selector: the pod runs only on the GPU models it lists.
+    Hard,
+    /// A soft preference: the pod may run anywhere, `--alibaba-slowdown` times as long off its
+    /// models.
+    Soft,
 }
 
 /// `gantry sim` arguments.
@@ -64,6 +75,15 @@ pub struct SimArgs {
     /// again then). Its containers are lost and run again elsewhere. Repeatable.
     #[arg(long = "fail", value_parser = parse_failure)]
     pub failures: Vec<gantry_sim::sim::NodeFailure>,
+    /// Alibaba only: a pod's `gpu_spec` (the GPU models it may run on) as a hard selector or a
+    /// soft preference [default: hard].
+    #[arg(long, value_enum)]
+    pub alibaba_gpu_spec: Option<GpuSpecMode>,
+    /// Alibaba with `--alibaba-gpu-spec soft` only: a pod runs this many times as long on a GPU
+    /// model outside its `gpu_spec` (a finite number ≥ 1.0) [default: 1.0, just as long; the
+    /// trace does not say].
+    #[arg(long, allow_negative_numbers = true)]
+    pub alibaba_slowdown: Option<f64>,
 }
 
 /// Parses `NAME@SECONDS[:BACK_SECONDS]`.
@@ -121,8 +141,47 @@ pub enum SimCliError {
     Args(String),
 }
 
-/// Reads the traces of `args` in their format.
-pub fn read_traces(format: TraceFormat, paths: &[PathBuf]) -> Result<Vec<Job>, trace::TraceError> {
+/// The Alibaba reader's options from `--alibaba-gpu-spec` and `--alibaba-slowdown`, refusing
+/// them with another format, and a slowdown with a hard `gpu_spec` or outside [1, ∞).
+pub fn alibaba_options(args: &SimArgs) -> Result<AlibabaOptions, SimCliError> {
+    if args.format != TraceFormat::Alibaba {
+        if let Some(flag) = [
+            args.alibaba_gpu_spec.map(|_| "--alibaba-gpu-spec"),
+            args.alibaba_slowdown.map(|_| "--alibaba-slowdown"),
+        ]
+        .into_iter()
+        .flatten()
+        .next()
+        {
+            return Err(SimCliError::Args(format!(
+                "{flag} applies only to Alibaba pod lists (--format alibaba), not to --format {}",
+                clap::ValueEnum::to_possible_value(&args.format)
+                    .map_or_else(String::new, |v| v.get_name().to_owned())
+            )));
+        }
+        return Ok(AlibabaOptions::default());
+    }
+    let gpu_spec = match (args.alibaba_gpu_spec.unwrap_or(GpuSpecMode::Hard), args.alibaba_slowdown) {
+        (GpuSpecMode::Hard, None) => GpuSpecAs::Selector,
+        (GpuSpecMode::Hard, Some(_)) => {
+            return Err(SimCliError::Args(
+                "--alibaba-slowdown needs --alibaba-gpu-spec soft: with a hard gpu_spec a pod never runs \
+                 on another GPU model, so there is nothing to slow down"
+                    .into(),
+            ));
+        }
+        (GpuSpecMode::Soft, slowdown) => GpuSpecAs::preference(slowdown.unwrap_or(1.0))
+            .map_err(|m| SimCliError::Args(format!("--alibaba-slowdown {}: {m}", slowdown.unwrap_or(1.0))))?,
+    };
+    Ok(AlibabaOptions { gpu_spec, ..AlibabaOptions::default() })
+}
+
+/// Reads the traces of `args` in their format; `alibaba` is used for Alibaba pod lists.
+pub fn read_traces(
+    format: TraceFormat,
+    paths: &[PathBuf],
+    alibaba: &AlibabaOptions,
+) -> Result<Vec<Job>, trace::TraceError> {
     let mut jobs = Vec::new();
     match format {
         TraceFormat::Cmu => jobs = trace::cmu::read_many(paths, &trace::cmu::CmuConfig::default())?,
@@ -130,7 +189,7 @@ pub fn read_traces(format: TraceFormat, paths: &[PathBuf]) -> Result<Vec<Job>, t
             for p in paths {
                 jobs.extend(match format {
                     TraceFormat::Gantry => trace::jsonl::read(p)?,
-                    TraceFormat::Alibaba => trace::alibaba::read(p, &Default::default())?,
+                    TraceFormat::Alibaba => trace::alibaba::read(p, alibaba)?,
                     TraceFormat::Swim => trace::swim::read(p, &Default::default())?,
                     TraceFormat::Swf => trace::swf::read(p, &Default::default())?,
                     TraceFormat::Cmu => unreachable!("handled above"),
@@ -171,11 +230,12 @@ pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliErro
             "--tick-ms and --sample must be positive, --until not negative".into(),
         ));
     }
+    let alibaba = alibaba_options(args)?;
     let cluster = ClusterSpec::read(&args.cluster)?;
     if let Some(f) = args.failures.iter().find(|f| !cluster.nodes.iter().any(|n| n.name == f.node)) {
         return Err(SimCliError::Args(format!("--fail names {:?}, which the cluster does not have", f.node)));
     }
-    let jobs = read_traces(args.format, &args.trace)?;
+    let jobs = read_traces(args.format, &args.trace, &alibaba)?;
     let mut engine = engine_for(args.config.as_ref(), args.seed)?;
     let options = SimOptions {
         tick_ms: args.tick_ms,
@@ -297,4 +357,72 @@ pub fn run_trace_gen(args: &TraceGenArgs) -> Result<(Vec<PathBuf>, usize), SimCl
         }
     }
     Ok((written, jobs.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    /// `gantry sim` with the required flags, `--format FORMAT` and `extra`.
+    fn args(format: &str, extra: &[&str]) -> SimArgs {
+        let base = ["sim", "--cluster", "c.toml", "--trace", "t.csv", "--out", "o", "--format", format];
+        Cli::try_parse_from(base.iter().chain(extra)).unwrap().sim
+    }
+
+    fn refused(format: &str, extra: &[&str]) -> String {
+        alibaba_options(&args(format, extra)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn sim_alibaba_gpu_spec_defaults_to_a_selector() {
+        let none = alibaba_options(&args("alibaba", &[])).unwrap();
+        assert_eq!(none, AlibabaOptions::default());
+        assert_eq!(none.gpu_spec, GpuSpecAs::Selector);
+        let hard = alibaba_options(&args("alibaba", &["--alibaba-gpu-spec", "hard"])).unwrap();
+        assert_eq!(hard.gpu_spec, GpuSpecAs::Selector);
+        // Other formats are read as before.
+        assert_eq!(alibaba_options(&args("swim", &[])).unwrap(), AlibabaOptions::default());
+    }
+
+    #[test]
+    fn sim_alibaba_gpu_spec_soft_with_and_without_slowdown() {
+        let soft = alibaba_options(&args("alibaba", &["--alibaba-gpu-spec", "soft"])).unwrap();
+        assert_eq!(soft.gpu_spec, GpuSpecAs::Preference { slowdown: 1.0 });
+        let slow =
+            alibaba_options(&args("alibaba", &["--alibaba-gpu-spec", "soft", "--alibaba-slowdown", "1.5"]))
+                .unwrap();
+        assert_eq!(slow.gpu_spec, GpuSpecAs::Preference { slowdown: 1.5 });
+    }
+
+    #[test]
+    fn sim_alibaba_flags_are_refused_where_they_mean_nothing() {
+        let e = refused("swim", &["--alibaba-gpu-spec", "soft"]);
+        assert!(
+            e.contains("--alibaba-gpu-spec applies only to Alibaba") && e.contains("--format swim"),
+            "{e}"
+        );
+        let e = refused("gantry", &["--alibaba-slowdown", "2"]);
+        assert!(e.contains("--alibaba-slowdown applies only to Alibaba"), "{e}");
+        for hard in
+            [&["--alibaba-slowdown", "1.5"][..], &["--alibaba-gpu-spec", "hard", "--alibaba-slowdown", "1"]]
+        {
+            let e = refused("alibaba", hard);
+            assert!(e.contains("--alibaba-slowdown needs --alibaba-gpu-spec soft"), "{e}");
+        }
+        for bad in ["0.5", "-1", "NaN", "inf"] {
+            let e = refused("alibaba", &["--alibaba-gpu-spec", "soft", "--alibaba-slowdown", bad]);
+            assert!(
+                e.contains("--alibaba-slowdown") && e.contains("finite factor of at least 1.0"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(Cli::try_parse_from(["sim", "--alibaba-gpu-spec", "medium"]).is_err());
+    }
 }

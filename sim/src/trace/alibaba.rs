@@ -23,7 +23,7 @@
 //!   `scheduled_time` is empty or `0` the pod's start is taken to be `creation_time` (in the
 //!   published lists this happens only for the Pending pods, whose `scheduled_time` is empty, and
 //!   for the first pod, created and scheduled at 0). There is no slow duration
-//!   (`slow_duration_ms = duration_ms`).
+//!   (`slow_duration_ms = duration_ms`), except for a soft `gpu_spec` with a slowdown (below).
 //! - Pods still **Running** when the trace was cut have `deletion_time` at the end of the
 //!   collection window, so their durations are censored there; they are kept as they are.
 //! - **Failed** pods ran (they have a `scheduled_time`) and held resources until deleted; they are
@@ -44,6 +44,11 @@
 //!   `V100M16|V100M32`: 25 pods in `gpuspec33`). Empty (or `nan`, as pandas prints it) means no
 //!   constraint. An empty alternative (`A||B`, `|A`) or whitespace inside a model name is refused.
 //!   Cluster files label each GPU node `gpu_model=<model>` (see [`crate::cluster`]).
+//!   [`GpuSpecAs::Preference`] (opt-in) makes the same label a soft preference instead: the pod
+//!   may run on any node. The trace does not say how much slower a pod runs on another model, so
+//!   by default it runs just as long there (`slowdown` 1.0); a slowdown `f` ≥ 1 sets
+//!   `slow_duration_ms = round(duration_ms × f)` for the pods that have a `gpu_spec` (pods
+//!   without one have no preference and no slow duration).
 //! - **class** = `qos` (`LS`, `BE`, `Burstable`, `Guaranteed`), so per-class figures separate
 //!   latency-sensitive from best-effort pods. **queue** `root.default`, **user** `alibaba`,
 //!   **priority** 0, no **time limit**, no gang, no rack affinity (the trace has none of these).
@@ -71,11 +76,50 @@ pub enum PendingPods {
     RunUntilDeleted,
 }
 
+/// What a pod's `gpu_spec` becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum GpuSpecAs {
+    /// A hard constraint: the selector `gpu_model = "A|B|…"`. The pod runs only on those models.
+    #[default]
+    Selector,
+    /// A soft preference: `preferred` `gpu_model = "A|B|…"`. The pod may run on any node; off
+    /// its models it runs `slowdown` times as long (rounded to the ms). `slowdown` must be finite
+    /// and at least 1.0; 1.0 (see [`GpuSpecAs::preference`]) means just as long.
+    Preference {
+        /// How many times longer a pod runs on a GPU model outside its `gpu_spec`.
+        slowdown: f64,
+    },
+}
+
+impl GpuSpecAs {
+    /// A soft preference with this slowdown, checked: a finite factor ≥ 1.0, or an error saying
+    /// what was expected.
+    pub fn preference(slowdown: f64) -> Result<Self, String> {
+        let me = GpuSpecAs::Preference { slowdown };
+        me.check()?;
+        Ok(me)
+    }
+
+    /// Whether the slowdown (if any) is a finite factor ≥ 1.0.
+    pub fn check(&self) -> Result<(), String> {
+        match *self {
+            GpuSpecAs::Selector => Ok(()),
+            GpuSpecAs::Preference { slowdown } if slowdown.is_finite() && slowdown >= 1.0 => Ok(()),
+            GpuSpecAs::Preference { slowdown } => Err(format!(
+                "the gpu_spec slowdown is {slowdown}; expected a finite factor of at least 1.0 \
+                 (how many times longer a pod runs off its GPU models; 1.0 = just as long)"
+            )),
+        }
+    }
+}
+
 /// How pod lists are read.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct AlibabaOptions {
     /// What to do with Pending pods.
     pub pending: PendingPods,
+    /// What `gpu_spec` becomes: a selector (default) or a preference.
+    pub gpu_spec: GpuSpecAs,
 }
 
 /// What a read did, for the log and the tests.
@@ -118,6 +162,7 @@ pub fn read(path: &Path, opts: &AlibabaOptions) -> Result<Vec<Job>, TraceError> 
         jobs = stats.jobs,
         skipped_pending = stats.skipped_pending,
         fractional_gpus_rounded_up = stats.fractional_gpus_rounded_up,
+        gpu_spec = ?opts.gpu_spec,
         "read Alibaba pod list"
     );
     Ok(jobs)
@@ -135,6 +180,7 @@ pub fn parse_with_stats(
     opts: &AlibabaOptions,
 ) -> Result<(Vec<Job>, AlibabaStats), TraceError> {
     let err = |line: usize, m: String| TraceError::new(file_name, line, m);
+    opts.gpu_spec.check().map_err(|m| err(0, m))?;
     let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
     let Some((hi, header)) = lines.next() else {
         return Err(err(
@@ -244,6 +290,17 @@ pub fn parse_with_stats(
         }
         let submit_ms = secs_to_ms("creation_time", create).map_err(at)?;
         let duration_ms = secs_to_ms("deletion_time", delete - start).map_err(at)?;
+        let (selector, preferred, slow_duration_ms) = match (spec, opts.gpu_spec) {
+            (None, _) => (Vec::new(), Vec::new(), duration_ms),
+            (Some(s), GpuSpecAs::Selector) => {
+                (vec![(GPU_MODEL_LABEL.to_owned(), s)], Vec::new(), duration_ms)
+            }
+            (Some(s), GpuSpecAs::Preference { slowdown }) => (
+                Vec::new(),
+                vec![(GPU_MODEL_LABEL.to_owned(), s)],
+                slow_duration(duration_ms, slowdown).map_err(at)?,
+            ),
+        };
         let job = Job {
             name: name.to_owned(),
             submit_ms,
@@ -255,11 +312,11 @@ pub fn parse_with_stats(
                 resources: Resources { cpu_millis, memory_bytes, gpus: num_gpu, reserved: 0 },
                 count: 1,
                 gang: false,
-                selector: spec.map(|s| vec![(GPU_MODEL_LABEL.to_owned(), s)]).unwrap_or_default(),
-                preferred: Vec::new(),
+                selector,
+                preferred,
                 rack_affinity: RackAffinity::None,
                 duration_ms,
-                slow_duration_ms: duration_ms,
+                slow_duration_ms,
             }],
             time_limit_ms: None,
         };
@@ -269,6 +326,22 @@ pub fn parse_with_stats(
     stats.jobs = jobs.len();
     sort_by_submit(&mut jobs);
     Ok((jobs, stats))
+}
+
+/// `round(duration_ms × slowdown)`, never below `duration_ms`; `slowdown` is finite and ≥ 1.0
+/// (checked before). Exactly `duration_ms` for 1.0.
+fn slow_duration(duration_ms: u64, slowdown: f64) -> Result<u64, String> {
+    if slowdown == 1.0 {
+        return Ok(duration_ms);
+    }
+    let slow = (duration_ms as f64 * slowdown).round();
+    // 2^64 is the first f64 past u64::MAX.
+    if slow >= 18_446_744_073_709_551_616.0 {
+        return Err(format!(
+            "the duration {duration_ms} ms times the gpu_spec slowdown {slowdown} is too large to count in ms"
+        ));
+    }
+    Ok((slow as u64).max(duration_ms))
 }
 
 /// `A|B|…` → the selector value with duplicates dropped (first occurrence kept), or `None` for
@@ -297,4 +370,72 @@ fn gpu_spec(field: &str) -> Result<(Option<String>, bool), String> {
         }
     }
     Ok((Some(models.join("|")), dup))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time";
+    // p0 asks for T4 or V100M16 and holds its GPU 101 s; p1 has no gpu_spec.
+    const PODS: &str = "p0,1000,1024,1,1000,T4|V100M16|T4,LS,Succeeded,10,111,10\n\
+                        p1,1000,1024,1,500,,BE,Succeeded,10,20,10\n";
+
+    fn read(gpu_spec: GpuSpecAs) -> Result<Vec<Job>, TraceError> {
+        parse(&format!("{HEADER}\n{PODS}"), "pods.csv", &AlibabaOptions { gpu_spec, ..Default::default() })
+    }
+
+    fn model(v: &str) -> Vec<(String, String)> {
+        vec![(GPU_MODEL_LABEL.to_owned(), v.to_owned())]
+    }
+
+    #[test]
+    fn gpu_spec_is_a_selector_by_default() {
+        assert_eq!(AlibabaOptions::default().gpu_spec, GpuSpecAs::Selector);
+        let jobs = read(GpuSpecAs::Selector).unwrap();
+        let s = &jobs[0].stages[0];
+        assert_eq!((s.selector.clone(), s.preferred.clone()), (model("T4|V100M16"), Vec::new()));
+        assert_eq!((s.duration_ms, s.slow_duration_ms), (101_000, 101_000));
+        let s = &jobs[1].stages[0];
+        assert!(s.selector.is_empty() && s.preferred.is_empty());
+    }
+
+    #[test]
+    fn gpu_spec_as_preference_keeps_the_duration_by_default() {
+        let jobs = read(GpuSpecAs::preference(1.0).unwrap()).unwrap();
+        let s = &jobs[0].stages[0];
+        assert_eq!((s.selector.clone(), s.preferred.clone()), (Vec::new(), model("T4|V100M16")));
+        assert_eq!((s.duration_ms, s.slow_duration_ms), (101_000, 101_000));
+        let s = &jobs[1].stages[0];
+        assert!(s.selector.is_empty() && s.preferred.is_empty());
+        assert_eq!(s.slow_duration_ms, s.duration_ms);
+    }
+
+    #[test]
+    fn gpu_spec_preference_slowdown_scales_and_rounds() {
+        let jobs = read(GpuSpecAs::preference(1.5).unwrap()).unwrap();
+        assert_eq!((jobs[0].stages[0].duration_ms, jobs[0].stages[0].slow_duration_ms), (101_000, 151_500));
+        // Without a gpu_spec there is no preference, hence no slow duration.
+        assert_eq!(jobs[1].stages[0].slow_duration_ms, jobs[1].stages[0].duration_ms);
+        // Rounded to the nearest ms.
+        assert_eq!(slow_duration(101_000, 1.000_004_9), Ok(101_000));
+        assert_eq!(slow_duration(101_000, 1.000_005_1), Ok(101_001));
+        assert_eq!(slow_duration(3, 1.5), Ok(5));
+        assert_eq!(slow_duration(0, 7.0), Ok(0));
+        assert!(slow_duration(u64::MAX / 2, 3.0).unwrap_err().contains("too large"));
+    }
+
+    #[test]
+    fn gpu_spec_slowdown_must_be_finite_and_at_least_one() {
+        for bad in [0.99, 0.0, -1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let e = GpuSpecAs::preference(bad).unwrap_err();
+            assert!(e.contains("expected a finite factor of at least 1.0"), "{bad}: {e}");
+            // Options built by hand are checked by the reader too, before any line.
+            let e = read(GpuSpecAs::Preference { slowdown: bad }).unwrap_err();
+            assert_eq!(e.line, 0, "{e}");
+            assert!(e.message.contains("slowdown"), "{e}");
+        }
+        assert!(GpuSpecAs::preference(1.0).is_ok() && GpuSpecAs::preference(1e6).is_ok());
+        assert_eq!(GpuSpecAs::Selector.check(), Ok(()));
+    }
 }

@@ -1,7 +1,7 @@
 use super::{assert_err, assert_sorted, shared};
 use gantry_engine::{RackAffinity, Resources};
 use gantry_sim::trace::Job;
-use gantry_sim::trace::alibaba::{self, AlibabaOptions, AlibabaStats, PendingPods};
+use gantry_sim::trace::alibaba::{self, AlibabaOptions, AlibabaStats, GpuSpecAs, PendingPods};
 
 const MIB: u64 = 1 << 20;
 
@@ -101,7 +101,8 @@ fn default_pod_list_spot_checks() {
 
 #[test]
 fn pending_pods_can_be_kept() {
-    let (jobs, stats) = read_default(&AlibabaOptions { pending: PendingPods::RunUntilDeleted });
+    let (jobs, stats) =
+        read_default(&AlibabaOptions { pending: PendingPods::RunUntilDeleted, ..Default::default() });
     assert_eq!((stats.jobs, stats.skipped_pending, jobs.len()), (8152, 0, 8152));
     // openb-pod-0061,11908,47104,1,1000,,BE,Pending,10001278,10001403,
     let j = find(&jobs, "openb-pod-0061").unwrap();
@@ -136,6 +137,45 @@ fn gpuspec33_selectors() {
         [("gpu_model".to_owned(), "A10|G2|P100|T4|V100M16|V100M32".to_owned())]
     );
     assert!(sel("openb-pod-0000").is_empty());
+}
+
+#[test]
+fn gpuspec33_as_preferences() {
+    let path = shared("alibaba-gpu-2023/openb_pod_list_gpuspec33.csv");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let read = |gpu_spec| {
+        let opts = AlibabaOptions { gpu_spec, ..Default::default() };
+        alibaba::parse_with_stats(&text, "gpuspec33", &opts).unwrap()
+    };
+    let (hard, hard_stats) = read(GpuSpecAs::Selector);
+    let (soft, soft_stats) = read(GpuSpecAs::preference(1.0).unwrap());
+    assert_eq!(soft_stats, hard_stats);
+    assert_eq!((hard.len(), soft.len()), (7255, 7255));
+    let mut moved = 0;
+    for (h, s) in hard.iter().zip(&soft) {
+        assert_eq!((h.name.as_str(), h.submit_ms), (s.name.as_str(), s.submit_ms), "same jobs, same order");
+        let (hs, ss) = (&h.stages[0], &s.stages[0]);
+        assert!(hs.preferred.is_empty() && ss.selector.is_empty(), "{}", h.name);
+        assert_eq!(ss.preferred, hs.selector, "{}: the selector becomes the preference", h.name);
+        assert_eq!((ss.duration_ms, ss.slow_duration_ms), (hs.duration_ms, hs.duration_ms), "{}", h.name);
+        moved += usize::from(!hs.selector.is_empty());
+    }
+    assert_eq!(moved, 2092);
+    assert_eq!(
+        find(&soft, "openb-pod-0598").unwrap().stages[0].preferred,
+        [("gpu_model".to_owned(), "V100M16|V100M32".to_owned())]
+    );
+
+    // With a slowdown, only the jobs with a preference get a longer slow duration.
+    let (slow, _) = read(GpuSpecAs::preference(1.5).unwrap());
+    for (h, s) in hard.iter().zip(&slow) {
+        let d = h.stages[0].duration_ms;
+        let want = if h.stages[0].selector.is_empty() { d } else { (d as f64 * 1.5).round() as u64 };
+        assert_eq!((s.stages[0].duration_ms, s.stages[0].slow_duration_ms), (d, want), "{}", h.name);
+    }
+    // openb-pod-0012,...,T4,LS,Running,6588193,10959245,6595531
+    let j = find(&slow, "openb-pod-0012").unwrap();
+    assert_eq!(j.stages[0].slow_duration_ms, (10_959_245 - 6_595_531) * 1500);
 }
 
 const HEADER: &str = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time";
