@@ -10,8 +10,8 @@ order = [l.strip() for l in (out / "configs.txt").read_text().splitlines() if l.
 rows = collections.defaultdict(list)  # (rho, config) -> [summary]
 for f in sorted(out.glob("runs/*/*/summary.json")):
     config, trace = f.parent.parent.name, f.parent.name
-    rho = trace.split("-")[0]
-    rows[(rho, config)].append(json.loads(f.read_text()))
+    group = trace.split("-")[0]  # rho0.7, …, or seed80 / seed70 (shaped like the seed's traces)
+    rows[(group, config)].append(json.loads(f.read_text()))
 
 def row(ss):
     n = len(ss)
@@ -27,7 +27,8 @@ def row(ss):
 
 for rho in sorted({r for r, _ in rows}):
     n = len(rows[(rho, order[0])])
-    print(f"\n### ρ = {rho[3:]} (mean of {n} traces)\n")
+    title = f"ρ = {rho[3:]}" if rho.startswith("rho") else f"shaped like the seed's trace \"{rho[4:]}\""
+    print(f"\n### {title} (mean of {n} traces)\n")
     print("| configuration | Σutility | per job | E(T) done | E(T) all | killed / jobs | utilisation |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for c in order:
