@@ -96,6 +96,10 @@ impl<'a, 'v> Scheduler<'a, 'v> {
                 }
                 Verdict::Wait { reason, hold } => {
                     self.out.wait(job.request, reason);
+                    if reason == WAIT_HOPELESS {
+                        // It cannot finish in time anywhere, so it holds up nobody.
+                        continue;
+                    }
                     if let Some((from, nodes)) = hold {
                         self.cluster.hold(job, &nodes, from);
                         reserved = true;

@@ -371,6 +371,24 @@ fn hopeless_starts_are_skipped_only_with_the_switch() {
 }
 
 #[test]
+fn a_hopeless_job_does_not_hold_up_strict_fcfs() {
+    // doomed wants 3 GPU machines (there are 2) by t = 100 but runs 200 s elsewhere: nothing
+    // can finish it in time, so under strict FCFS it must not stop `next` either.
+    let mut b = Bed::new(
+        r#"{"policy":"fcfs-hetero","placement":"soft","improvements":"none","skip_hopeless":true}"#,
+        &[("gpu", 2, true), ("a", 3, false)],
+    );
+    b.submit("holder", Spec::gpu(2, 80, 80));
+    b.tick(0);
+    b.submit("doomed", Spec { deadline_s: Some(100), ..Spec::gpu(3, 50, 200) });
+    b.submit("next", Spec::plain(1, 30));
+    b.tick(1);
+    assert!(!b.started("doomed"));
+    assert_eq!(b.nodes("next"), ["a-0"]);
+    b.assert_clean();
+}
+
+#[test]
 fn random_placement_is_seeded_and_still_honours_hard_preferences() {
     let run = |placement: &str| {
         let cfg = format!(r#"{{"policy":"fcfs-random","placement":"{placement}"}}"#);
