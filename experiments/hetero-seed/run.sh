@@ -51,6 +51,13 @@ for rho in 0.7 0.8 0.9; do
       --load "$rho" --span 1800 --seed "$seed" --format cmu --out "$OUT/traces/rho$rho-s$seed" >/dev/null 2>&1
   done
 done
+# simulate CONFIG NAME TRACE_DIR: one run, outputs in $OUT/runs/NAME/<trace dir's name>.
+simulate() {
+  local args=() f
+  for f in "$3"/*.csv; do args+=(--trace "$f"); done
+  "$GANTRY" sim --cluster "$cluster" "${args[@]}" --format cmu --seed 1 --config "$1" \
+    --out "$OUT/runs/$2/$(basename "$3")" > /dev/null 2>"$OUT/runs.log" || { cat "$OUT/runs.log" >&2; exit 1; }
+}
 for entry in "${shaped[@]}"; do
   IFS='|' read -r label rho span <<< "$entry"
   for seed in $(seq 1 "$seeds"); do
@@ -70,22 +77,10 @@ for entry in "${configs[@]}"; do
   else
     : > "$cfg"
   fi
-  for dir in "$OUT"/traces/*; do
-    trace="$(basename "$dir")"
-    args=()
-    for f in "$dir"/*.csv; do args+=(--trace "$f"); done
-    "$GANTRY" sim --cluster "$cluster" "${args[@]}" --format cmu --seed 1 --config "$cfg" \
-      --out "$OUT/runs/$name/$trace" > /dev/null 2>"$OUT/runs.log" || { cat "$OUT/runs.log" >&2; exit 1; }
-  done
+  for dir in "$OUT"/traces/*; do simulate "$cfg" "$name" "$dir"; done
   for wanted in "${shaped_configs[@]}"; do
     [ "$wanted" = "$name" ] || continue
-    for dir in "$OUT"/shaped/*; do
-      trace="$(basename "$dir")"
-      args=()
-      for f in "$dir"/*.csv; do args+=(--trace "$f"); done
-      "$GANTRY" sim --cluster "$cluster" "${args[@]}" --format cmu --seed 1 --config "$cfg" \
-        --out "$OUT/runs/$name/$trace" > /dev/null 2>"$OUT/runs.log" || { cat "$OUT/runs.log" >&2; exit 1; }
-    done
+    for dir in "$OUT"/shaped/*; do simulate "$cfg" "$name" "$dir"; done
   done
 done
 python3 "$here/summarise.py" "$OUT"
