@@ -11,7 +11,7 @@
 //! assert_eq!(c.f64("threshold").unwrap(), Some(0.6));
 //! assert_eq!(c.str("mode").unwrap(), Some("soft".to_owned()));
 //! assert_eq!(c.bool("verbose").unwrap(), None);
-//! c.finish().unwrap();
+//! c.finish(&["threshold", "mode", "verbose"]).unwrap();
 //! ```
 
 use crate::PluginError;
