@@ -245,11 +245,14 @@ impl<'a, 'v> Scheduler<'a, 'v> {
         self.start_unless_hopeless(job, nodes, end_ms)
     }
 
-    fn start_unless_hopeless(&self, job: &Job, nodes: Vec<u32>, end_ms: Option<u64>) -> Verdict {
+    fn start_unless_hopeless(&self, job: &Job, mut nodes: Vec<u32>, end_ms: Option<u64>) -> Verdict {
         if self.hopeless(job, end_ms) {
-            Verdict::Wait { reason: WAIT_HOPELESS, hold: None }
-        } else {
-            Verdict::Start { nodes, end_ms }
+            return Verdict::Wait { reason: WAIT_HOPELESS, hold: None };
         }
+        // A gang's queue room was checked whole; a plain request places what its queue allows.
+        while !job.gang && nodes.len() > 1 && !self.cluster.queue_room(self.view, job, nodes.len() as u32) {
+            nodes.pop();
+        }
+        Verdict::Start { nodes, end_ms }
     }
 }

@@ -6,8 +6,8 @@
 //! cluster; so "k containers" means "k machines".
 
 use gantry_engine::{
-    AppId, AppSpec, Command, ContainerId, Engine, EngineConfig, Event, NodeSpec, Profile, RackAffinity,
-    RequestSpec, Resources, StaticPolicy,
+    AppId, AppSpec, Command, ContainerId, Engine, EngineConfig, Event, NodeSpec, Profile, QueueSpec,
+    RackAffinity, RequestSpec, Resources, StaticPolicy,
 };
 use gantry_hetero::Hetero;
 use std::collections::BTreeMap;
@@ -26,12 +26,26 @@ struct Spec {
     deadline_s: Option<u64>,
     /// Pins the job to one rack (a selector on the nodes' `rack` label).
     on: Option<&'static str>,
+    /// All or nothing (default) or as many as fit.
+    gang: bool,
+    /// Leaf queue [default: `root.default`].
+    queue: Option<&'static str>,
 }
 
 impl Spec {
     /// A gang of `k` whole nodes without preferences.
     fn plain(k: u32, run_s: u64) -> Spec {
-        Spec { k, gpu: false, rack: false, fast_s: run_s, slow_s: run_s, deadline_s: None, on: None }
+        Spec {
+            k,
+            gpu: false,
+            rack: false,
+            fast_s: run_s,
+            slow_s: run_s,
+            deadline_s: None,
+            on: None,
+            gang: true,
+            queue: None,
+        }
     }
     /// The seed's GPU job: prefers `gpu = true` machines.
     fn gpu(k: u32, fast_s: u64, slow_s: u64) -> Spec {
@@ -56,11 +70,15 @@ struct Bed {
 impl Bed {
     /// `racks`: (rack name, nodes, GPU machines?), nodes named `<rack>-<i>`, in this order.
     fn new(config: &str, racks: &[(&str, usize, bool)]) -> Bed {
+        Self::with_queues(config, racks, Vec::new())
+    }
+
+    /// [`Bed::new`] with these queues below `root`.
+    fn with_queues(config: &str, racks: &[(&str, usize, bool)], queues: Vec<QueueSpec>) -> Bed {
         let plugin = StaticPolicy::<Hetero>::create(config).expect("config accepted");
         let profile = Profile { place: Some(0), ..Profile::default() };
-        let mut engine =
-            Engine::new(EngineConfig { seed: 7, ..EngineConfig::default() }, vec![Box::new(plugin)], profile)
-                .expect("engine");
+        let engine_config = EngineConfig { seed: 7, queues, ..EngineConfig::default() };
+        let mut engine = Engine::new(engine_config, vec![Box::new(plugin)], profile).expect("engine");
         for &(rack, n, gpu) in racks {
             for i in 0..n {
                 let mut labels = vec![("rack".to_owned(), rack.to_owned())];
@@ -84,7 +102,7 @@ impl Bed {
         let request = RequestSpec {
             resources: Resources::new(2000, 8 * GIB, 0),
             count: s.k,
-            gang: true,
+            gang: s.gang,
             selector: s.on.map(|r| vec![("rack".to_owned(), r.to_owned())]).unwrap_or_default(),
             preferred: if s.gpu { vec![("gpu".into(), "true".into())] } else { Vec::new() },
             rack_affinity: if s.rack { RackAffinity::Preferred } else { RackAffinity::None },
@@ -95,7 +113,7 @@ impl Bed {
         };
         let spec = AppSpec {
             name: name.into(),
-            queue: "root.default".into(),
+            queue: s.queue.unwrap_or("root.default").into(),
             user: "test".into(),
             requests: vec![request],
             ..AppSpec::default()
@@ -385,6 +403,20 @@ fn a_hopeless_job_does_not_hold_up_strict_fcfs() {
     b.tick(1);
     assert!(!b.started("doomed"));
     assert_eq!(b.nodes("next"), ["a-0"]);
+    b.assert_clean();
+}
+
+#[test]
+fn a_plain_request_gets_what_its_queue_maximum_allows_and_no_more() {
+    // root.small may use half of the 4 nodes: of 4 containers, 2 are placed now.
+    let queues = vec![
+        QueueSpec { path: "root.default".into(), guaranteed: 0.5, maximum: 1.0 },
+        QueueSpec { path: "root.small".into(), guaranteed: 0.5, maximum: 0.5 },
+    ];
+    let mut b = Bed::with_queues(r#"{}"#, &[("a", 4, false)], queues);
+    b.submit("four", Spec { gang: false, queue: Some("root.small"), ..Spec::plain(4, 100) });
+    b.tick(0);
+    assert_eq!(b.nodes("four").len(), 2);
     b.assert_clean();
 }
 
