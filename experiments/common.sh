@@ -13,3 +13,11 @@ plugin_so() {
   cargo build --quiet --release --manifest-path "$ROOT/Cargo.toml" -p "$1" >&2
   echo "$ROOT/target/release/lib$2.so"
 }
+
+# Writes a scheduler configuration that loads one plugin for `place`:
+# place_plugin_config FILE NAME LIBRARY [SETTING_LINE…], each line TOML for [plugins.config].
+place_plugin_config() {
+  local file="$1" name="$2" lib="$3"; shift 3
+  printf '[[plugins]]\nname = "%s"\npath = "%s"\n[plugins.config]\n%s\n[profile]\nplace = "%s"\n' \
+    "$name" "$lib" "$(printf '%s\n' "$@")" "$name" > "$file"
+}

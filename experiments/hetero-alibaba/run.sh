@@ -28,8 +28,7 @@ awk -F, -v every="$every" 'NR == 1 { print; next } { if (seen[$5]++ % every == 0
 
 hetero() { # NAME SETTINGS…: a scheduler config with the hetero plugin
   local cfg="$OUT/configs/$1.toml"; shift
-  printf '[[plugins]]\nname = "hetero"\npath = "%s"\n[plugins.config]\n%s\n[profile]\nplace = "hetero"\n' \
-    "$plugin" "$(printf '%s\n' "$@")" > "$cfg"
+  place_plugin_config "$cfg" hetero "$plugin" "$@"
   echo "$cfg"
 }
 : > "$OUT/empty.toml"

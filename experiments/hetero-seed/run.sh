@@ -72,8 +72,8 @@ for entry in "${configs[@]}"; do
   slug="$(echo "$name" | tr -c 'a-zA-Z0-9\n' '_')"
   cfg="$OUT/configs/$slug.toml"
   if [ -n "$settings" ]; then
-    printf '[[plugins]]\nname = "hetero"\npath = "%s"\n[plugins.config]\n%s\n[profile]\nplace = "hetero"\n' \
-      "$plugin" "$(echo "$settings" | tr ';' '\n')" > "$cfg"
+    IFS=';' read -r -a lines <<< "$settings"
+    place_plugin_config "$cfg" hetero "$plugin" "${lines[@]}"
   else
     : > "$cfg"
   fi
