@@ -93,7 +93,9 @@ impl PreferenceSets {
         }
     }
 
-    /// Which sets `node` satisfies, as a bit mask (the node's kind).
+    /// Which sets `node` satisfies, as a bit mask (the node's kind). The matching is
+    /// `View::labels_satisfy`'s (`A|B` alternatives), on owned strings: the sets outlive any one
+    /// view's label arena.
     fn kind_of(&self, view: &View<'_>, node: &gantry_sdk::abi::GantryNode) -> u64 {
         let have = view.node_labels(node);
         let mut mask = 0;
