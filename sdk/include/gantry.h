@@ -30,7 +30,7 @@
 /**
  * The minor version of this ABI: minor versions only append fields.
  */
-#define GANTRY_ABI_MINOR UINT16_C(0)
+#define GANTRY_ABI_MINOR UINT16_C(1)
 
 /**
  * "No index": used in `u32` cross references that point at nothing (a GPU that no container
@@ -316,6 +316,11 @@
  * parent's.
  */
 #define GANTRY_DECISION_SET_QUEUE_CAPACITY UINT32_C(10)
+
+/**
+ * `struct_size` of an ABI 1.0 [`GantryView`]: the fields before `node_usage`.
+ */
+#define GANTRY_VIEW_SIZE_V1_0 UINT32_C(224)
 
 /**
  * A string in the view's string arena: `len` bytes of UTF-8 from `offset`. Strings are interned,
@@ -674,6 +679,34 @@ typedef struct GantryReservation {
 } GantryReservation;
 
 /**
+ * What a node's agent last measured (ABI 1.1): the node's real usage, next to the allocation
+ * the engine keeps in [`GantryNode::allocated`]. Host-wide figures: the agent's own daemons and
+ * the page cache it cannot reclaim count too.
+ */
+typedef struct GantryNodeUsage {
+    /**
+     * CPU in use, millicores (busy fraction of all cores × cores × 1000).
+     */
+    uint64_t cpu_millis;
+    /**
+     * Memory in use (total − available), bytes.
+     */
+    uint64_t memory_bytes;
+    /**
+     * GPUs (and MIG instances) with at least one process on them.
+     */
+    uint32_t gpus_busy;
+    /**
+     * Reserved, zero.
+     */
+    uint32_t reserved;
+    /**
+     * When the engine received the sample, ms on its clock; 0 = never sampled.
+     */
+    uint64_t sampled_ms;
+} GantryNodeUsage;
+
+/**
  * Everything a hook may look at, borrowed for the duration of one call. Arrays are the engine's
  * own arrays (zero-copy); indexes into them are valid for this call only. Array pointers are
  * never null: an empty array has a non-null, suitably aligned pointer that must not be read.
@@ -796,6 +829,15 @@ typedef struct GantryView {
      * Number of pending request indexes.
      */
     uint64_t pending_len;
+    /**
+     * ABI 1.1: measured usage per node, parallel to `nodes` (same index), or empty when the host
+     * has none. A 1.0 host's view ends before this field (`struct_size` tells).
+     */
+    const struct GantryNodeUsage *node_usage;
+    /**
+     * Number of node usage records (`nodes_len` or 0).
+     */
+    uint64_t node_usage_len;
 } GantryView;
 
 /**
@@ -998,7 +1040,9 @@ GANTRY_STATIC_ASSERT(sizeof(GantryApp) == 72, "GantryApp must be 72 bytes");
 GANTRY_STATIC_ASSERT(sizeof(GantryRequest) == 104, "GantryRequest must be 104 bytes");
 GANTRY_STATIC_ASSERT(sizeof(GantryContainer) == 64, "GantryContainer must be 64 bytes");
 GANTRY_STATIC_ASSERT(sizeof(GantryReservation) == 56, "GantryReservation must be 56 bytes");
-GANTRY_STATIC_ASSERT(sizeof(GantryView) == 224, "GantryView must be 224 bytes");
+GANTRY_STATIC_ASSERT(sizeof(GantryNodeUsage) == 32, "GantryNodeUsage must be 32 bytes");
+GANTRY_STATIC_ASSERT(sizeof(GantryView) == 240, "GantryView must be 240 bytes");
+GANTRY_STATIC_ASSERT(offsetof(GantryView, node_usage) == GANTRY_VIEW_SIZE_V1_0, "GantryView.node_usage ends ABI 1.0");
 GANTRY_STATIC_ASSERT(sizeof(GantryDecision) == 24, "GantryDecision must be 24 bytes");
 GANTRY_STATIC_ASSERT(sizeof(GantryOutput) == 64, "GantryOutput must be 64 bytes");
 GANTRY_STATIC_ASSERT(sizeof(GantryPluginV1) == 80, "GantryPluginV1 must be 80 bytes");

@@ -16,7 +16,7 @@ use core::ffi::{c_char, c_void};
 /// The major version of this ABI. A host only looks for the entry symbol of its own major.
 pub const GANTRY_ABI_MAJOR: u16 = 1;
 /// The minor version of this ABI: minor versions only append fields.
-pub const GANTRY_ABI_MINOR: u16 = 0;
+pub const GANTRY_ABI_MINOR: u16 = 1;
 /// "No index": used in `u32` cross references that point at nothing (a GPU that no container
 /// holds, the root queue's parent, a target that does not apply to a decision).
 pub const GANTRY_NONE: u32 = u32::MAX;
@@ -370,6 +370,24 @@ pub struct GantryContainer {
     pub reserved: u32,
 }
 
+/// What a node's agent last measured (ABI 1.1): the node's real usage, next to the allocation
+/// the engine keeps in [`GantryNode::allocated`]. Host-wide figures: the agent's own daemons and
+/// the page cache it cannot reclaim count too.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GantryNodeUsage {
+    /// CPU in use, millicores (busy fraction of all cores × cores × 1000).
+    pub cpu_millis: u64,
+    /// Memory in use (total − available), bytes.
+    pub memory_bytes: u64,
+    /// GPUs (and MIG instances) with at least one process on them.
+    pub gpus_busy: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+    /// When the engine received the sample, ms on its clock; 0 = never sampled.
+    pub sampled_ms: u64,
+}
+
 /// A capacity reservation of a queue over a time window.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -453,7 +471,15 @@ pub struct GantryView {
     pub pending: *const u32,
     /// Number of pending request indexes.
     pub pending_len: u64,
+    /// ABI 1.1: measured usage per node, parallel to `nodes` (same index), or empty when the host
+    /// has none. A 1.0 host's view ends before this field (`struct_size` tells).
+    pub node_usage: *const GantryNodeUsage,
+    /// Number of node usage records (`nodes_len` or 0).
+    pub node_usage_len: u64,
 }
+
+/// `struct_size` of an ABI 1.0 [`GantryView`]: the fields before `node_usage`.
+pub const GANTRY_VIEW_SIZE_V1_0: u32 = 224;
 
 /// One decision of a plugin. Which fields mean what depends on `kind` (`GANTRY_DECISION_*`).
 #[repr(C)]
@@ -579,7 +605,9 @@ const _: () = {
     assert!(size_of::<GantryRequest>() == 104);
     assert!(size_of::<GantryContainer>() == 64);
     assert!(size_of::<GantryReservation>() == 56);
-    assert!(size_of::<GantryView>() == 224);
+    assert!(size_of::<GantryNodeUsage>() == 32);
+    assert!(size_of::<GantryView>() == 240);
+    assert!(core::mem::offset_of!(GantryView, node_usage) == GANTRY_VIEW_SIZE_V1_0 as usize);
     assert!(size_of::<GantryDecision>() == 24);
     assert!(size_of::<GantryOutput>() == 64);
     assert!(size_of::<GantryPluginV1>() == 80);

@@ -439,8 +439,17 @@ pub mod __private {
             write_message(out, "instance or view pointer is null");
             return GANTRY_ERR_INVALID_VIEW;
         }
-        // SAFETY: non-null, and the host keeps the view valid for the call.
-        let raw = unsafe { &*view };
+        // SAFETY: non-null, and the host keeps at least the view's first field valid for the call.
+        let host_size = unsafe { (*view).struct_size };
+        // An older host's view is shorter than ours (minor versions append fields): copy what it
+        // has into a zeroed view of our size, so nothing past its end is ever read.
+        let copied = (host_size as usize).min(core::mem::size_of::<GantryView>());
+        let mut local = core::mem::MaybeUninit::<GantryView>::zeroed();
+        // SAFETY: the host's view is `host_size` readable bytes; `local` has room for `copied`.
+        unsafe { core::ptr::copy_nonoverlapping(view.cast::<u8>(), local.as_mut_ptr().cast::<u8>(), copied) };
+        // SAFETY: every field is an integer or a raw pointer, for which all-zero bytes are valid.
+        let local = unsafe { local.assume_init() };
+        let raw = &local;
         if let Err(e) = View::check_raw(raw) {
             write_message(out, &e.to_string());
             return GANTRY_ERR_INVALID_VIEW;

@@ -70,6 +70,9 @@ pub struct View<'a> {
     pub reservations: &'a [GantryReservation],
     /// Pending request indexes in scheduling order.
     pub pending: &'a [u32],
+    /// ABI 1.1: what each node's agent last measured, parallel to `nodes`; empty when the host is
+    /// 1.0 or keeps no measurements. A record with `sampled_ms == 0` was never sampled.
+    pub node_usage: &'a [GantryNodeUsage],
 }
 
 /// Turns a (pointer, length) pair of the raw view into a slice.
@@ -118,6 +121,8 @@ impl<'a> View<'a> {
             reservations_len: self.reservations.len() as u64,
             pending: self.pending.as_ptr(),
             pending_len: self.pending.len() as u64,
+            node_usage: self.node_usage.as_ptr(),
+            node_usage_len: self.node_usage.len() as u64,
         }
     }
 
@@ -136,7 +141,8 @@ impl<'a> View<'a> {
     /// Checks what can be checked of a raw view: version, size, and no null array pointer.
     #[inline]
     pub fn check_raw(raw: &GantryView) -> Result<(), ViewError> {
-        let need = core::mem::size_of::<GantryView>() as u32;
+        // A 1.0 host's view is shorter; its fields are all this SDK needs (node usage is optional).
+        let need = GANTRY_VIEW_SIZE_V1_0;
         if raw.abi_major != GANTRY_ABI_MAJOR {
             return Err(ViewError::WrongMajor(raw.abi_major));
         }
@@ -154,7 +160,8 @@ impl<'a> View<'a> {
             | raw.requests.is_null()
             | raw.containers.is_null()
             | raw.reservations.is_null()
-            | raw.pending.is_null();
+            | raw.pending.is_null()
+            | (Self::has_node_usage(raw) && raw.node_usage.is_null());
         if any_null {
             return Err(Self::first_null_array(raw));
         }
@@ -186,8 +193,19 @@ impl<'a> View<'a> {
                 containers: raw_slice(raw.containers, raw.containers_len),
                 reservations: raw_slice(raw.reservations, raw.reservations_len),
                 pending: raw_slice(raw.pending, raw.pending_len),
+                node_usage: if Self::has_node_usage(raw) {
+                    raw_slice(raw.node_usage, raw.node_usage_len)
+                } else {
+                    &[]
+                },
             }
         }
+    }
+
+    /// Whether the host's view is long enough (ABI ≥ 1.1) to carry `node_usage`.
+    #[inline(always)]
+    fn has_node_usage(raw: &GantryView) -> bool {
+        raw.struct_size as usize >= core::mem::size_of::<GantryView>()
     }
 
     /// Names the first array of `raw` whose pointer is null (the cold path of `check_raw`).

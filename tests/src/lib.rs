@@ -406,6 +406,7 @@ impl SyntheticCluster {
             containers: &[],
             reservations: &[],
             pending: &self.pending,
+            node_usage: &[],
         }
     }
 }

@@ -46,7 +46,7 @@ fn c_example_loads_and_reports_itself() {
     assert_eq!(code, Some(0));
     let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON output");
     assert_eq!(v["name"], "c-first-fit");
-    assert_eq!(v["abi"], "1.0");
+    assert_eq!(v["abi"], "1.1");
     assert_eq!(v["hooks"], serde_json::json!(["place"]));
 }
 

@@ -208,7 +208,15 @@ impl Engine {
     fn apply(&mut self, event: Event) -> Result<(), EngineError> {
         match event {
             Event::NodeRegistered(spec) => {
-                self.state.register_node(&spec)?;
+                let was_lost =
+                    self.state.node_index.get(&spec.name).map(|&i| self.state.nodes[i as usize].state)
+                        == Some(GANTRY_NODE_LOST);
+                let NodeId(idx) = self.state.register_node(&spec)?;
+                // A new node, or one back from the dead, is empty from now on.
+                let meta = &mut self.state.node_meta[idx as usize];
+                if meta.live_containers == 0 && (was_lost || meta.idle_since_ms.is_none()) {
+                    meta.idle_since_ms = Some(self.now_ms);
+                }
             }
             Event::NodeStateChanged { node, state } => {
                 let idx = self.node_idx(&node)?;
@@ -226,6 +234,20 @@ impl Engine {
             Event::NodeLost { node } => {
                 let idx = self.node_idx(&node)?;
                 self.lose_node(idx);
+            }
+            Event::NodeUsageReported { node, used } => {
+                let idx = self.node_idx(&node)?;
+                if self.state.nodes[idx as usize].state == GANTRY_NODE_LOST {
+                    return Err(EngineError::Conflict(format!("node `{node}` is lost; it must re-register")));
+                }
+                self.state.node_usage[idx as usize] = GantryNodeUsage {
+                    cpu_millis: used.cpu_millis,
+                    memory_bytes: used.memory_bytes,
+                    gpus_busy: used.gpus,
+                    reserved: 0,
+                    // 0 means "never sampled", so a sample at time 0 is stamped 1 ms.
+                    sampled_ms: self.now_ms.max(1),
+                };
             }
             Event::AppSubmitted(spec) => self.submit(spec)?,
             Event::AppRestored { app, spec, state, failures, submit_ms } => {
@@ -470,8 +492,14 @@ impl Engine {
 
     /// Releases a container's resources from its node, app, queues and GPUs.
     fn release(&mut self, i: u32) {
+        let now = self.now_ms;
         let st = &mut self.state;
         let c = st.containers[i as usize];
+        let meta = &mut st.node_meta[c.node as usize];
+        meta.live_containers = meta.live_containers.saturating_sub(1);
+        if meta.live_containers == 0 {
+            meta.idle_since_ms = Some(now);
+        }
         let node = &mut st.nodes[c.node as usize];
         node.allocated = node.allocated.minus(&c.resources);
         let gpus = node.gpus;
@@ -614,6 +642,8 @@ impl Engine {
 
     fn lose_node(&mut self, node: u32) {
         self.state.nodes[node as usize].state = GANTRY_NODE_LOST;
+        // A lost node's last measurement says nothing about the machine that comes back.
+        self.state.node_usage[node as usize] = GantryNodeUsage::default();
         for i in 0..self.state.containers.len() as u32 {
             let c = self.state.containers[i as usize];
             if c.node == node && container_is_live(c.state) {
@@ -671,23 +701,7 @@ impl Engine {
             p.quarantined_until = None;
             tracing::info!(policy = p.policy.name(), "quarantine over; trying the plugin again");
         }
-        let view = View {
-            hook,
-            now_ms: now,
-            cycle: self.cycle,
-            seed: self.rng.next_u64(),
-            cluster: self.state.cluster,
-            strings: self.state.strings.bytes(),
-            labels: &self.state.labels,
-            nodes: &self.state.nodes,
-            gpus: &self.state.gpus,
-            queues: &self.state.queues,
-            apps: &self.state.apps,
-            requests: &self.state.requests,
-            containers: &self.state.containers,
-            reservations: &self.state.reservations,
-            pending: &self.pending,
-        };
+        let view = self.state.view(hook, now, self.cycle, self.rng.next_u64(), &self.pending);
         self.buf.clear();
         match p.policy.call(&view, &mut self.buf) {
             Ok(()) => CallResult::Decisions,
@@ -864,23 +878,7 @@ impl Engine {
                 if slot.is_some() {
                     self.stats.fallback_placements += 1;
                 }
-                let view = View {
-                    hook: GANTRY_HOOK_PLACE,
-                    now_ms: self.now_ms,
-                    cycle: self.cycle,
-                    seed: 0,
-                    cluster: self.state.cluster,
-                    strings: self.state.strings.bytes(),
-                    labels: &self.state.labels,
-                    nodes: &self.state.nodes,
-                    gpus: &self.state.gpus,
-                    queues: &self.state.queues,
-                    apps: &self.state.apps,
-                    requests: &self.state.requests,
-                    containers: &self.state.containers,
-                    reservations: &self.state.reservations,
-                    pending: &self.pending,
-                };
+                let view = self.state.view(GANTRY_HOOK_PLACE, self.now_ms, self.cycle, 0, &self.pending);
                 self.buf.clear();
                 if let Err(e) = self.fallback.call(&view, &mut self.buf) {
                     tracing::error!(error = %e, "built-in placement failed");
@@ -927,6 +925,9 @@ impl Engine {
         let st = &mut self.state;
         let req = st.requests[request as usize];
         let idx = st.containers.len() as u32;
+        let meta = &mut st.node_meta[node as usize];
+        meta.live_containers += 1;
+        meta.idle_since_ms = None;
         let n = &mut st.nodes[node as usize];
         n.allocated = n.allocated.plus(&req.resources);
         let range = n.gpus;
@@ -993,6 +994,12 @@ impl Engine {
     }
 
     // ----- read access ---------------------------------------------------------------------
+
+    /// The nodes that hold no container and are not lost, longest idle first: the downscale
+    /// signal the REST API, the metrics and the simulator's autoscaler all read.
+    pub fn idle_nodes(&self) -> Vec<crate::state::IdleNode> {
+        self.state.idle_nodes()
+    }
 
     /// The engine's clock.
     pub fn now_ms(&self) -> u64 {

@@ -21,6 +21,14 @@ pub enum Event {
         /// Node name.
         node: String,
     },
+    /// An agent reported what its node really uses (host-wide); plugins see it as the view's
+    /// `node_usage` (ABI 1.1). Refused for an unknown or lost node.
+    NodeUsageReported {
+        /// Node name.
+        node: String,
+        /// Measured usage: CPU in use (millicores), memory in use (bytes), busy GPUs.
+        used: Resources,
+    },
     /// A user submitted an application.
     AppSubmitted(AppSpec),
     /// An application recovered from the driver's durable store after a restart, with the id,

@@ -31,4 +31,5 @@ pub use error::EngineError;
 pub use event::{Command, Event, KillReason, NodeCondition};
 pub use model::*;
 pub use policy::{Policy, PolicyError, Profile, StaticPolicy};
+pub use state::{IdleNode, NodeMeta};
 pub use validate::{RejectReason, Rejections};

@@ -64,6 +64,27 @@ pub struct ContainerMeta {
     pub exit_code: Option<i32>,
 }
 
+/// What the engine remembers of a node that is not in its record: the downscale signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NodeMeta {
+    /// Containers holding resources on it (allocated, running or stopping).
+    pub live_containers: u32,
+    /// Since when (engine ms) it has held no container; `None` while it holds some. An empty
+    /// node that stays so for a cool-down is what an autoscaler may remove.
+    pub idle_since_ms: Option<u64>,
+}
+
+/// A node that holds no container and is not lost: a candidate for scale-down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleNode {
+    /// Its index in the node array (stable: nodes are never removed).
+    pub index: u32,
+    /// Since when it has been empty, ms on the engine's clock.
+    pub since_ms: u64,
+    /// Its state (`GANTRY_NODE_RUNNING`, `_DRAINING` or `_UNHEALTHY`).
+    pub state: u32,
+}
+
 /// A terminal application, kept for queries after its records are dropped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AppSummary {
@@ -88,6 +109,10 @@ pub struct ClusterState {
     pub(crate) labels: Vec<GantryLabel>,
     pub(crate) nodes: Vec<GantryNode>,
     pub(crate) node_index: HashMap<String, u32>,
+    /// Parallel to `nodes`: live-container counts and idle times.
+    pub(crate) node_meta: Vec<NodeMeta>,
+    /// Parallel to `nodes`: what each agent last measured (ABI 1.1's `node_usage`).
+    pub(crate) node_usage: Vec<GantryNodeUsage>,
     pub(crate) gpus: Vec<GantryGpu>,
     pub(crate) queues: Vec<GantryQueue>,
     pub(crate) queue_index: HashMap<String, u32>,
@@ -344,6 +369,8 @@ impl ClusterState {
             state: GANTRY_NODE_RUNNING,
             flags: 0,
         });
+        self.node_meta.push(NodeMeta::default());
+        self.node_usage.push(GantryNodeUsage::default());
         self.node_index.insert(spec.name.clone(), idx);
         self.recompute_capacity();
         Ok(NodeId(idx))
@@ -484,6 +511,63 @@ impl ClusterState {
         true
     }
 
+    /// Builds a hook's view of the records: the engine's own arrays, borrowed.
+    pub(crate) fn view<'a>(
+        &'a self,
+        hook: u32,
+        now_ms: u64,
+        cycle: u64,
+        seed: u64,
+        pending: &'a [u32],
+    ) -> View<'a> {
+        View {
+            hook,
+            now_ms,
+            cycle,
+            seed,
+            cluster: self.cluster,
+            strings: self.strings.bytes(),
+            labels: &self.labels,
+            nodes: &self.nodes,
+            gpus: &self.gpus,
+            queues: &self.queues,
+            apps: &self.apps,
+            requests: &self.requests,
+            containers: &self.containers,
+            reservations: &self.reservations,
+            pending,
+            node_usage: &self.node_usage,
+        }
+    }
+
+    /// The nodes that hold no container and are not lost, longest idle first (ties by index).
+    pub fn idle_nodes(&self) -> Vec<IdleNode> {
+        let mut idle: Vec<IdleNode> = self
+            .nodes
+            .iter()
+            .zip(&self.node_meta)
+            .enumerate()
+            .filter(|(_, (n, m))| n.state != GANTRY_NODE_LOST && m.live_containers == 0)
+            .map(|(i, (n, m))| IdleNode {
+                index: i as u32,
+                since_ms: m.idle_since_ms.unwrap_or(0),
+                state: n.state,
+            })
+            .collect();
+        idle.sort_by_key(|n| (n.since_ms, n.index));
+        idle
+    }
+
+    /// A node's side record (live containers, idle since), if the index exists.
+    pub fn node_meta(&self, node: u32) -> Option<&NodeMeta> {
+        self.node_meta.get(node as usize)
+    }
+
+    /// What each node's agent last measured, parallel to the node array.
+    pub fn node_usage(&self) -> &[GantryNodeUsage] {
+        &self.node_usage
+    }
+
     /// Checks the bookkeeping against the records: every node's and queue's allocation equals the
     /// sum of its live containers, nothing is over-allocated beyond what was allowed at placement,
     /// GPU holders are live containers on the same node, and indexes are consistent. Used by tests.
@@ -511,7 +595,27 @@ impl ClusterState {
                 return Err(format!("container {} holds {held} GPUs, wants {}", c.id, c.resources.gpus));
             }
         }
+        let mut node_live = vec![0u32; self.nodes.len()];
+        for c in self.containers.iter().filter(|c| container_is_live(c.state)) {
+            node_live[c.node as usize] += 1;
+        }
+        if self.node_meta.len() != self.nodes.len() || self.node_usage.len() != self.nodes.len() {
+            return Err("node side tables are not parallel to the nodes".into());
+        }
         for (i, n) in self.nodes.iter().enumerate() {
+            let meta = self.node_meta[i];
+            if meta.live_containers != node_live[i] {
+                return Err(format!(
+                    "node {i} counts {} live containers, has {}",
+                    meta.live_containers, node_live[i]
+                ));
+            }
+            if meta.idle_since_ms.is_some() != (node_live[i] == 0) && n.state != GANTRY_NODE_LOST {
+                return Err(format!(
+                    "node {i} idle since {:?} with {} live containers",
+                    meta.idle_since_ms, node_live[i]
+                ));
+            }
             if n.allocated != node_alloc[i] {
                 return Err(format!(
                     "node {i} allocated {:?} but containers sum to {:?}",

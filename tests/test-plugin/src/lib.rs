@@ -375,6 +375,7 @@ mod tests {
                 containers: &self.containers,
                 reservations: &[],
                 pending: &self.pending,
+                node_usage: &[],
             }
         }
     }

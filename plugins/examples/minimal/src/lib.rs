@@ -528,6 +528,7 @@ mod tests {
                 containers: &self.containers,
                 reservations: &[],
                 pending: &self.pending,
+                node_usage: &[],
             }
         }
 
