@@ -131,6 +131,12 @@ struct HookLabels {
     hook: String,
 }
 
+/// Label of per-node series.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+}
+
 /// Labels of rejected decisions.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RejectLabels {
@@ -185,6 +191,8 @@ impl QueueGauges {
 struct Series {
     queues: HashSet<String>,
     nodes: HashSet<String>,
+    nodes_idle: HashSet<String>,
+    idle_nodes: HashSet<String>,
     apps: HashSet<String>,
     containers: HashSet<String>,
 }
@@ -213,6 +221,8 @@ pub struct SchedulerMetrics {
     queue_pending: QueueGauges,
 
     nodes: Family<StateLabels, IntGauge>,
+    nodes_idle: Family<StateLabels, IntGauge>,
+    node_idle_seconds: Family<NodeLabels, FloatGauge>,
     apps: Family<StateLabels, IntGauge>,
     containers: Family<StateLabels, IntGauge>,
     agent_streams: IntGauge,
@@ -281,6 +291,8 @@ impl SchedulerMetrics {
             queue_used: QueueGauges::default(),
             queue_pending: QueueGauges::default(),
             nodes: Family::default(),
+            nodes_idle: Family::default(),
+            node_idle_seconds: Family::default(),
             apps: Family::default(),
             containers: Family::default(),
             agent_streams: IntGauge::default(),
@@ -363,6 +375,17 @@ impl SchedulerMetrics {
             "Resources a queue's admitted requests still ask for, children included",
         );
         r.register("gantry_nodes", "Nodes known to the scheduler, by state", m.nodes.clone());
+        r.register(
+            "gantry_nodes_idle",
+            "Nodes that hold no container and are not lost, by state: what an autoscaler could remove",
+            m.nodes_idle.clone(),
+        );
+        r.register_with_unit(
+            "gantry_node_idle",
+            "How long a node has held no container (a series only while it is empty and not lost)",
+            Unit::Seconds,
+            m.node_idle_seconds.clone(),
+        );
         r.register(
             "gantry_apps",
             "Applications by state; ended states count those the scheduler still remembers",
@@ -597,12 +620,28 @@ impl SchedulerMetrics {
             count_states(&APP_STATES, apps.iter().map(|a| a.state).chain(engine.history().map(|h| h.state)));
         let containers = count_states(&CONTAINER_STATES, st.containers().iter().map(|c| c.state));
         let now = engine.now_ms();
+        let idle = engine.idle_nodes();
+        let nodes_idle = count_states(&NODE_STATES, idle.iter().map(|n| n.state));
+        let idle_seconds: Vec<(String, f64)> = idle
+            .iter()
+            .filter_map(|n| st.nodes().get(n.index as usize).map(|rec| (st.str(rec.name), n.since_ms)))
+            .map(|(name, since)| (name.to_owned(), now.saturating_sub(since) as f64 / 1000.0))
+            .collect();
         let policies = engine.policy_status();
 
         let mut series = self.lock();
         self.pending_requests.set(pending_requests);
         self.pending_containers.set(pending_containers);
         set_states(&self.nodes, &mut series.nodes, &nodes);
+        set_states(&self.nodes_idle, &mut series.nodes_idle, &nodes_idle);
+        let live: HashSet<String> = idle_seconds.iter().map(|(name, _)| name.clone()).collect();
+        for (name, seconds) in idle_seconds {
+            self.node_idle_seconds.get_or_create(&NodeLabels { node: name }).set(seconds);
+        }
+        for busy in series.idle_nodes.difference(&live) {
+            self.node_idle_seconds.remove(&NodeLabels { node: busy.clone() });
+        }
+        series.idle_nodes = live;
         set_states(&self.apps, &mut series.apps, &app_states);
         set_states(&self.containers, &mut series.containers, &containers);
         self.set_queues_locked(&mut series, &samples);
@@ -861,7 +900,7 @@ mod tests {
     }
 
     /// Every family of the classic exposition, with its type.
-    const FAMILIES: [(&str, &str); 30] = [
+    const FAMILIES: [(&str, &str); 32] = [
         ("gantry_scheduler_pending_requests", "gauge"),
         ("gantry_scheduler_pending_containers", "gauge"),
         ("gantry_scheduler_allocations_total", "counter"),
@@ -886,6 +925,8 @@ mod tests {
         ("gantry_queue_pending_memory_bytes", "gauge"),
         ("gantry_queue_pending_gpus", "gauge"),
         ("gantry_nodes", "gauge"),
+        ("gantry_nodes_idle", "gauge"),
+        ("gantry_node_idle_seconds", "gauge"),
         ("gantry_apps", "gauge"),
         ("gantry_containers", "gauge"),
         ("gantry_agent_streams", "gauge"),

@@ -74,10 +74,11 @@ struct Migration {
 /// Every schema step since version 1. Tables are `STRICT` so a wrong type is an error, not a
 /// silently coerced value; unsigned values are stored as SQLite's signed 64-bit integers, and
 /// rusqlite refuses anything above `i64::MAX` rather than wrapping it.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "apps, containers, reservations, id counters, queue configurations",
-    sql: "
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "apps, containers, reservations, id counters, queue configurations",
+        sql: "
         CREATE TABLE apps (
             id           INTEGER PRIMARY KEY,
             name         TEXT    NOT NULL,
@@ -132,7 +133,18 @@ const MIGRATIONS: &[Migration] = &[Migration {
             queues      TEXT    NOT NULL
         ) STRICT;
     ",
-}];
+    },
+    Migration {
+        version: 2,
+        description: "operators' node drains",
+        sql: "
+        CREATE TABLE node_drains (
+            node        TEXT    PRIMARY KEY,
+            drained_ms  INTEGER NOT NULL
+        ) STRICT, WITHOUT ROWID;
+    ",
+    },
+];
 
 /// Why the store could not do what was asked. It is `Clone` because one failed commit has to be
 /// reported to every writer of its batch.
@@ -359,6 +371,16 @@ pub enum Write {
         /// `GANTRY_RESERVATION_*`.
         state: u32,
     },
+    /// An operator drained a node (`drained`), or undrained it. Drains outlive scheduler
+    /// restarts and the node's own absences; undraining an undrained node is fine.
+    NodeDrain {
+        /// The node's name.
+        node: String,
+        /// Drained (true) or back in service (false).
+        drained: bool,
+        /// When, ms since the Unix epoch.
+        at_ms: u64,
+    },
     /// The queue configuration the daemon runs with; recorded only when it differs from the
     /// last one, so restarts with the same file add nothing.
     QueueConfig {
@@ -386,6 +408,8 @@ pub struct Recovered {
     pub next_reservation_id: u64,
     /// The latest recorded queue configuration, if any was recorded.
     pub queues: Option<Vec<QueueSpec>>,
+    /// Nodes an operator drained, by name.
+    pub drained_nodes: Vec<String>,
 }
 
 /// Counters of the writer, for `/metrics` and tests.
@@ -974,6 +998,19 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
                 .map_err(classify)?;
             expect_one(n, "reservation", id.0)
         }
+        Write::NodeDrain { node, drained: true, at_ms } => {
+            conn.execute(
+                "INSERT INTO node_drains (node, drained_ms) VALUES (?1, ?2)
+                 ON CONFLICT (node) DO NOTHING",
+                params![node, at_ms],
+            )
+            .map_err(classify)?;
+            Ok(())
+        }
+        Write::NodeDrain { node, drained: false, .. } => {
+            conn.execute("DELETE FROM node_drains WHERE node = ?1", params![node]).map_err(classify)?;
+            Ok(())
+        }
         Write::QueueConfig { at_ms, queues } => {
             let json =
                 to_json("queue configuration", &queues.iter().map(QueueJson::from).collect::<Vec<_>>())?;
@@ -1114,6 +1151,13 @@ fn read_all(conn: &Connection) -> Result<Recovered, StoreError> {
             serde_json::from_str(&json).map_err(|e| corrupt("queue configuration", id)(e.to_string()))?;
         out.queues = Some(parsed.into_iter().map(QueueSpec::from).collect());
     }
+
+    let mut stmt = conn.prepare("SELECT node FROM node_drains ORDER BY node").map_err(classify)?;
+    out.drained_nodes = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .map_err(classify)?
+        .collect::<Result<_, _>>()
+        .map_err(classify)?;
     Ok(out)
 }
 

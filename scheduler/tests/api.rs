@@ -155,6 +155,39 @@ impl Backend for Fake {
         self.state().nodes.clone()
     }
 
+    async fn set_node_drain(&self, node: String, drain: bool) -> Result<NodeState, ApiError> {
+        let mut s = self.state();
+        if s.persist_fails {
+            return Err(ApiError::unavailable(
+                "the drain could not be stored, nothing changed: disk I/O error",
+            ));
+        }
+        let n = s
+            .nodes
+            .iter_mut()
+            .find(|n| n.id == node)
+            .ok_or_else(|| ApiError::not_found(format!("node `{node}` is not known to the scheduler")))?;
+        n.state = match (drain, n.state) {
+            (true, NodeState::Running) => NodeState::Decommissioning,
+            (false, NodeState::Decommissioning) => NodeState::Running,
+            (_, other) => other,
+        };
+        Ok(n.state)
+    }
+
+    async fn removable_nodes(&self, min_idle_ms: u64) -> Vec<RemovableNode> {
+        // node-b is lost and node-a busy: one made-up idle node, idle 20 minutes.
+        let idle = RemovableNode {
+            id: "node-c".into(),
+            rack: "r2".into(),
+            state: NodeState::Running,
+            idle_since: 1_700_000_000_000,
+            idle_seconds: 1200.0,
+            total_resource: res(2000, 4 * GIB, 0).into(),
+        };
+        if min_idle_ms <= 1_200_000 { vec![idle] } else { Vec::new() }
+    }
+
     async fn apps(&self, _filter: AppFilter) -> Vec<AppInfo> {
         // Deliberately ignores the filter: the router must apply it.
         self.state().apps.clone()
@@ -689,6 +722,71 @@ async fn put_killed_kills_and_answers_with_the_state() {
     let r = send_json(addr, "PUT", "/ws/v1/cluster/apps/4/state", r#"{"state":"KILLED"}"#).await;
     assert_eq!((r.status, r.json()), (200, json!({"state": "KILLED"})));
     assert_eq!(fake.state().killed, [1, 3]);
+}
+
+#[tokio::test]
+async fn node_state_drains_and_undrains_and_refuses_bad_requests() {
+    let fake = Fake::populated();
+    let addr = serve(fake.clone()).await;
+    let path = "/ws/v1/cluster/nodes/node-a/state";
+    let r = get(addr, path).await;
+    assert_eq!((r.status, r.json()), (200, json!({"state": "RUNNING"})));
+    let r = send_json(addr, "PUT", path, r#"{"state":"DECOMMISSIONING"}"#).await;
+    assert_eq!((r.status, r.json()), (200, json!({"state": "DECOMMISSIONING"})));
+    assert_eq!(fake.state().nodes[0].state, NodeState::Decommissioning);
+    // gantry's own word, any case, is accepted too; undrain with RUNNING.
+    let r = send_json(addr, "PUT", path, r#"{"state":"draining"}"#).await;
+    assert_eq!((r.status, r.json()), (200, json!({"state": "DECOMMISSIONING"})));
+    let r = send_json(addr, "PUT", path, r#"{"state":"RUNNING"}"#).await;
+    assert_eq!((r.status, r.json()), (200, json!({"state": "RUNNING"})));
+    // Refused, and nothing changes.
+    send_json(addr, "PUT", path, r#"{"state":"LOST"}"#).await.assert_error(
+        400,
+        "BadRequestException",
+        "DECOMMISSIONING",
+    );
+    send_json(addr, "PUT", path, r#"{"state":"RUNNING","x":1}"#).await.assert_error(
+        422,
+        "UnprocessableEntityException",
+        "x",
+    );
+    send_json(addr, "PUT", "/ws/v1/cluster/nodes/ghost/state", r#"{"state":"DECOMMISSIONING"}"#)
+        .await
+        .assert_error(404, "NotFoundException", "ghost");
+    get(addr, "/ws/v1/cluster/nodes/ghost/state").await.assert_error(404, "NotFoundException", "ghost");
+    fake.state().persist_fails = true;
+    send_json(addr, "PUT", path, r#"{"state":"DECOMMISSIONING"}"#).await.assert_error(
+        503,
+        "ServiceUnavailableException",
+        "nothing changed",
+    );
+    assert_eq!(fake.state().nodes[0].state, NodeState::Running);
+}
+
+#[tokio::test]
+async fn removable_nodes_filters_by_idle_time_and_refuses_bad_durations() {
+    let addr = serve(Fake::populated()).await;
+    let r = get(addr, "/ws/v1/cluster/removable-nodes").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let nodes = &r.json()["removableNodes"]["node"];
+    assert_eq!(nodes[0]["id"], "node-c");
+    assert_eq!(nodes[0]["state"], "RUNNING");
+    assert_eq!(nodes[0]["idleSeconds"], 1200.0);
+    assert_eq!(nodes[0]["totalResource"]["memoryBytes"], 4 * GIB);
+    let r = get(addr, "/ws/v1/cluster/removable-nodes?idle=10m").await;
+    assert_eq!(r.json()["removableNodes"]["node"].as_array().map(Vec::len), Some(1));
+    let r = get(addr, "/ws/v1/cluster/removable-nodes?idle=30m").await;
+    assert_eq!(r.json()["removableNodes"]["node"], json!([]));
+    get(addr, "/ws/v1/cluster/removable-nodes?idle=soon").await.assert_error(
+        400,
+        "BadRequestException",
+        "soon",
+    );
+    get(addr, "/ws/v1/cluster/removable-nodes?since=1").await.assert_error(
+        400,
+        "BadRequestException",
+        "since",
+    );
 }
 
 #[tokio::test]

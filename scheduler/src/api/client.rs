@@ -274,6 +274,23 @@ impl Client {
         Ok(self.get::<NodeResponse>(&paths::node(id)).await?.node)
     }
 
+    /// `PUT /ws/v1/cluster/nodes/{id}/state`: drains (`DECOMMISSIONING`) or undrains
+    /// (`RUNNING`) a node; answers its state once the change is stored.
+    pub async fn set_node_drain(&self, id: &str, drain: bool) -> Result<NodeState, ClientError> {
+        let body = NodeStateRequest { state: if drain { "DECOMMISSIONING" } else { "RUNNING" }.into() };
+        let (_, v) = self.send_value(Method::PUT, &paths::node_state(id), &body).await?;
+        Ok(self.typed::<NodeStateInfo>(&v)?.state)
+    }
+
+    /// `GET /ws/v1/cluster/removable-nodes?idle=…`: empty nodes idle at least `min_idle_ms`.
+    pub async fn removable_nodes(&self, min_idle_ms: u64) -> Result<Vec<RemovableNode>, ClientError> {
+        Ok(self
+            .get::<RemovableNodesResponse>(&paths::removable_nodes(min_idle_ms))
+            .await?
+            .removable_nodes
+            .node)
+    }
+
     /// `GET /ws/v1/cluster/apps` with a filter.
     pub async fn apps(&self, filter: &AppFilter) -> Result<Vec<AppInfo>, ClientError> {
         Ok(self.get::<AppsResponse>(&paths::apps(filter)).await?.apps.app)
@@ -341,6 +358,14 @@ pub mod paths {
     /// One node.
     pub fn node(id: &str) -> String {
         format!("{PREFIX}/nodes/{}", crate::api::types::percent_encode(id))
+    }
+    /// One node's state (GET; PUT drains or undrains).
+    pub fn node_state(id: &str) -> String {
+        format!("{PREFIX}/nodes/{}/state", crate::api::types::percent_encode(id))
+    }
+    /// Nodes an autoscaler may remove, idle at least `min_idle_ms`.
+    pub fn removable_nodes(min_idle_ms: u64) -> String {
+        format!("{PREFIX}/removable-nodes?idle={min_idle_ms}ms")
     }
     /// Apps, filtered.
     pub fn apps(filter: &AppFilter) -> String {

@@ -26,8 +26,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use std::future::Future;
 use types::{
-    AppInfo, AppState, ClusterInfo, ClusterMetrics, NewApplication, NodeInfo, RemoteException,
-    RemoteExceptionBody, SchedulerInfo, SubmitApp,
+    AppInfo, AppState, ClusterInfo, ClusterMetrics, NewApplication, NodeInfo, NodeState, RemoteException,
+    RemoteExceptionBody, RemovableNode, SchedulerInfo, SubmitApp,
 };
 
 /// Largest request body accepted, in bytes. A submission of a thousand container groups with
@@ -53,6 +53,20 @@ pub trait Backend: Clone + Send + Sync + 'static {
 
     /// Every known node, in any state (`GET /ws/v1/cluster/nodes`, `/nodes/{id}`).
     fn nodes(&self) -> impl Future<Output = Vec<NodeInfo>> + Send;
+
+    /// Drains a node (`drain`: it keeps its containers and takes no new ones) or puts it back in
+    /// service, and returns its state. Must return only once the change is durable (a drain
+    /// outlives scheduler restarts). Errors: [`ApiError::not_found`] for an unknown node,
+    /// [`ApiError::unavailable`] when the store cannot commit (nothing changed).
+    fn set_node_drain(
+        &self,
+        node: String,
+        drain: bool,
+    ) -> impl Future<Output = Result<NodeState, ApiError>> + Send;
+
+    /// Nodes that hold no container, are not lost, and have been empty for at least
+    /// `min_idle_ms`, longest idle first: what an autoscaler may drain and remove.
+    fn removable_nodes(&self, min_idle_ms: u64) -> impl Future<Output = Vec<RemovableNode>> + Send;
 
     /// Applications, live and remembered. The backend may use `filter` to skip work, but need
     /// not: the router applies [`AppFilter::apply`] to whatever comes back, so a backend that

@@ -5,6 +5,8 @@
 //! | GET | `` and `/info` | `{"clusterInfo"}` |
 //! | GET | `/metrics` | `{"clusterMetrics"}` |
 //! | GET | `/nodes`, `/nodes/{id}` | `{"nodes": {"node": […]}}`, `{"node"}` |
+//! | GET, PUT | `/nodes/{id}/state` | `{"state"}`; PUT `{"state": "DECOMMISSIONING"}` drains, `"RUNNING"` undrains (200 once stored) |
+//! | GET | `/removable-nodes?idle=10m` | `{"removableNodes": {"node": […]}}`: empty, not lost, idle at least that long |
 //! | GET | `/apps?states=&queue=&user=&limit=` | `{"apps": {"app": […]}}` |
 //! | POST | `/apps/new-application` | `{"application-id", "maximum-resource-capability"}` |
 //! | POST | `/apps` | 202, `Location`, `{"application-id"}` |
@@ -46,6 +48,8 @@ pub fn router<B: Backend>(backend: B) -> Router {
         .route("/ws/v1/cluster/metrics", get(metrics::<B>))
         .route("/ws/v1/cluster/nodes", get(nodes::<B>))
         .route("/ws/v1/cluster/nodes/{id}", get(node::<B>))
+        .route("/ws/v1/cluster/nodes/{id}/state", get(node_state::<B>).put(set_node_state::<B>))
+        .route("/ws/v1/cluster/removable-nodes", get(removable_nodes::<B>))
         .route("/ws/v1/cluster/apps", get(apps::<B>).post(submit::<B>))
         .route("/ws/v1/cluster/apps/new-application", post(new_application::<B>))
         .route("/ws/v1/cluster/apps/{id}", get(app::<B>))
@@ -161,6 +165,49 @@ async fn node<B: Backend>(
         Some(node) => Ok(Json(NodeResponse { node })),
         None => Err(ApiError::not_found(format!("node `{id}` is not known to the scheduler"))),
     }
+}
+
+async fn node_state<B: Backend>(
+    State(b): State<B>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<NodeStateInfo>, ApiError> {
+    let Json(NodeResponse { node }) = node(State(b), ApiPath(id)).await?;
+    Ok(Json(NodeStateInfo { state: node.state }))
+}
+
+/// Drains or undrains a node, as YARN's graceful decommissioning: 200 with the node's state once
+/// the change is stored, 404 for an unknown node, 400 for a state that cannot be asked for.
+async fn set_node_state<B: Backend>(
+    State(b): State<B>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<NodeStateRequest>,
+) -> Result<Json<NodeStateInfo>, ApiError> {
+    let drain = body.drains().map_err(ApiError::bad_request)?;
+    let state = b.set_node_drain(id, drain).await?;
+    Ok(Json(NodeStateInfo { state }))
+}
+
+/// `GET /removable-nodes` parameters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RemovableQuery {
+    /// Least idle time, e.g. `10m`, `90s`, `500ms` or plain seconds; absent = any idle node.
+    idle: Option<String>,
+}
+
+async fn removable_nodes<B: Backend>(
+    State(b): State<B>,
+    ApiQuery(q): ApiQuery<RemovableQuery>,
+) -> Result<Json<RemovableNodesResponse>, ApiError> {
+    let min_idle_ms = match q.idle.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        None => 0,
+        Some(text) => {
+            crate::cli::parse_duration_ms(text).map_err(|e| ApiError::bad_request(format!("idle: {e}")))?
+        }
+    };
+    Ok(Json(RemovableNodesResponse {
+        removable_nodes: RemovableNodeList { node: b.removable_nodes(min_idle_ms).await },
+    }))
 }
 
 /// `GET /apps` parameters. `state` is YARN's older, single-valued spelling of `states`.

@@ -658,6 +658,10 @@ pub struct NodeInfo {
     /// Measured usage from the agent's last status, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_utilization: Option<NodeUtilization>,
+    /// Since when it has held no container, Unix ms; absent while it holds some (gantry: the
+    /// downscale signal, see `removable-nodes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_since: Option<u64>,
 }
 
 impl NodeInfo {
@@ -693,6 +697,7 @@ impl NodeInfo {
             labels: BTreeMap::new(),
             gpus: Vec::new(),
             resource_utilization: None,
+            idle_since: None,
         }
     }
 }
@@ -948,6 +953,70 @@ pub struct AppStateInfo {
 pub struct AppStateRequest {
     /// The wanted state.
     pub state: String,
+}
+
+/// `GET /ws/v1/cluster/nodes/{id}/state`, and the answer to a `PUT` there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStateInfo {
+    /// The node's state.
+    pub state: NodeState,
+}
+
+/// The body of `PUT /ws/v1/cluster/nodes/{id}/state`: `DECOMMISSIONING` (or gantry's `DRAINING`)
+/// drains the node — it keeps its containers and takes no new ones — and `RUNNING` puts it back
+/// in service. A string, so that any other value gets a 400 that lists the allowed ones.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeStateRequest {
+    /// The wanted state.
+    pub state: String,
+}
+
+impl NodeStateRequest {
+    /// Whether the request drains (`true`) or undrains (`false`) the node, or why it is refused.
+    pub fn drains(&self) -> Result<bool, String> {
+        match self.state.trim().to_ascii_uppercase().as_str() {
+            "DECOMMISSIONING" | "DRAINING" => Ok(true),
+            "RUNNING" => Ok(false),
+            _ => Err(format!(
+                "node state `{}` cannot be asked for: use DECOMMISSIONING (or DRAINING) to drain, RUNNING to undrain",
+                self.state
+            )),
+        }
+    }
+}
+
+/// `GET /ws/v1/cluster/removable-nodes`: the nodes an autoscaler may remove.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemovableNodesResponse {
+    /// YARN-style wrapper.
+    pub removable_nodes: RemovableNodeList,
+}
+
+/// The list inside [`RemovableNodesResponse`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RemovableNodeList {
+    /// Longest idle first.
+    pub node: Vec<RemovableNode>,
+}
+
+/// A node that holds no container and is not lost, idle for at least the asked time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemovableNode {
+    /// Its name.
+    pub id: String,
+    /// Its rack.
+    pub rack: String,
+    /// `RUNNING` (still takes work: drain it before removing it) or `DECOMMISSIONING`.
+    pub state: NodeState,
+    /// Since when it has been empty, Unix ms.
+    pub idle_since: u64,
+    /// For how long, seconds, at the time of the answer.
+    pub idle_seconds: f64,
+    /// Its allocatable resources: what removing it takes away.
+    pub total_resource: ResourceInfo,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -37,6 +37,9 @@ fn gone(_: CoreGone) -> ApiError {
 fn engine_error(e: EngineError) -> ApiError {
     match e {
         EngineError::UnknownApp(id) => ApiError::not_found(format!("application {id} not found")),
+        EngineError::UnknownNode(name) => {
+            ApiError::not_found(format!("node `{name}` is not known to the scheduler"))
+        }
         EngineError::Conflict(m) => ApiError::conflict(m),
         other => ApiError::unprocessable(other.to_string()),
     }
@@ -165,9 +168,9 @@ fn node_info(core: &Core, n: &GantryNode) -> NodeInfo {
         .iter()
         .map(|l| (st.str(l.key).to_owned(), st.str(l.value).to_owned()))
         .collect();
-    let idx = st.node_by_name(&name).map(|i| i.0);
-    info.num_containers =
-        st.containers().iter().filter(|c| Some(c.node) == idx && container_is_live(c.state)).count() as u32;
+    let meta = st.node_by_name(&name).and_then(|i| st.node_meta(i.0));
+    info.num_containers = meta.map_or(0, |m| m.live_containers);
+    info.idle_since = meta.and_then(|m| m.idle_since_ms).filter(|_| n.state != GANTRY_NODE_LOST);
     info.gpus = View::range(st.gpus(), n.gpus)
         .iter()
         .map(|g| GpuInfo {
@@ -253,6 +256,42 @@ impl Backend for DaemonBackend {
     async fn nodes(&self) -> Vec<NodeInfo> {
         self.core
             .read(|c| c.engine().state().nodes().iter().map(|n| node_info(c, n)).collect())
+            .await
+            .unwrap_or_default()
+    }
+
+    async fn set_node_drain(&self, node: String, drain: bool) -> Result<NodeState, ApiError> {
+        let state = self.core.set_node_drain(node, drain).await.map_err(gone)?.map_err(|e| match e {
+            super::core::SubmitError::Engine(e) => engine_error(e),
+            super::core::SubmitError::Store(e) => {
+                ApiError::unavailable(format!("the drain could not be stored, nothing changed: {e}"))
+            }
+        })?;
+        Ok(NodeState::from_abi(state).unwrap_or(NodeState::Unhealthy))
+    }
+
+    async fn removable_nodes(&self, min_idle_ms: u64) -> Vec<RemovableNode> {
+        self.core
+            .read(move |c| {
+                let st = c.engine().state();
+                let now = now_ms();
+                c.engine()
+                    .idle_nodes()
+                    .into_iter()
+                    .filter(|idle| now.saturating_sub(idle.since_ms) >= min_idle_ms)
+                    .filter_map(|idle| {
+                        let n = st.nodes().get(idle.index as usize)?;
+                        Some(RemovableNode {
+                            id: st.str(n.name).to_owned(),
+                            rack: st.str(n.rack).to_owned(),
+                            state: NodeState::from_abi(n.state)?,
+                            idle_since: idle.since_ms,
+                            idle_seconds: now.saturating_sub(idle.since_ms) as f64 / 1000.0,
+                            total_resource: ResourceInfo::from(n.capacity),
+                        })
+                    })
+                    .collect()
+            })
             .await
             .unwrap_or_default()
     }

@@ -13,7 +13,8 @@
 //! lost; one whose caller gave up is dropped at the next liveness tick.
 
 use gantry_engine::{
-    AppId, AppSpec, Command, ContainerId, Engine, EngineError, Event, GpuSpec, NodeSpec, Resources,
+    AppId, AppSpec, Command, ContainerId, Engine, EngineError, Event, GpuSpec, NodeCondition, NodeSpec,
+    Resources,
 };
 use gantry_proto::v1;
 use gantry_proto::v1::agent_message::Msg as Up;
@@ -57,6 +58,26 @@ pub enum Request {
         app: AppId,
         /// The outcome.
         reply: oneshot::Sender<Result<(), EngineError>>,
+    },
+    /// First step of draining (`drained`) or undraining a node: check the node and queue the
+    /// change to the store; the reply carries the store's acknowledgement. Nothing changes in
+    /// the engine until [`Request::ApplyNodeDrain`] follows the commit.
+    StoreNodeDrain {
+        /// Node name.
+        node: String,
+        /// Drain (true) or undrain.
+        drained: bool,
+        /// The acknowledgement to await (none without a store), or why not.
+        reply: oneshot::Sender<Result<Option<crate::store::Ack>, SubmitError>>,
+    },
+    /// Second step: the change is stored; apply it and answer the node's state.
+    ApplyNodeDrain {
+        /// Node name.
+        node: String,
+        /// Drain (true) or undrain.
+        drained: bool,
+        /// The node's state afterwards (`GANTRY_NODE_*`).
+        reply: oneshot::Sender<Result<u32, EngineError>>,
     },
     /// Run a read-only function on the core (for queries).
     Read(Box<dyn FnOnce(&Core) + Send>),
@@ -222,6 +243,30 @@ impl CoreHandle {
         }
     }
 
+    /// Drains a node (it keeps its containers and takes no new ones) or puts it back in service.
+    /// The change is stored before it is applied, so an answered drain survives a restart and a
+    /// store failure changes nothing. Returns the node's state (`GANTRY_NODE_*`).
+    pub async fn set_node_drain(
+        &self,
+        node: String,
+        drained: bool,
+    ) -> Result<Result<u32, SubmitError>, CoreGone> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::StoreNodeDrain { node: node.clone(), drained, reply }).await?;
+        match rx.await.map_err(|_| CoreGone)? {
+            Err(e) => return Ok(Err(e)),
+            Ok(Some(ack)) => {
+                if let Err(e) = ack.await {
+                    return Ok(Err(SubmitError::Store(e)));
+                }
+            }
+            Ok(None) => {}
+        }
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::ApplyNodeDrain { node, drained, reply }).await?;
+        Ok(rx.await.map_err(|_| CoreGone)?.map_err(SubmitError::Engine))
+    }
+
     /// Kills an application.
     pub async fn kill(&self, app: AppId) -> Result<Result<(), EngineError>, CoreGone> {
         let (reply, rx) = oneshot::channel();
@@ -328,6 +373,9 @@ pub struct Core {
     log_slots: HashMap<String, Arc<Semaphore>>,
     /// Where cycle durations and acknowledged submissions are counted, if anywhere.
     metrics: Option<Arc<crate::metrics::SchedulerMetrics>>,
+    /// Nodes an operator drained (stored): applied again whenever such a node (re-)registers,
+    /// since a lost node comes back RUNNING in the engine.
+    drained: HashSet<String>,
 }
 
 impl std::fmt::Debug for Core {
@@ -338,6 +386,17 @@ impl std::fmt::Debug for Core {
 
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// What an agent's status says its node really uses, for plugins (`GantryView::node_usage`):
+/// host CPU busy fraction × cores, memory in use, and GPUs that run something.
+fn measured_usage(s: &v1::Status) -> Option<Resources> {
+    let host = s.host.as_ref()?;
+    let busy = if host.cpu_usage.is_finite() { host.cpu_usage.clamp(0.0, 1.0) } else { 0.0 };
+    let cpu_millis = (busy * f64::from(host.cpu_cores) * 1000.0).round() as u64;
+    let gpus =
+        s.gpus.iter().filter(|g| !g.container_ids.is_empty() || g.utilization_percent > 0).count() as u32;
+    Some(Resources::new(cpu_millis, host.memory_used_bytes, gpus))
 }
 
 fn down(msg: Down) -> Result<v1::SchedulerMessage, tonic::Status> {
@@ -368,12 +427,61 @@ impl Core {
             last_log_request: now_ms() << 16,
             log_slots: HashMap::new(),
             metrics: None,
+            drained: HashSet::new(),
         }
     }
 
     /// Counts cycle durations and acknowledged submissions in `metrics` from now on.
     pub fn set_metrics(&mut self, metrics: Arc<crate::metrics::SchedulerMetrics>) {
         self.metrics = Some(metrics);
+    }
+
+    /// Nodes an operator has drained (they stay drained across restarts and absences).
+    pub fn drained_nodes(&self) -> &HashSet<String> {
+        &self.drained
+    }
+
+    fn store_node_drain(
+        &mut self,
+        node: String,
+        drained: bool,
+    ) -> Result<Option<crate::store::Ack>, SubmitError> {
+        if self.engine.state().node_by_name(&node).is_none() {
+            return Err(SubmitError::Engine(EngineError::UnknownNode(node)));
+        }
+        let Some(store) = &self.store else { return Ok(None) };
+        store
+            .submit(vec![crate::store::Write::NodeDrain { node, drained, at_ms: now_ms() }])
+            .map(Some)
+            .map_err(SubmitError::Store)
+    }
+
+    /// Applies a stored drain or undrain. A lost node only remembers it (it is applied when the
+    /// node registers again); undraining a node that is not draining changes nothing.
+    fn apply_node_drain(&mut self, node: &str, drained: bool) -> Result<u32, EngineError> {
+        let idx = self
+            .engine
+            .state()
+            .node_by_name(node)
+            .ok_or_else(|| EngineError::UnknownNode(node.to_owned()))?;
+        if drained {
+            self.drained.insert(node.to_owned());
+        } else {
+            self.drained.remove(node);
+        }
+        let state = self.engine.state().nodes()[idx.0 as usize].state;
+        let wanted = match (drained, state) {
+            (true, GANTRY_NODE_RUNNING | GANTRY_NODE_UNHEALTHY) => Some(NodeCondition::Draining),
+            (false, GANTRY_NODE_DRAINING) => Some(NodeCondition::Running),
+            _ => None,
+        };
+        if let Some(condition) = wanted {
+            self.event(Event::NodeStateChanged { node: node.to_owned(), state: condition })?;
+            // An undrained node has room for pending work.
+            self.dirty = true;
+        }
+        tracing::info!(%node, drained, "node drain changed");
+        Ok(self.engine.state().nodes()[idx.0 as usize].state)
     }
 
     /// Applications that had ended before the last restart, oldest first.
@@ -451,6 +559,7 @@ impl Core {
             containers = core.awaiting.values().map(Vec::len).sum::<usize>(),
             "restored from the store"
         );
+        core.drained = recovered.drained_nodes.into_iter().collect();
         core.store = Some(store);
         core.recovering_until = Some(Instant::now() + grace);
         Ok(core)
@@ -818,6 +927,12 @@ impl Core {
                 self.dirty |= result.is_ok();
                 let _ = reply.send(result);
             }
+            Request::StoreNodeDrain { node, drained, reply } => {
+                let _ = reply.send(self.store_node_drain(node, drained));
+            }
+            Request::ApplyNodeDrain { node, drained, reply } => {
+                let _ = reply.send(self.apply_node_drain(&node, drained));
+            }
             Request::Read(f) => f(self),
             Request::AgentConnected { register, tx, stream, reply } => {
                 let result = self.agent_connected(register, tx, stream);
@@ -867,6 +982,12 @@ impl Core {
         };
         self.event(Event::NodeRegistered(spec)).map_err(|e| e.to_string())?;
         let node = r.node_name.clone();
+        if self.drained.contains(&node) {
+            let drain = Event::NodeStateChanged { node: node.clone(), state: NodeCondition::Draining };
+            if let Err(e) = self.event(drain) {
+                tracing::warn!(%node, error = %e, "cannot apply the stored drain");
+            }
+        }
         // After a scheduler restart: the containers the store says run here are wanted again
         // (if the agent still has them; reconciliation below loses the others).
         for c in self.awaiting.remove(&node).unwrap_or_default() {
@@ -985,6 +1106,12 @@ impl Core {
         match msg {
             Up::Status(s) => {
                 let seq = s.seq;
+                if let Some(used) = measured_usage(&s) {
+                    // Refused only for a node that is lost meanwhile: nothing to do then.
+                    let _ = self
+                        .engine
+                        .handle(now_ms(), Event::NodeUsageReported { node: node.to_owned(), used });
+                }
                 if let Some(link) = self.agents.get_mut(node) {
                     link.last_status = Some(s);
                 }
