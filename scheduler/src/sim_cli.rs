@@ -5,6 +5,7 @@
 use crate::config::SchedulerConfig;
 use gantry_engine::{Engine, EngineConfig};
 use gantry_sim::cluster::ClusterSpec;
+use gantry_sim::elastic::{ElasticError, ElasticOptions, parse_duration_ms};
 use gantry_sim::report::{ReportOptions, write_all};
 use gantry_sim::sim::{SimOptions, run_with_progress};
 use gantry_sim::trace::alibaba::{AlibabaOptions, GpuSpecAs};
@@ -84,6 +85,34 @@ pub struct SimArgs {
     /// trace does not say].
     #[arg(long, allow_negative_numbers = true)]
     pub alibaba_slowdown: Option<f64>,
+    /// Elastic cluster: the cluster file becomes a pool of machines; the run starts with this
+    /// many of them (the first in the file) and never goes below (sim/TRACES.md, "Elastic
+    /// clusters").
+    #[arg(long)]
+    pub elastic_min: Option<usize>,
+    /// Elastic cluster: never more nodes than this, booting ones included [default: the pool's
+    /// size].
+    #[arg(long)]
+    pub elastic_max: Option<usize>,
+    /// Elastic cluster: containers that have waited this long make the autoscaler add nodes
+    /// (90s, 3m, 1.5h; a bare number is seconds) [default: 3m].
+    #[arg(long, value_parser = duration_ms)]
+    pub scale_up_after: Option<u64>,
+    /// Elastic cluster: a node the engine reports empty for this long is drained and removed
+    /// [default: 10m].
+    #[arg(long, value_parser = duration_ms)]
+    pub scale_down_after: Option<u64>,
+    /// Elastic cluster: from starting a node (billed from then) to its registration [default: 2m].
+    #[arg(long, value_parser = duration_ms)]
+    pub boot: Option<u64>,
+    /// Elastic cluster: interval between the autoscaler's checks [default: 10s].
+    #[arg(long, value_parser = duration_ms)]
+    pub scale_check: Option<u64>,
+}
+
+/// A duration flag in ms.
+fn duration_ms(s: &str) -> Result<u64, String> {
+    parse_duration_ms(s).map_err(|e| e.to_string())
 }
 
 /// Parses `NAME@SECONDS[:BACK_SECONDS]`.
@@ -176,6 +205,56 @@ pub fn alibaba_options(args: &SimArgs) -> Result<AlibabaOptions, SimCliError> {
     Ok(AlibabaOptions { gpu_spec, ..AlibabaOptions::default() })
 }
 
+/// The elastic cluster `args` ask for over a pool of `pool` nodes: `None` without
+/// `--elastic-min`. Refuses the other elastic flags without it, bounds the pool cannot honour,
+/// a zero check interval, and node failures on an elastic cluster.
+pub fn elastic_options(args: &SimArgs, pool: usize) -> Result<Option<ElasticOptions>, SimCliError> {
+    let Some(min) = args.elastic_min else {
+        let given = [
+            args.elastic_max.map(|_| "--elastic-max"),
+            args.scale_up_after.map(|_| "--scale-up-after"),
+            args.scale_down_after.map(|_| "--scale-down-after"),
+            args.boot.map(|_| "--boot"),
+            args.scale_check.map(|_| "--scale-check"),
+        ];
+        if let Some(flag) = given.into_iter().flatten().next() {
+            return Err(SimCliError::Args(format!(
+                "{flag} applies only to an elastic cluster: give --elastic-min too"
+            )));
+        }
+        return Ok(None);
+    };
+    let defaults = ElasticOptions::new(min, args.elastic_max.unwrap_or(pool));
+    let options = ElasticOptions {
+        scale_up_after_ms: args.scale_up_after.unwrap_or(defaults.scale_up_after_ms),
+        scale_down_after_ms: args.scale_down_after.unwrap_or(defaults.scale_down_after_ms),
+        boot_ms: args.boot.unwrap_or(defaults.boot_ms),
+        check_ms: args.scale_check.unwrap_or(defaults.check_ms),
+        ..defaults
+    };
+    let refuse = |m: String| Err(SimCliError::Args(m));
+    match options.validate(pool) {
+        Ok(()) => {}
+        Err(ElasticError::MinAboveMax { min, max }) => {
+            return refuse(format!("--elastic-min {min} is above --elastic-max {max}"));
+        }
+        Err(ElasticError::MaxAbovePool { max, pool }) => {
+            return refuse(format!(
+                "--elastic-max {max} is more nodes than the pool has: the cluster file lists {pool}"
+            ));
+        }
+        Err(ElasticError::MaxZero) if args.elastic_max.is_some() => {
+            return refuse("--elastic-max must be at least 1".into());
+        }
+        Err(ElasticError::ZeroCheck) => return refuse("--scale-check must be positive".into()),
+        Err(e) => return refuse(e.to_string()),
+    }
+    if !args.failures.is_empty() {
+        return refuse("--fail cannot be combined with an elastic cluster (--elastic-min): the autoscaler starts and removes the nodes".into());
+    }
+    Ok(Some(options))
+}
+
 /// Reads the traces of `args` in their format; `alibaba` is used for Alibaba pod lists.
 pub fn read_traces(
     format: TraceFormat,
@@ -235,6 +314,7 @@ pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliErro
     if let Some(f) = args.failures.iter().find(|f| !cluster.nodes.iter().any(|n| n.name == f.node)) {
         return Err(SimCliError::Args(format!("--fail names {:?}, which the cluster does not have", f.node)));
     }
+    let elastic = elastic_options(args, cluster.nodes.len())?;
     let jobs = read_traces(args.format, &args.trace, &alibaba)?;
     let mut engine = engine_for(args.config.as_ref(), args.seed)?;
     let options = SimOptions {
@@ -247,6 +327,7 @@ pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliErro
         failures: args.failures.clone(),
         // No trace format carries reservations yet (the reservation language comes with Rayon).
         reservations: Vec::new(),
+        elastic,
     };
     // A progress bar on a terminal, nothing in a pipe or a file.
     let terminal = std::io::stderr().is_terminal();
@@ -424,5 +505,80 @@ mod tests {
             );
         }
         assert!(Cli::try_parse_from(["sim", "--alibaba-gpu-spec", "medium"]).is_err());
+    }
+
+    fn elastic_refused(extra: &[&str], pool: usize) -> String {
+        elastic_options(&args("swim", extra), pool).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn sim_elastic_flags_build_the_autoscaler_options() {
+        assert_eq!(elastic_options(&args("swim", &[]), 8).unwrap(), None);
+        let defaults = elastic_options(&args("swim", &["--elastic-min", "2"]), 8).unwrap().unwrap();
+        assert_eq!(defaults, ElasticOptions::new(2, 8), "max defaults to the pool");
+        assert_eq!(
+            (defaults.scale_up_after_ms, defaults.scale_down_after_ms, defaults.boot_ms, defaults.check_ms),
+            (180_000, 600_000, 120_000, 10_000)
+        );
+        let set = elastic_options(
+            &args(
+                "swim",
+                &[
+                    "--elastic-min",
+                    "1",
+                    "--elastic-max",
+                    "4",
+                    "--scale-up-after",
+                    "90s",
+                    "--scale-down-after",
+                    "0.5h",
+                    "--boot",
+                    "45",
+                    "--scale-check",
+                    "250ms",
+                ],
+            ),
+            8,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            set,
+            ElasticOptions {
+                min_nodes: 1,
+                max_nodes: 4,
+                scale_up_after_ms: 90_000,
+                scale_down_after_ms: 1_800_000,
+                boot_ms: 45_000,
+                check_ms: 250,
+            }
+        );
+    }
+
+    #[test]
+    fn sim_elastic_flags_are_refused_when_invalid() {
+        let e = elastic_refused(&["--elastic-min", "6", "--elastic-max", "5"], 8);
+        assert!(e.contains("--elastic-min 6 is above --elastic-max 5"), "{e}");
+        let e = elastic_refused(&["--elastic-min", "2", "--elastic-max", "9"], 8);
+        assert!(e.contains("--elastic-max 9") && e.contains("lists 8"), "{e}");
+        let e = elastic_refused(&["--elastic-min", "9"], 8);
+        assert!(e.contains("--elastic-min 9 is above --elastic-max 8"), "{e}");
+        let e = elastic_refused(&["--elastic-min", "0", "--elastic-max", "0"], 8);
+        assert!(e.contains("--elastic-max must be at least 1"), "{e}");
+        let e = elastic_refused(&["--elastic-min", "1", "--scale-check", "0s"], 8);
+        assert!(e.contains("--scale-check must be positive"), "{e}");
+        for flag in ["--elastic-max", "--scale-up-after", "--scale-down-after", "--boot", "--scale-check"] {
+            let e = elastic_refused(&[flag, "3"], 8);
+            assert!(e.contains(flag) && e.contains("give --elastic-min too"), "{flag}: {e}");
+        }
+        let e = elastic_refused(&["--elastic-min", "1", "--fail", "n1@5"], 8);
+        assert!(e.contains("--fail cannot be combined"), "{e}");
+        for bad in ["-3m", "3 weeks", "m", "NaN"] {
+            let boot = format!("--boot={bad}");
+            let base = ["sim", "--cluster", "c", "--trace", "t", "--out", "o", "--format", "swim"];
+            let e = Cli::try_parse_from(base.into_iter().chain([boot.as_str()])).unwrap_err().to_string();
+            assert!(e.contains("is not a duration"), "{bad}: {e}");
+        }
+        assert!(Cli::try_parse_from(["sim", "--elastic-min", "-1"]).is_err());
     }
 }

@@ -8,6 +8,8 @@
 //! - [`cluster`]: cluster descriptions (gantry's TOML, Alibaba's node list CSV) → node specs.
 //! - [`sim`]: the discrete-event loop itself; [`report`]: what a run writes (summary, per-job
 //!   and time-series CSV, SVG plots); [`workload`]: synthetic workloads at a target load.
+//! - [`elastic`]: elastic clusters, where the cluster file is a pool of machines that an
+//!   autoscaler starts (after a boot delay) and removes (after an idle cool-down).
 //!
 //! Same inputs and seed ⇒ byte-identical outputs: nothing here reads a clock, iterates a hash
 //! map in an order that reaches the output, or uses a random source other than the seed.
@@ -15,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod elastic;
 pub mod report;
 pub mod sim;
 pub mod trace;

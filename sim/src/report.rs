@@ -1,10 +1,13 @@
 //! What a run writes into its output directory: `summary.json`, `jobs.csv` (one line per job),
 //! `timeseries.csv`, and two plots, `utilisation.svg` (allocated share of each resource over
-//! time) and `completion_cdf.svg` (distribution of completion times).
+//! time) and `completion_cdf.svg` (distribution of completion times). An elastic cluster adds
+//! `nodes.csv` and `nodes.svg` (nodes registered and billed, allocated share of the registered
+//! nodes and of the pool, over time) and an `elastic` section in the summary.
 //!
 //! Every number is formatted with a fixed number of decimals and every collection is written in
 //! a fixed order, so that the same run writes byte-identical files.
 
+use crate::elastic::ElasticStats;
 use crate::sim::{JobOutcome, JobRecord, SimResult};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -63,6 +66,93 @@ pub struct Utilisation {
     pub gpus: f64,
 }
 
+impl Utilisation {
+    fn of(shares: &[f64; 3]) -> Self {
+        Utilisation { cpu: round3(shares[0]), memory: round3(shares[1]), gpus: round3(shares[2]) }
+    }
+}
+
+/// Node counts of an elastic cluster.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeCounts {
+    /// The configured minimum.
+    pub min: usize,
+    /// The configured maximum.
+    pub max: usize,
+    /// Nodes in the pool (the cluster file).
+    pub pool: usize,
+    /// Most nodes billed at once (registered or booting).
+    pub peak: usize,
+    /// Most nodes registered at once.
+    pub peak_registered: usize,
+    /// Time-averaged nodes billed: billed node-hours / makespan.
+    pub mean: f64,
+    /// Nodes that ran at some point: the initial ones and every start (a node started twice
+    /// counts twice).
+    pub provisioned: u64,
+}
+
+/// What the autoscaler did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AutoscalerCounts {
+    /// Checks that started nodes.
+    pub scale_ups: u64,
+    /// Nodes started.
+    pub nodes_started: u64,
+    /// Nodes drained and removed.
+    pub nodes_removed: u64,
+}
+
+/// The `elastic` section of `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ElasticSummary {
+    /// Billed node-hours: each node from its start (boot included) to its removal or the end.
+    pub node_hours: f64,
+    /// Of which spent booting.
+    pub booting_node_hours: f64,
+    /// Node counts.
+    pub nodes: NodeCounts,
+    /// Autoscaler actions.
+    pub autoscaler: AutoscalerCounts,
+    /// Allocated share of the registered nodes' capacity, time-weighted (∫allocated / ∫capacity).
+    pub utilisation_registered: Utilisation,
+    /// Allocated share of the billed nodes' capacity (booting nodes included), time-weighted.
+    pub utilisation_billed: Utilisation,
+    /// Allocated share of the whole pool's capacity, time-averaged.
+    pub utilisation_pool: Utilisation,
+}
+
+impl ElasticSummary {
+    fn of(e: &ElasticStats, result: &SimResult) -> Self {
+        let hours = |ms: u64| round3(ms as f64 / 3_600_000.0);
+        ElasticSummary {
+            node_hours: hours(e.billed_node_ms),
+            booting_node_hours: hours(e.booting_node_ms),
+            nodes: NodeCounts {
+                min: e.min_nodes,
+                max: e.max_nodes,
+                pool: e.pool_nodes,
+                peak: e.peak_nodes,
+                peak_registered: e.peak_registered,
+                mean: if result.end_ms == 0 {
+                    e.min_nodes as f64
+                } else {
+                    round3(e.billed_node_ms as f64 / result.end_ms as f64)
+                },
+                provisioned: e.provisioned,
+            },
+            autoscaler: AutoscalerCounts {
+                scale_ups: e.scale_ups,
+                nodes_started: e.nodes_started,
+                nodes_removed: e.nodes_removed,
+            },
+            utilisation_registered: Utilisation::of(&e.utilisation_registered),
+            utilisation_billed: Utilisation::of(&e.utilisation_billed),
+            utilisation_pool: Utilisation::of(&result.utilisation),
+        }
+    }
+}
+
 /// Figures of one class of jobs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ClassSummary {
@@ -103,8 +193,10 @@ pub struct Summary {
     pub wait_s: Spread,
     /// Time-averaged allocated share of each resource.
     pub utilisation: Utilisation,
-    /// Node-hours.
+    /// Node-hours (on an elastic cluster: billed, boot included).
     pub node_hours: f64,
+    /// Jobs refused because no node of the cluster could ever hold one of their stages.
+    pub never_fit: u64,
     /// Containers preempted by a policy.
     pub preemptions: u64,
     /// Containers launched.
@@ -123,6 +215,9 @@ pub struct Summary {
     pub reservations_refused: u64,
     /// Per class, by name.
     pub classes: BTreeMap<String, ClassSummary>,
+    /// The elastic cluster's figures (absent on a fixed cluster).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elastic: Option<ElasticSummary>,
 }
 
 fn round3(x: f64) -> f64 {
@@ -192,12 +287,9 @@ pub fn summarise(result: &SimResult, options: &ReportOptions) -> Summary {
         makespan_s: secs(result.end_ms),
         completion_s: completion(&all),
         wait_s: wait(&all),
-        utilisation: Utilisation {
-            cpu: round3(result.utilisation[0]),
-            memory: round3(result.utilisation[1]),
-            gpus: round3(result.utilisation[2]),
-        },
+        utilisation: Utilisation::of(&result.utilisation),
         node_hours: round3(result.node_hours),
+        never_fit: result.never_fit,
         preemptions: result.preemptions,
         launches: result.launches,
         cycles: result.cycles,
@@ -207,6 +299,7 @@ pub fn summarise(result: &SimResult, options: &ReportOptions) -> Summary {
         reservations_refused: result.reservations.1,
         sla_met: if all.is_empty() { 0.0 } else { round3(within as f64 / all.len() as f64) },
         classes,
+        elastic: result.elastic.as_ref().map(|e| ElasticSummary::of(e, result)),
     }
 }
 
@@ -262,6 +355,30 @@ pub fn timeseries_csv(result: &SimResult) -> String {
     out
 }
 
+/// `nodes.csv`: nodes registered and booting, and allocated shares of the registered nodes and
+/// of the pool, per sample.
+pub fn nodes_csv(result: &SimResult) -> String {
+    let mut out = String::from(
+        "t_s,nodes,booting,cpu_registered,memory_registered,gpus_registered,cpu_pool,memory_pool,gpus_pool\n",
+    );
+    for s in &result.samples {
+        let _ = writeln!(
+            out,
+            "{:.3},{},{},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4}",
+            secs(s.t_ms),
+            s.nodes,
+            s.booting,
+            s.cpu_registered,
+            s.memory_registered,
+            s.gpus_registered,
+            s.cpu,
+            s.memory,
+            s.gpus
+        );
+    }
+    out
+}
+
 const W: f64 = 720.0;
 const H: f64 = 360.0;
 const PAD: f64 = 50.0;
@@ -271,13 +388,38 @@ type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
 
 /// A line plot of `series` with y in 0..=`y_max`.
 fn line_plot(title: &str, x_label: &str, y_label: &str, y_max: f64, series: &[Series<'_>]) -> String {
+    let mut svg = svg_start(H);
+    panel(&mut svg, 0.0, title, x_label, y_label, y_max, series);
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// The opening of an SVG document `height` high (width `W`), white background.
+fn svg_start(height: f64) -> String {
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{height}\" viewBox=\"0 0 {W} {height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    )
+}
+
+/// One plot (`W` × `H`: title, axes, ticks at quarters, legend, lines) whose top is `y0` pixels
+/// down the document.
+fn panel(
+    svg: &mut String,
+    y0: f64,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    y_max: f64,
+    series: &[Series<'_>],
+) {
     let x_max = series.iter().flat_map(|s| s.2.iter().map(|p| p.0)).fold(0.0_f64, f64::max).max(1e-9);
     let sx = |x: f64| PAD + x / x_max * (W - 2.0 * PAD);
     let sy = |y: f64| H - PAD - y / y_max.max(1e-9) * (H - 2.0 * PAD);
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">{}</text>\n",
+    let _ = writeln!(svg, "<g transform=\"translate(0 {y0})\">");
+    let _ = writeln!(
+        svg,
+        "<text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">{}</text>",
         W / 2.0,
         xml(title)
     );
@@ -328,8 +470,7 @@ fn line_plot(title: &str, x_label: &str, y_label: &str, y_max: f64, series: &[Se
             xml(name)
         );
     }
-    svg.push_str("</svg>\n");
-    svg
+    svg.push_str("</g>\n");
 }
 
 fn short(v: f64) -> String {
@@ -379,6 +520,44 @@ pub fn completion_cdf_svg(result: &SimResult) -> String {
     )
 }
 
+/// `nodes.svg`: above, nodes registered and billed (registered or booting) over time; below, the
+/// allocated share of the registered nodes' CPU and memory (GPUs if any) and of the pool's CPU.
+pub fn nodes_svg(result: &SimResult) -> String {
+    let pick = |f: fn(&crate::sim::Sample) -> f64| -> Vec<(f64, f64)> {
+        result.samples.iter().map(|s| (secs(s.t_ms), f(s))).collect()
+    };
+    let y_max = result
+        .elastic
+        .as_ref()
+        .map(|e| e.max_nodes as f64)
+        .unwrap_or_else(|| result.samples.iter().map(|s| f64::from(s.nodes)).fold(1.0, f64::max));
+    let counts = [
+        ("billed", "#ff7f0e", pick(|s| f64::from(s.nodes + s.booting))),
+        ("registered", "#1f77b4", pick(|s| f64::from(s.nodes))),
+    ];
+    let mut shares = vec![
+        ("CPU", "#1f77b4", pick(|s| s.cpu_registered)),
+        ("memory", "#2ca02c", pick(|s| s.memory_registered)),
+    ];
+    if result.samples.iter().any(|s| s.gpus_registered > 0.0) {
+        shares.push(("GPUs", "#d62728", pick(|s| s.gpus_registered)));
+    }
+    shares.push(("CPU of the pool", "#7f7f7f", pick(|s| s.cpu)));
+    let mut svg = svg_start(2.0 * H);
+    panel(&mut svg, 0.0, "Nodes over time", "time (s)", "nodes", y_max, &counts);
+    panel(
+        &mut svg,
+        H,
+        "Allocated share of the registered nodes",
+        "time (s)",
+        "allocated share",
+        1.0,
+        &shares,
+    );
+    svg.push_str("</svg>\n");
+    svg
+}
+
 /// Writes every output file of a run into `dir` (created if missing).
 pub fn write_all(dir: &Path, result: &SimResult, options: &ReportOptions) -> std::io::Result<Summary> {
     std::fs::create_dir_all(dir)?;
@@ -389,6 +568,10 @@ pub fn write_all(dir: &Path, result: &SimResult, options: &ReportOptions) -> std
     std::fs::write(dir.join("timeseries.csv"), timeseries_csv(result))?;
     std::fs::write(dir.join("utilisation.svg"), utilisation_svg(result))?;
     std::fs::write(dir.join("completion_cdf.svg"), completion_cdf_svg(result))?;
+    if result.elastic.is_some() {
+        std::fs::write(dir.join("nodes.csv"), nodes_csv(result))?;
+        std::fs::write(dir.join("nodes.svg"), nodes_svg(result))?;
+    }
     Ok(summary)
 }
 
@@ -418,6 +601,22 @@ mod tests {
         }
     }
 
+    fn sample(t_ms: u64, cpu: f64, memory: f64, running: u64, waiting_jobs: u64) -> Sample {
+        Sample {
+            t_ms,
+            cpu,
+            memory,
+            gpus: 0.0,
+            running,
+            waiting_jobs,
+            nodes: 2,
+            booting: 0,
+            cpu_registered: cpu,
+            memory_registered: memory,
+            gpus_registered: 0.0,
+        }
+    }
+
     fn result() -> SimResult {
         SimResult {
             jobs: vec![
@@ -426,13 +625,12 @@ mod tests {
                 record("c", "MPI", 20_000, Some(30_000), Some(1_220_000), JobOutcome::Killed),
                 record("d,\"x\"", "MPI", 30_000, None, None, JobOutcome::Unfinished),
             ],
-            samples: vec![
-                Sample { t_ms: 0, cpu: 0.5, memory: 0.25, gpus: 0.0, running: 1, waiting_jobs: 0 },
-                Sample { t_ms: 60_000, cpu: 1.0, memory: 0.5, gpus: 0.0, running: 2, waiting_jobs: 1 },
-            ],
+            samples: vec![sample(0, 0.5, 0.25, 1, 0), sample(60_000, 1.0, 0.5, 2, 1)],
             end_ms: 1_310_000,
             utilisation: [0.75, 0.375, 0.0],
             node_hours: 2.5,
+            never_fit: 0,
+            elastic: None,
             preemptions: 0,
             cycles: 9,
             launches: 3,

@@ -11,11 +11,17 @@
 //! after the stage's duration — `duration_ms` where the stage's preferences hold, else
 //! `slow_duration_ms` — and a `Kill` ends it now. A stage whose containers are spread over
 //! several racks while it prefers one rack runs slow; a gang's containers end together.
+//!
+//! With [`SimOptions::elastic`] the cluster is a pool that an autoscaler grows and shrinks
+//! ([`crate::elastic`]); otherwise every node registers at time 0. A stage that no node of the
+//! cluster (or pool) could ever hold is refused at submission (the job ends `rejected`, counted
+//! in [`SimResult::never_fit`]) rather than left pending forever.
 
+use crate::elastic::{self, Autoscaler, ElasticError, ElasticOptions, ElasticStats};
 use crate::trace::{Job, Stage};
 use gantry_engine::{
-    AppId, AppSpec, Command, ContainerId, Engine, Event, KillReason, NodeId, NodeSpec, RackAffinity,
-    RequestSpec, ReservationSpec, Resources,
+    AppId, AppSpec, Command, ContainerId, Engine, Event, KillReason, NodeCondition, NodeId, NodeSpec,
+    RackAffinity, RequestSpec, ReservationSpec, Resources,
 };
 use gantry_sdk::abi::*;
 use std::cmp::Reverse;
@@ -35,6 +41,9 @@ pub struct SimOptions {
     /// Reservation requests, each made at its time (ms), as a client of the daemon's
     /// reservation API would; their outcomes are counted in the result.
     pub reservations: Vec<(u64, ReservationSpec)>,
+    /// An elastic cluster: the nodes are a pool that an autoscaler starts and removes
+    /// (`None`: every node registers at time 0 and stays).
+    pub elastic: Option<ElasticOptions>,
 }
 
 impl Default for SimOptions {
@@ -45,6 +54,7 @@ impl Default for SimOptions {
             sample_ms: 60_000,
             failures: Vec::new(),
             reservations: Vec::new(),
+            elastic: None,
         }
     }
 }
@@ -74,6 +84,9 @@ pub enum SimError {
     /// The inputs are unusable.
     #[error("{0}")]
     Input(String),
+    /// The elastic cluster's settings are unusable.
+    #[error(transparent)]
+    Elastic(#[from] ElasticError),
 }
 
 /// How a job ended.
@@ -142,6 +155,16 @@ pub struct Sample {
     pub running: u64,
     /// Jobs submitted and not yet started.
     pub waiting_jobs: u64,
+    /// Nodes registered with the engine.
+    pub nodes: u32,
+    /// Nodes started and still booting (billed, not registered yet).
+    pub booting: u32,
+    /// Allocated share of the registered nodes' CPU (0 with none registered).
+    pub cpu_registered: f64,
+    /// Allocated share of the registered nodes' memory.
+    pub memory_registered: f64,
+    /// Allocated share of the registered nodes' GPUs (0 without GPUs).
+    pub gpus_registered: f64,
 }
 
 /// Everything a run produced.
@@ -155,8 +178,14 @@ pub struct SimResult {
     pub end_ms: u64,
     /// Time-averaged allocated share of CPU, memory and GPUs over the run.
     pub utilisation: [f64; 3],
-    /// Node-hours: the time each node was registered, summed.
+    /// Node-hours: the time each node was registered, summed; on an elastic cluster the time
+    /// each node was billed (from its start, boot included, to its removal).
     pub node_hours: f64,
+    /// Jobs refused because no node of the cluster (or the elastic pool) could ever hold one
+    /// of their stages (outcome `rejected`).
+    pub never_fit: u64,
+    /// The autoscaler's figures, on an elastic cluster.
+    pub elastic: Option<ElasticStats>,
     /// Containers preempted by a policy.
     pub preemptions: u64,
     /// Scheduling cycles run.
@@ -187,6 +216,10 @@ enum Due {
     Back(usize),
     /// A periodic scheduling cycle.
     Tick,
+    /// The autoscaler's periodic check.
+    Check,
+    /// An elastic pool node (its index) finished booting and registers.
+    Boot(usize),
     /// A time-series sample.
     Sample,
 }
@@ -247,6 +280,16 @@ struct Sim<'a> {
     node_time: HashMap<String, (Option<u64>, u64)>,
     /// Node name → rack, from the specs.
     rack_of: HashMap<String, String>,
+    /// The autoscaler, on an elastic cluster.
+    elastic: Option<Autoscaler<'a>>,
+    /// Capacity of the registered (not lost) nodes.
+    registered_capacity: [u64; 3],
+    /// Integrals over time (ms) of the allocation, of the registered nodes' capacity and of
+    /// the billed nodes' capacity (elastic clusters; booting nodes count).
+    allocated_area: [f64; 3],
+    registered_area: [f64; 3],
+    billed_area: [f64; 3],
+    never_fit: u64,
 }
 
 /// Runs `jobs` on `nodes` through `engine` (already built, with its plugins and queues).
@@ -269,6 +312,12 @@ pub fn run_with_progress<'a>(
 ) -> Result<SimResult, SimError> {
     if options.tick_ms == 0 || options.sample_ms == 0 {
         return Err(SimError::Input("tick_ms and sample_ms must be positive".into()));
+    }
+    if let Some(e) = &options.elastic {
+        e.validate(nodes.len())?;
+        if !options.failures.is_empty() {
+            return Err(ElasticError::WithFailures.into());
+        }
     }
     let mut capacity = [0u64; 3];
     for n in nodes {
@@ -316,6 +365,12 @@ pub fn run_with_progress<'a>(
         progress,
         node_time: HashMap::new(),
         rack_of: nodes.iter().map(|n| (n.name.clone(), n.rack.clone())).collect(),
+        elastic: options.elastic.clone().map(|e| Autoscaler::new(e, nodes)),
+        registered_capacity: [0; 3],
+        allocated_area: [0.0; 3],
+        registered_area: [0.0; 3],
+        billed_area: [0.0; 3],
+        never_fit: 0,
     };
     sim.start()?;
     sim.main_loop()?;
@@ -329,13 +384,16 @@ impl Sim<'_> {
     }
 
     fn start(&mut self) -> Result<(), SimError> {
-        for n in self.nodes {
-            let cmds = self
-                .engine
-                .handle(0, Event::NodeRegistered(n.clone()))
-                .map_err(|source| SimError::Engine { what: format!("node {}", n.name), source })?;
-            self.node_time.insert(n.name.clone(), (Some(0), 0));
-            self.apply(cmds);
+        let first: Vec<usize> = match self.elastic.as_mut() {
+            Some(a) => a.initial(0),
+            None => (0..self.nodes.len()).collect(),
+        };
+        for i in first {
+            self.register(i)?;
+        }
+        if let Some(a) = &self.elastic {
+            let check = a.options.check_ms;
+            self.push(check, Due::Check);
         }
         for (i, job) in self.jobs.iter().enumerate() {
             self.push(job.submit_ms, Due::Arrival(i));
@@ -391,6 +449,97 @@ impl Sim<'_> {
         Ok(())
     }
 
+    /// Registers node `i` of the cluster (or pool) with the engine now.
+    fn register(&mut self, i: usize) -> Result<(), SimError> {
+        let n = &self.nodes[i];
+        let cmds = self
+            .engine
+            .handle(self.now, Event::NodeRegistered(n.clone()))
+            .map_err(|source| SimError::Engine { what: format!("node {}", n.name), source })?;
+        self.node_time.entry(n.name.clone()).or_insert((None, 0)).0 = Some(self.now);
+        add_capacity(&mut self.registered_capacity, &n.capacity, true);
+        self.apply(cmds);
+        Ok(())
+    }
+
+    /// The autoscaler's check: removes nodes idle past the cool-down, starts nodes for work
+    /// waiting past the threshold. True if the engine should run a cycle.
+    fn autoscale(&mut self) -> Result<bool, SimError> {
+        let Some(a) = self.elastic.as_ref() else { return Ok(false) };
+        let idle = self.engine.idle_nodes();
+        let remove = a.plan_scale_down(self.now, &idle, self.engine.state());
+        for i in remove {
+            let name = self.nodes[i].name.clone();
+            let what = |source| SimError::Engine { what: format!("the removal of node {name}"), source };
+            // Drain first (no new containers), then take the (empty) node away.
+            let cmds = self
+                .engine
+                .handle(
+                    self.now,
+                    Event::NodeStateChanged { node: name.clone(), state: NodeCondition::Draining },
+                )
+                .map_err(what)?;
+            self.apply(cmds);
+            let cmds = self.engine.handle(self.now, Event::NodeLost { node: name.clone() }).map_err(what)?;
+            self.apply(cmds);
+            self.unregister(i);
+            if let Some(a) = self.elastic.as_mut() {
+                a.removed(i, self.now);
+            }
+        }
+        let Some(a) = self.elastic.as_mut() else { return Ok(false) };
+        let start = a.plan_scale_up(self.now, self.engine.state());
+        if !start.is_empty() {
+            a.stats.scale_ups += 1;
+        }
+        let boot = a.options.boot_ms;
+        let check = a.options.check_ms;
+        for &i in &start {
+            a.start(i, self.now);
+        }
+        for i in start {
+            self.push(self.now.saturating_add(boot), Due::Boot(i));
+        }
+        if !self.all_done() {
+            self.push(self.now.saturating_add(check), Due::Check);
+        }
+        Ok(false)
+    }
+
+    /// Node `i` of the cluster (or pool) is no longer registered: stops its registered time.
+    fn unregister(&mut self, i: usize) {
+        let n = &self.nodes[i];
+        if let Some((since, total)) = self.node_time.get_mut(&n.name) {
+            if let Some(s) = since.take() {
+                *total += self.now - s;
+                add_capacity(&mut self.registered_capacity, &n.capacity, false);
+            }
+        }
+    }
+
+    /// Whether no node of the cluster (the pool, within its maximum size) could ever hold
+    /// `stage`: one of its containers (a gang: all of them at once, racks aside).
+    fn never_fits(&self, stage: &Stage) -> bool {
+        let mut per_node: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter(|n| {
+                stage
+                    .selector
+                    .iter()
+                    .all(|(k, v)| n.labels.iter().any(|(lk, lv)| lk == k && value_matches(v, lv)))
+            })
+            .map(|n| elastic::fits(&elastic::room_of(&n.capacity), &stage.resources))
+            .filter(|&k| k > 0)
+            .collect();
+        if !stage.gang {
+            return per_node.is_empty();
+        }
+        let limit = self.elastic.as_ref().map_or(per_node.len(), |a| a.options.max_nodes);
+        per_node.sort_unstable_by(|a, b| b.cmp(a));
+        per_node.iter().take(limit).fold(0u64, |s, &k| s.saturating_add(k)) < u64::from(stage.count)
+    }
+
     fn pending_work(&self) -> bool {
         self.pending_jobs > 0
     }
@@ -426,10 +575,14 @@ impl Sim<'_> {
     fn advance(&mut self, t: u64) {
         if t > self.area_at {
             let dt = (t - self.area_at) as f64;
-            for k in 0..3 {
+            let billed = self.elastic.as_ref().map_or(self.registered_capacity, |a| a.billed_capacity());
+            for (k, billed) in billed.iter().enumerate() {
                 if self.capacity[k] > 0 {
                     self.area[k] += dt * self.allocated[k] as f64 / self.capacity[k] as f64;
                 }
+                self.allocated_area[k] += dt * self.allocated[k] as f64;
+                self.registered_area[k] += dt * self.registered_capacity[k] as f64;
+                self.billed_area[k] += dt * *billed as f64;
             }
             self.area_at = t;
         }
@@ -456,10 +609,8 @@ impl Sim<'_> {
             }
             Due::Fail(f) => {
                 let node = self.options.failures[f].node.clone();
-                if let Some((since, total)) = self.node_time.get_mut(&node) {
-                    if let Some(s) = since.take() {
-                        *total += self.now - s;
-                    }
+                if let Some(i) = self.nodes.iter().position(|n| n.name == node) {
+                    self.unregister(i);
                 }
                 let lost: Vec<u64> = self
                     .running
@@ -487,7 +638,10 @@ impl Sim<'_> {
                     return Err(SimError::Input(format!("node failure names an unknown node {name:?}")));
                 };
                 if let Some((since, _)) = self.node_time.get_mut(name) {
-                    *since = Some(self.now);
+                    if since.is_none() {
+                        *since = Some(self.now);
+                        add_capacity(&mut self.registered_capacity, &spec.capacity, true);
+                    }
                 }
                 self.engine
                     .handle(self.now, Event::NodeRegistered(spec))
@@ -501,6 +655,14 @@ impl Sim<'_> {
             Due::Tick => {
                 self.tick_scheduled = false;
                 Ok(true)
+            }
+            Due::Check => self.autoscale(),
+            Due::Boot(i) => {
+                let ready = self.elastic.as_mut().is_some_and(|a| a.booted(i, self.now));
+                if ready {
+                    self.register(i)?;
+                }
+                Ok(ready)
             }
             Due::Reserve(r) => {
                 let spec = self.options.reservations[r].1.clone();
@@ -535,7 +697,15 @@ impl Sim<'_> {
         let share = |k: usize, s: &Self| {
             if s.capacity[k] == 0 { 0.0 } else { s.allocated[k] as f64 / s.capacity[k] as f64 }
         };
+        let registered = |k: usize, s: &Self| {
+            let cap = s.registered_capacity[k];
+            if cap == 0 { 0.0 } else { s.allocated[k] as f64 / cap as f64 }
+        };
         let waiting = self.not_started;
+        let (nodes, booting) = match &self.elastic {
+            Some(a) => (a.registered(), a.booting()),
+            None => (self.node_time.values().filter(|(since, _)| since.is_some()).count(), 0),
+        };
         self.samples.push(Sample {
             t_ms: self.now,
             cpu: share(0, self),
@@ -543,6 +713,11 @@ impl Sim<'_> {
             gpus: share(2, self),
             running: self.running.len() as u64,
             waiting_jobs: waiting as u64,
+            nodes: nodes as u32,
+            booting: booting as u32,
+            cpu_registered: registered(0, self),
+            memory_registered: registered(1, self),
+            gpus_registered: registered(2, self),
         });
     }
 
@@ -562,6 +737,12 @@ impl Sim<'_> {
         let job = &self.jobs[i];
         let s = self.state[i].stage;
         let Some(stage) = job.stages.get(s) else { return };
+        if self.never_fits(stage) {
+            tracing::debug!(job = %job.name, stage = s, "no node of the cluster can ever hold this stage");
+            self.never_fit += 1;
+            self.end_job(i, JobOutcome::Rejected);
+            return;
+        }
         let spec = AppSpec {
             name: if job.stages.len() > 1 { format!("{}#{s}", job.name) } else { job.name.clone() },
             queue: if job.queue.is_empty() { "root.default".into() } else { job.queue.clone() },
@@ -746,13 +927,23 @@ impl Sim<'_> {
     fn finish(mut self) -> SimResult {
         let end = self.now;
         self.sample();
-        let hours = self
+        let registered_ms = self
             .node_time
             .values()
             .map(|&(since, total)| total + since.map_or(0, |s| end.saturating_sub(s)))
-            .sum::<u64>() as f64
-            / 3_600_000.0;
+            .sum::<u64>();
         let utilisation = self.area.map(|a| if end == 0 { 0.0 } else { a / end as f64 });
+        let ratio = |num: &[f64; 3], den: &[f64; 3]| {
+            [0, 1, 2].map(|k| if den[k] > 0.0 { num[k] / den[k] } else { 0.0 })
+        };
+        let elastic = self.elastic.take().map(|mut a| {
+            a.finish(end);
+            a.stats.utilisation_registered = ratio(&self.allocated_area, &self.registered_area);
+            a.stats.utilisation_billed = ratio(&self.allocated_area, &self.billed_area);
+            a.stats
+        });
+        let billed_ms = elastic.as_ref().map_or(registered_ms, |e| e.billed_node_ms);
+        let hours = billed_ms as f64 / 3_600_000.0;
         let jobs = self
             .jobs
             .iter()
@@ -775,6 +966,8 @@ impl Sim<'_> {
             end_ms: end,
             utilisation,
             node_hours: hours,
+            never_fit: self.never_fit,
+            elastic,
             preemptions: self.preemptions,
             cycles: self.cycles,
             launches: self.launches,
@@ -784,8 +977,15 @@ impl Sim<'_> {
     }
 }
 
+fn add_capacity(total: &mut [u64; 3], r: &Resources, add: bool) {
+    let r = [r.cpu_millis, r.memory_bytes, u64::from(r.gpus)];
+    for k in 0..3 {
+        total[k] = if add { total[k] + r[k] } else { total[k].saturating_sub(r[k]) };
+    }
+}
+
 /// Whether a node label value satisfies a wanted value (`A|B` accepts either).
-fn value_matches(wanted: &str, have: &str) -> bool {
+pub(crate) fn value_matches(wanted: &str, have: &str) -> bool {
     wanted.split('|').any(|w| w == have)
 }
 
