@@ -1,0 +1,205 @@
+//! A node's usage and the key that orders nodes.
+//!
+//! Every mode is "take the fitting node with the smallest key". A key is one `u64`:
+//!
+//! ```text
+//!   bits 63..62  category   packed: 0 medium, 1 low (empty), 2 high; other modes: always 0
+//!   bits 61..32  usage      quantised usage, or its complement where fuller nodes come first
+//!   bits 31..0   rank       a seeded permutation of the node index: random but reproducible
+//! ```
+//!
+//! The rank breaks ties and is the whole order among empty nodes, so "low-usage nodes are picked
+//! at random" is "in the order of a random permutation drawn from the call's seed". It is a
+//! bijection of the node index, so no two nodes share a key.
+
+use crate::config::{Mode, UsageOf};
+use gantry_sdk::abi::GantryResources;
+
+/// The key of a node that must not be chosen (not running, or too full for anything pending).
+pub const NO_KEY: u64 = u64::MAX;
+
+/// Usage is clamped to `[0, USAGE_CLAMP]` and quantised to `USAGE_STEPS` per unit, so the
+/// quantised value stays within the key's 30 usage bits (2^29 at most).
+const USAGE_CLAMP: f64 = 2.0;
+const USAGE_STEPS: f64 = (1u64 << 28) as f64;
+const USAGE_MAX: u64 = 1 << 29;
+
+/// The category bits of a key (0, 1 or 2; 3 only for [`NO_KEY`]).
+#[inline]
+pub fn category(key: u64) -> u64 {
+    key >> 62
+}
+
+/// Category numbers of packed mode, in the order they are tried.
+pub const MEDIUM: u64 = 0;
+/// Nodes with nothing allocated.
+pub const LOW: u64 = 1;
+/// Nodes above the threshold.
+pub const HIGH: u64 = 2;
+
+/// `used / capacity` for one dimension; `None` when the node lacks it.
+#[inline]
+fn share(used: u64, capacity: u64) -> Option<f64> {
+    (capacity > 0).then(|| used as f64 / capacity as f64)
+}
+
+/// A node's usage: `used` against `capacity` as `what` measures it. Dimensions the node lacks
+/// (capacity 0) are left out; a node lacking every dimension asked for has usage 0.
+pub fn usage(what: UsageOf, used: &GantryResources, capacity: &GantryResources) -> f64 {
+    let cpu = share(used.cpu_millis, capacity.cpu_millis);
+    let mem = share(used.memory_bytes, capacity.memory_bytes);
+    let gpu = share(u64::from(used.gpus), u64::from(capacity.gpus));
+    match what {
+        UsageOf::Memory => mem.unwrap_or(0.0),
+        UsageOf::Cpu => cpu.unwrap_or(0.0),
+        UsageOf::Gpus => gpu.unwrap_or(0.0),
+        UsageOf::Dominant => [cpu, mem, gpu].into_iter().flatten().fold(0.0, f64::max),
+        UsageOf::Mean => {
+            let (sum, n) =
+                [cpu, mem, gpu].into_iter().flatten().fold((0.0, 0u32), |(s, n), x| (s + x, n + 1));
+            if n == 0 { 0.0 } else { sum / f64::from(n) }
+        }
+    }
+}
+
+/// Quantises a usage for the key (NaN counts as 0).
+#[inline]
+fn quantise(u: f64) -> u64 {
+    // `as` saturates and maps NaN to 0; the clamp keeps the result at most USAGE_MAX.
+    (u.clamp(0.0, USAGE_CLAMP) * USAGE_STEPS) as u64
+}
+
+/// A seeded bijection of `u32`: the node's rank among equals.
+#[inline]
+pub fn rank(seed: u64, node: u32) -> u32 {
+    let s = splitmix(seed);
+    let mut x = node ^ (s as u32);
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846c_a68b);
+    x ^= x >> 16;
+    x = x.wrapping_add((s >> 32) as u32);
+    x = x.wrapping_mul(0x9e37_79b1);
+    x ^ (x >> 13)
+}
+
+fn splitmix(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// What the key of a node depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NodeLoad {
+    /// Allocatable resources.
+    pub capacity: GantryResources,
+    /// What usage counts as used (allocated, or measured plus placed since).
+    pub used: GantryResources,
+    /// Whether anything is allocated on the node (containers, or placements of this call).
+    pub occupied: bool,
+    /// Its rank among equals.
+    pub rank: u32,
+}
+
+/// Computes keys for one call.
+#[derive(Debug, Clone, Copy)]
+pub struct Keyer {
+    /// The mode in effect (`Spread` while packing is off for lack of nodes).
+    pub mode: Mode,
+    /// What usage measures.
+    pub usage: UsageOf,
+    /// High-usage threshold.
+    pub threshold: f64,
+}
+
+impl Keyer {
+    /// The key of a node that may be chosen.
+    #[inline]
+    pub fn key(&self, n: &NodeLoad) -> u64 {
+        let u = usage(self.usage, &n.used, &n.capacity);
+        let q = quantise(u);
+        let rank = u64::from(n.rank);
+        match self.mode {
+            Mode::Spread => (q << 32) | rank,
+            Mode::BestFit => ((USAGE_MAX - q) << 32) | rank,
+            Mode::Packed if !n.occupied => (LOW << 62) | rank,
+            Mode::Packed if u > self.threshold => (HIGH << 62) | (q << 32) | rank,
+            Mode::Packed => (MEDIUM << 62) | ((USAGE_MAX - q) << 32) | rank,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn load(cpu: u64, mem_gib: u64, gpus: u32) -> NodeLoad {
+        NodeLoad {
+            capacity: GantryResources::new(8000, 16 * GIB, 4),
+            used: GantryResources::new(cpu, mem_gib * GIB, gpus),
+            occupied: cpu > 0 || mem_gib > 0 || gpus > 0,
+            rank: 0,
+        }
+    }
+
+    #[test]
+    fn usage_per_setting_leaves_out_missing_dimensions() {
+        let cap = GantryResources::new(8000, 16 * GIB, 4);
+        let used = GantryResources::new(2000, 12 * GIB, 1);
+        assert_eq!(usage(UsageOf::Memory, &used, &cap), 0.75);
+        assert_eq!(usage(UsageOf::Cpu, &used, &cap), 0.25);
+        assert_eq!(usage(UsageOf::Gpus, &used, &cap), 0.25);
+        assert_eq!(usage(UsageOf::Dominant, &used, &cap), 0.75);
+        assert!((usage(UsageOf::Mean, &used, &cap) - (0.25 + 0.75 + 0.25) / 3.0).abs() < 1e-12);
+        // A node without GPUs: the GPU share is left out, not counted as 0.
+        let no_gpu = GantryResources::new(8000, 16 * GIB, 0);
+        assert_eq!(usage(UsageOf::Mean, &used, &no_gpu), 0.5);
+        assert_eq!(usage(UsageOf::Gpus, &used, &no_gpu), 0.0);
+        assert_eq!(usage(UsageOf::Dominant, &GantryResources::default(), &GantryResources::default()), 0.0);
+    }
+
+    #[test]
+    fn rank_is_a_seeded_permutation() {
+        let mut seen: Vec<u32> = (0..5000).map(|n| rank(42, n)).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), 5000);
+        assert_ne!(
+            (0..8).map(|n| rank(1, n)).collect::<Vec<_>>(),
+            (0..8).map(|n| rank(2, n)).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn packed_keys_order_medium_fullest_then_low_then_high_least_used() {
+        let k = Keyer { mode: Mode::Packed, usage: UsageOf::Memory, threshold: 0.6 };
+        let medium_full = k.key(&load(100, 9, 0)); // 0.5625
+        let medium_light = k.key(&load(100, 1, 0)); // 0.0625
+        let at_threshold = k.key(&NodeLoad {
+            capacity: GantryResources::new(10, 10, 0),
+            used: GantryResources::new(6, 6, 0),
+            occupied: true,
+            rank: 0,
+        });
+        let empty = k.key(&load(0, 0, 0));
+        let high_light = k.key(&load(100, 10, 0)); // 0.625
+        let high_full = k.key(&load(100, 15, 0));
+        assert_eq!(category(at_threshold), MEDIUM, "usage equal to the threshold is medium");
+        assert!(at_threshold < medium_full && medium_full < medium_light);
+        assert!(medium_light < empty && empty < high_light && high_light < high_full);
+        // CPU allocated but no memory: occupied, so medium with usage 0, not low.
+        assert_eq!(category(k.key(&load(500, 0, 0))), MEDIUM);
+        assert!(high_full < NO_KEY);
+        let spread = Keyer { mode: Mode::Spread, ..k };
+        assert!(spread.key(&load(0, 0, 0)) < spread.key(&load(100, 1, 0)));
+        assert!(spread.key(&load(100, 1, 0)) < spread.key(&load(100, 15, 0)));
+        let best = Keyer { mode: Mode::BestFit, ..k };
+        assert!(best.key(&load(100, 15, 0)) < best.key(&load(100, 1, 0)));
+        assert!(best.key(&load(100, 1, 0)) < best.key(&load(0, 0, 0)));
+        assert_eq!(category(best.key(&load(100, 15, 0))), 0);
+    }
+}
