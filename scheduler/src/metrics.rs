@@ -780,7 +780,7 @@ impl Policy for TimedPolicy {
 mod tests {
     use super::*;
     use gantry_engine::{AppSpec, Command, EngineConfig, Event, GpuSpec, NodeSpec, Profile, QueueSpec};
-    use gantry_engine::{RequestSpec, Resources};
+    use gantry_engine::{NodeCondition, RequestSpec, Resources};
     use std::io::Write;
     use std::process::Stdio;
 
@@ -980,6 +980,35 @@ mod tests {
                     env!("CARGO_PKG_VERSION")
                 ))
         );
+    }
+
+    #[test]
+    fn idle_nodes_have_a_series_only_while_empty_and_not_lost() {
+        let mut engine = Engine::builtin(config()).expect("engine");
+        run(&mut engine, 1_000, vec![node("n1", 0), node("n2", 0), node("n3", 0)]);
+        run(&mut engine, 2_000, vec![app("root.prod", res(1000, GIB, 0), 1), Event::Tick]);
+        run(
+            &mut engine,
+            31_000,
+            vec![Event::NodeStateChanged { node: "n3".into(), state: NodeCondition::Draining }],
+        );
+        let m = SchedulerMetrics::new();
+        m.update_from_engine(&engine);
+        let t = m.encode();
+        // First fit put the container on n1; n2 and n3 have been empty since they registered.
+        assert_eq!(value(&t, "gantry_nodes_idle{state=\"running\"}"), 1.0);
+        assert_eq!(value(&t, "gantry_nodes_idle{state=\"draining\"}"), 1.0);
+        assert_eq!(sample(&t, "gantry_node_idle_seconds{node=\"n1\"}"), None, "busy: no series");
+        assert_eq!(value(&t, "gantry_node_idle_seconds{node=\"n2\"}"), 30.0);
+        assert_eq!(value(&t, "gantry_node_idle_seconds{node=\"n3\"}"), 30.0);
+        assert!(promtool_check_metrics(&t).0, "promtool accepts it");
+
+        run(&mut engine, 40_000, vec![Event::NodeLost { node: "n2".into() }]);
+        m.update_from_engine(&engine);
+        let t = m.encode();
+        assert_eq!(sample(&t, "gantry_node_idle_seconds{node=\"n2\"}"), None, "lost: no series");
+        assert_eq!(value(&t, "gantry_nodes_idle{state=\"running\"}"), 0.0);
+        assert_eq!(value(&t, "gantry_node_idle_seconds{node=\"n3\"}"), 39.0);
     }
 
     #[test]

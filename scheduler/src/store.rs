@@ -1592,6 +1592,21 @@ mod tests {
     }
 
     #[test]
+    fn drains_are_stored_until_undrained_and_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = Store::open(&path).unwrap();
+        let drain = |node: &str, drained| Write::NodeDrain { node: node.into(), drained, at_ms: 5 };
+        store.write_blocking(vec![drain("n2", true), drain("n1", true), drain("n1", true)]).unwrap();
+        assert_eq!(store.load().unwrap().drained_nodes, ["n1", "n2"], "a repeated drain is one drain");
+        // Undraining a node that is not drained is fine.
+        store.write_blocking(vec![drain("n2", false), drain("n3", false)]).unwrap();
+        store.close().unwrap();
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.load().unwrap().drained_nodes, ["n1"]);
+    }
+
+    #[test]
     fn a_second_opener_is_locked_out_until_the_first_closes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");

@@ -1612,3 +1612,113 @@ fn a_selector_value_with_alternatives_matches_any_of_them_and_nothing_else() {
     assert_eq!(l.iter().map(|x| x.app).collect::<Vec<_>>(), vec![good]);
     assert_eq!(p.e.stats().rejected.get(RejectReason::SelectorMismatch), 1);
 }
+
+// =============================================================================================
+// The downscale signal and measured usage
+// =============================================================================================
+
+fn idle(h: &H) -> Vec<(String, u64, u32)> {
+    let st = h.e.state();
+    h.e.idle_nodes()
+        .iter()
+        .map(|n| (st.str(st.nodes()[n.index as usize].name).to_owned(), n.since_ms, n.state))
+        .collect()
+}
+
+#[test]
+fn idle_nodes_are_the_empty_live_nodes_with_the_time_they_emptied() {
+    let mut h = H::builtin();
+    h.register(node("n1", "r1", 8, 32, 0));
+    h.t = 500;
+    h.register(node("n2", "r1", 8, 32, 0));
+    assert_eq!(idle(&h), [("n1".into(), 0, GANTRY_NODE_RUNNING), ("n2".into(), 500, GANTRY_NODE_RUNNING)]);
+
+    h.submit(app("x", DEFAULT_Q, vec![req(1000, 1, 0, 2)]));
+    let l = launches(&h.tick()); // t = 1500, first fit: both on n1
+    assert!(l.iter().all(|x| x.node == NodeId(0)));
+    assert_eq!(idle(&h), [("n2".into(), 500, GANTRY_NODE_RUNNING)], "a node with containers is not idle");
+    assert_eq!(h.e.state().node_meta(0).map(|m| m.live_containers), Some(2));
+
+    // Re-registering a busy node or an idle one changes neither.
+    h.t = 2_000;
+    h.register(node("n2", "r1", 8, 32, 0));
+    assert_eq!(idle(&h), [("n2".into(), 500, GANTRY_NODE_RUNNING)]);
+
+    // The node empties when its last container exits, not before.
+    h.t = 3_000;
+    h.exit(l[0].container, 0);
+    assert_eq!(idle(&h).len(), 1);
+    h.t = 4_000;
+    h.exit(l[1].container, 0);
+    assert_eq!(
+        idle(&h),
+        [("n2".into(), 500, GANTRY_NODE_RUNNING), ("n1".into(), 4_000, GANTRY_NODE_RUNNING)]
+    );
+
+    // A drained empty node is still listed (with its state): an autoscaler drains, then removes.
+    h.set_node("n1", NodeCondition::Draining);
+    assert_eq!(idle(&h)[1], ("n1".into(), 4_000, GANTRY_NODE_DRAINING));
+
+    // A lost node is not removable; back from the dead, it is empty from its return on.
+    h.lose("n2");
+    assert_eq!(idle(&h), [("n1".into(), 4_000, GANTRY_NODE_DRAINING)]);
+    h.t = 9_000;
+    h.register(node("n2", "r1", 8, 32, 0));
+    assert_eq!(idle(&h)[1], ("n2".into(), 9_000, GANTRY_NODE_RUNNING));
+}
+
+#[test]
+fn a_node_lost_with_containers_is_idle_from_its_return() {
+    let mut h = H::builtin();
+    h.register(node("n1", "r1", 8, 32, 0));
+    h.submit(app("x", DEFAULT_Q, vec![req(1000, 1, 0, 1)]));
+    h.tick();
+    assert!(idle(&h).is_empty());
+    h.t = 5_000;
+    h.lose("n1");
+    assert!(idle(&h).is_empty(), "lost nodes are never removable");
+    h.t = 7_000;
+    h.register(node("n1", "r1", 8, 32, 0));
+    assert_eq!(idle(&h), [("n1".into(), 7_000, GANTRY_NODE_RUNNING)]);
+}
+
+#[test]
+fn measured_usage_reaches_plugins_and_is_forgotten_when_the_node_is_lost() {
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<Vec<GantryNodeUsage>>>> = Default::default();
+    let record = seen.clone();
+    let hook: HookFn = Box::new(move |view, _out| {
+        assert_eq!(view.node_usage.len(), view.nodes.len(), "node_usage is parallel to nodes");
+        record.lock().expect("lock").push(view.node_usage.to_vec());
+    });
+    let mut h =
+        H::with(engine_with(EngineConfig::default(), Profile { place: Some(0), ..Default::default() }, hook));
+    h.register(node("n1", "r1", 8, 32, 0));
+    h.register(node("n2", "r1", 8, 32, 0));
+    h.t = 2_000;
+    h.ok(Event::NodeUsageReported { node: "n2".into(), used: res(1500, 3, 1) });
+    h.submit(app("x", DEFAULT_Q, vec![req(1000, 1, 0, 1)]));
+    h.tick();
+    let last = seen.lock().expect("lock").last().cloned().expect("place was called");
+    assert_eq!(last[0], GantryNodeUsage::default(), "never sampled: all zero");
+    assert_eq!(
+        last[1],
+        GantryNodeUsage {
+            cpu_millis: 1500,
+            memory_bytes: 3 * GIB,
+            gpus_busy: 1,
+            reserved: 0,
+            sampled_ms: 2_000
+        }
+    );
+
+    assert_eq!(
+        h.refused(Event::NodeUsageReported { node: "ghost".into(), used: res(1, 1, 0) }),
+        EngineError::UnknownNode("ghost".into())
+    );
+    h.lose("n2");
+    assert_eq!(h.e.state().node_usage()[1], GantryNodeUsage::default(), "a lost node's sample is dropped");
+    assert!(matches!(
+        h.refused(Event::NodeUsageReported { node: "n2".into(), used: res(1, 1, 0) }),
+        EngineError::Conflict(_)
+    ));
+}
