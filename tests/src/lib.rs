@@ -44,6 +44,8 @@ pub fn build_artifacts() -> anyhow::Result<PathBuf> {
                     "gantry-test-plugin",
                     "-p",
                     "gantry-hetero",
+                    "-p",
+                    "gantry-packing",
                     "--lib",
                 ],
             ];

@@ -365,7 +365,10 @@ pub mod paths {
     }
     /// Nodes an autoscaler may remove, idle at least `min_idle_ms`.
     pub fn removable_nodes(min_idle_ms: u64) -> String {
-        format!("{PREFIX}/removable-nodes?idle={min_idle_ms}ms")
+        match min_idle_ms {
+            0 => format!("{PREFIX}/removable-nodes"),
+            ms => format!("{PREFIX}/removable-nodes?idle={ms}ms"),
+        }
     }
     /// Apps, filtered.
     pub fn apps(filter: &AppFilter) -> String {
