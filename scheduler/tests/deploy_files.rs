@@ -112,6 +112,7 @@ fn alerts_cover_the_brief_and_use_only_metrics_the_daemons_expose() {
         "GantryPluginRejectingDecisions",
         "GantryQueueStarved",
         "GantrySchedulerDown",
+        "GantryDrainedNodesIdle",
     ] {
         assert!(alerts.contains(&format!("- alert: {alert}\n")), "alerts.yml has no {alert}");
     }
@@ -126,6 +127,17 @@ fn alerts_cover_the_brief_and_use_only_metrics_the_daemons_expose() {
         pending: amount,
     }]);
     scheduler.set_plugin_quarantined("packing", false);
+    // The idle-node families get their series from a real engine with one (empty) node.
+    let mut engine = gantry_engine::Engine::builtin(gantry_engine::EngineConfig::default()).expect("engine");
+    let node = gantry_engine::NodeSpec {
+        name: "n1".into(),
+        rack: String::new(),
+        labels: Vec::new(),
+        capacity: gantry_engine::Resources::new(1000, 1 << 30, 0),
+        gpu_list: Vec::new(),
+    };
+    engine.handle(0, gantry_engine::Event::NodeRegistered(node)).expect("node");
+    scheduler.update_from_engine(&engine);
     scheduler.observe_hook("packing", "place", Duration::from_micros(20));
     let mut exposed = sample_names(&scheduler.encode());
     exposed.extend(sample_names(&AgentMetrics::new().encode()));
