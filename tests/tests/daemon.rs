@@ -264,3 +264,36 @@ fn an_agent_restart_readopts_its_containers_without_relaunching_them() {
     let _ = stop.send(());
     drop(a);
 }
+
+/// A real agent's status reaches the engine as measured usage (what `basis = "measured"`
+/// plugins read through the view's `node_usage`), and its node is listed idle while empty.
+#[test]
+fn real_agents_usage_reaches_the_engine_and_an_empty_node_is_idle() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (bound, _stop) = start_daemon(&rt, 10_000, &dir.path().join("data"));
+    let _agent = TestAgent::start(dir.path(), "measured", "r1", &[], bound.agent_addr);
+    let (usage, idle) = gantry_tests::wait_until("a usage sample from the agent", GUARD, || {
+        rt.block_on(bound.core.read(|c| {
+            let st = c.engine().state();
+            let i = st.node_by_name("measured")?.0 as usize;
+            let usage = st.node_usage()[i];
+            (usage.sampled_ms > 0).then(|| (usage, c.engine().idle_nodes()))
+        }))
+        .expect("core")
+    });
+    // Host-wide figures of this very machine: something is always in use, never more than all.
+    assert!(usage.memory_bytes > 0);
+    let total_mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("MemTotal:").map(|v| v.trim().to_owned())))
+        .and_then(|v| v.trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("MemTotal")
+        * 1024;
+    assert!(usage.memory_bytes < total_mem, "{} ≥ MemTotal {total_mem}", usage.memory_bytes);
+    let cores = std::fs::read_to_string("/proc/stat")
+        .map(|t| t.lines().filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")).count() as u64)
+        .expect("/proc/stat");
+    assert!(usage.cpu_millis <= cores * 1000, "cpu {} m on {cores} cores", usage.cpu_millis);
+    assert_eq!(idle.len(), 1, "the one empty node is idle: {idle:?}");
+}
