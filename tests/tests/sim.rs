@@ -120,3 +120,43 @@ fn the_simulator_runs_the_scheduler_configuration_and_its_plugin_library() {
     );
     assert!(!dir.path().join("bad-out").exists());
 }
+
+#[test]
+fn an_elastic_cluster_writes_its_node_series_and_refuses_bounds_the_pool_cannot_honour() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let elastic = [
+        "--elastic-min",
+        "5",
+        "--elastic-max",
+        "22",
+        "--scale-up-after",
+        "30s",
+        "--boot",
+        "20s",
+        "--scale-down-after",
+        "1m",
+    ];
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for out in [&a, &b] {
+        let o = sim(out, &elastic);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let summary: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        assert_eq!(summary["completed"], 8, "{summary}");
+        let e = &summary["elastic"];
+        assert_eq!(e["nodes"]["min"], 5, "{summary}");
+        let peak = e["nodes"]["peak"].as_u64().expect("peak");
+        assert!((5..=22).contains(&peak), "{summary}");
+        assert_eq!(summary["node_hours"], e["node_hours"], "node-hours are the billed ones");
+    }
+    for f in ["summary.json", "nodes.csv", "nodes.svg", "timeseries.csv"] {
+        let x = std::fs::read(a.join(f)).expect("read");
+        assert!(!x.is_empty(), "{f}");
+        assert_eq!(x, std::fs::read(b.join(f)).expect("read"), "{f} differs between identical runs");
+    }
+    let out = dir.path().join("too-big");
+    let o = sim(&out, &["--elastic-min", "5", "--elastic-max", "30"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--elastic-max 30") && err.contains("lists 22"), "{err}");
+    assert!(!out.exists(), "nothing written for refused flags");
+}
