@@ -4,26 +4,29 @@
 
 use crate::config::{Basis, Mode, PackingConfig};
 use crate::tree::Tree;
-use crate::usage::{Keyer, NO_KEY, NodeLoad, category, rank};
+use crate::usage::{Keyer, NO_KEY, category, rank};
 use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, View};
 use std::collections::HashMap;
 
-/// A node as this call sees it.
+/// A node as this call sees it (its capacity is the view's).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Room {
     /// What still fits: capacity less allocated less this call's placements (GPUs: no more than
     /// the node's free GPU records).
     pub free: GantryResources,
-    /// Allocated plus this call's placements (decides emptiness).
-    pub allocated: GantryResources,
-    /// What the key is computed from.
-    pub load: NodeLoad,
-    /// Whether the node accepts containers.
-    pub running: bool,
+    /// What usage counts as used: allocated, or measured plus placed since; plus this call's
+    /// placements.
+    pub used: GantryResources,
     /// Its key, or [`NO_KEY`] when it may not be chosen (not running, or too full for the
     /// smallest pending request).
     pub key: u64,
+    /// Its rank among equals.
+    pub rank: u32,
+    /// Whether anything is allocated on it (containers, or this call's placements).
+    pub occupied: bool,
+    /// Whether the node accepts containers.
+    pub running: bool,
 }
 
 /// A set of nodes given by labels: a request's selector, or its selector and preferred labels.
@@ -330,15 +333,11 @@ fn build_rooms(
         }
         Room {
             free,
-            allocated: n.allocated,
-            load: NodeLoad {
-                capacity: n.capacity,
-                used,
-                occupied: !n.allocated.is_zero(),
-                rank: rank(view.seed, i as u32),
-            },
-            running: n.state == GANTRY_NODE_RUNNING,
+            used,
             key: NO_KEY,
+            rank: rank(view.seed, i as u32),
+            occupied: !n.allocated.is_zero(),
+            running: n.state == GANTRY_NODE_RUNNING,
         }
     }));
     if config.basis == Basis::Measured && !view.node_usage.is_empty() {
@@ -347,19 +346,23 @@ fn build_rooms(
             let sampled = view.node_usage.get(c.node as usize).map_or(0, |m| m.sampled_ms);
             if sampled > 0 && c.start_ms >= sampled {
                 if let Some(room) = rooms.get_mut(c.node as usize) {
-                    room.load.used = room.load.used.plus(&c.resources);
+                    room.used = room.used.plus(&c.resources);
                 }
             }
         }
     }
-    for room in rooms.iter_mut() {
-        room.key = key_of(keyer, room, min_shape);
+    for (room, node) in rooms.iter_mut().zip(view.nodes) {
+        room.key = key_of(keyer, room, &node.capacity, min_shape);
     }
 }
 
 #[inline]
-fn key_of(keyer: Keyer, room: &Room, min_shape: &GantryResources) -> u64 {
-    if room.running && min_shape.fits_in(&room.free) { keyer.key(&room.load) } else { NO_KEY }
+fn key_of(keyer: Keyer, room: &Room, capacity: &GantryResources, min_shape: &GantryResources) -> u64 {
+    if room.running && min_shape.fits_in(&room.free) {
+        keyer.key(capacity, &room.used, room.occupied, room.rank)
+    } else {
+        NO_KEY
+    }
 }
 
 impl Scratch {
@@ -598,13 +601,15 @@ impl<F: Finder> Planner<'_, '_, F> {
 
     /// Charges one container of `res` to node `v`.
     fn take(&mut self, v: u32, res: &GantryResources) {
-        let Some(room) = self.s.rooms.get_mut(v as usize) else { return };
+        let (Some(room), Some(node)) = (self.s.rooms.get_mut(v as usize), self.view.nodes.get(v as usize))
+        else {
+            return;
+        };
         self.s.trial.push((v, *room));
         room.free = room.free.minus(res);
-        room.allocated = room.allocated.plus(res);
-        room.load.used = room.load.used.plus(res);
-        room.load.occupied = !room.allocated.is_zero();
-        room.key = key_of(self.keyer, room, &self.min_shape);
+        room.used = room.used.plus(res);
+        room.occupied |= !res.is_zero();
+        room.key = key_of(self.keyer, room, &node.capacity, &self.min_shape);
         let call = self.s.call(self.view, self.keyer);
         self.finder.update(&call, v);
     }

@@ -38,7 +38,7 @@ impl Finder for Reference {
             if !shape.fits_in(&room.free) {
                 continue;
             }
-            let key = c.keyer.key(&room.load);
+            let key = c.keyer.key(&node.capacity, &room.used, room.occupied, room.rank);
             if best.is_none_or(|(_, k)| key < k) {
                 best = Some((v as u32, key));
             }

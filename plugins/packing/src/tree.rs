@@ -9,7 +9,7 @@
 //! O(log n). Nodes that fit nothing pending are given [`NO_KEY`](crate::usage::NO_KEY) and free
 //! room 0 by the caller, so full nodes do not mislead the bounds. An update (a placement changed
 //! one node) rewrites the path from its leaf to the root, stopping early where nothing changed:
-//! O(log n).
+//! O(log n). A build, once per call, is O(n).
 
 use crate::usage::NO_KEY;
 use gantry_sdk::abi::{GANTRY_NONE, GantryResources};
@@ -54,9 +54,12 @@ impl Entry {
 /// The index over one set of nodes (all running nodes, or those matching a label filter).
 #[derive(Debug, Clone, Default)]
 pub struct Tree {
-    /// Leaves: a power of two at least the number of members.
+    /// Number of leaves: the number of members (at least 1).
     width: usize,
-    /// `entries[1]` is the root; the leaves are `entries[width..width + members.len()]`.
+    /// `entries[1]` is the root, entry `i < width` joins `2i` and `2i + 1`, and the leaves are
+    /// `entries[width..2 * width]`. With `width` not a power of two, leaves sit at two depths;
+    /// nothing here needs a leaf's subtree to be a contiguous range, only that every entry
+    /// bounds its two children.
     entries: Vec<Entry>,
     /// Node index of each leaf.
     members: Vec<u32>,
@@ -82,7 +85,7 @@ impl Tree {
                 *slot = leaf as u32;
             }
         }
-        self.width = self.members.len().next_power_of_two().max(1);
+        self.width = self.members.len().max(1);
         self.entries.clear();
         self.entries.resize(2 * self.width, EMPTY);
         for (leaf, &node) in self.members.iter().enumerate() {

@@ -90,19 +90,6 @@ fn splitmix(seed: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// What the key of a node depends on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct NodeLoad {
-    /// Allocatable resources.
-    pub capacity: GantryResources,
-    /// What usage counts as used (allocated, or measured plus placed since).
-    pub used: GantryResources,
-    /// Whether anything is allocated on the node (containers, or placements of this call).
-    pub occupied: bool,
-    /// Its rank among equals.
-    pub rank: u32,
-}
-
 /// Computes keys for one call.
 #[derive(Debug, Clone, Copy)]
 pub struct Keyer {
@@ -115,16 +102,18 @@ pub struct Keyer {
 }
 
 impl Keyer {
-    /// The key of a node that may be chosen.
+    /// The key of a node that may be chosen: `used` (allocated, or measured plus placed since)
+    /// against `capacity`; `occupied` when anything is allocated on it (containers, or
+    /// placements of this call); `rank` its place among equals.
     #[inline]
-    pub fn key(&self, n: &NodeLoad) -> u64 {
-        let u = usage(self.usage, &n.used, &n.capacity);
+    pub fn key(&self, capacity: &GantryResources, used: &GantryResources, occupied: bool, rank: u32) -> u64 {
+        let u = usage(self.usage, used, capacity);
         let q = quantise(u);
-        let rank = u64::from(n.rank);
+        let rank = u64::from(rank);
         match self.mode {
             Mode::Spread => (q << 32) | rank,
             Mode::BestFit => ((USAGE_MAX - q) << 32) | rank,
-            Mode::Packed if !n.occupied => (LOW << 62) | rank,
+            Mode::Packed if !occupied => (LOW << 62) | rank,
             Mode::Packed if u > self.threshold => (HIGH << 62) | (q << 32) | rank,
             Mode::Packed => (MEDIUM << 62) | ((USAGE_MAX - q) << 32) | rank,
         }
@@ -137,13 +126,11 @@ mod tests {
 
     const GIB: u64 = 1 << 30;
 
-    fn load(cpu: u64, mem_gib: u64, gpus: u32) -> NodeLoad {
-        NodeLoad {
-            capacity: GantryResources::new(8000, 16 * GIB, 4),
-            used: GantryResources::new(cpu, mem_gib * GIB, gpus),
-            occupied: cpu > 0 || mem_gib > 0 || gpus > 0,
-            rank: 0,
-        }
+    /// A node of 8 cores, 16 GiB and 4 GPUs with this much used.
+    fn key(k: &Keyer, cpu: u64, mem_gib: u64, gpus: u32) -> u64 {
+        let capacity = GantryResources::new(8000, 16 * GIB, 4);
+        let used = GantryResources::new(cpu, mem_gib * GIB, gpus);
+        k.key(&capacity, &used, !used.is_zero(), 0)
     }
 
     #[test]
@@ -177,29 +164,24 @@ mod tests {
     #[test]
     fn packed_keys_order_medium_fullest_then_low_then_high_least_used() {
         let k = Keyer { mode: Mode::Packed, usage: UsageOf::Memory, threshold: 0.6 };
-        let medium_full = k.key(&load(100, 9, 0)); // 0.5625
-        let medium_light = k.key(&load(100, 1, 0)); // 0.0625
-        let at_threshold = k.key(&NodeLoad {
-            capacity: GantryResources::new(10, 10, 0),
-            used: GantryResources::new(6, 6, 0),
-            occupied: true,
-            rank: 0,
-        });
-        let empty = k.key(&load(0, 0, 0));
-        let high_light = k.key(&load(100, 10, 0)); // 0.625
-        let high_full = k.key(&load(100, 15, 0));
+        let medium_full = key(&k, 100, 9, 0); // 0.5625
+        let medium_light = key(&k, 100, 1, 0); // 0.0625
+        let at_threshold = k.key(&GantryResources::new(10, 10, 0), &GantryResources::new(6, 6, 0), true, 0);
+        let empty = key(&k, 0, 0, 0);
+        let high_light = key(&k, 100, 10, 0); // 0.625
+        let high_full = key(&k, 100, 15, 0);
         assert_eq!(category(at_threshold), MEDIUM, "usage equal to the threshold is medium");
         assert!(at_threshold < medium_full && medium_full < medium_light);
         assert!(medium_light < empty && empty < high_light && high_light < high_full);
         // CPU allocated but no memory: occupied, so medium with usage 0, not low.
-        assert_eq!(category(k.key(&load(500, 0, 0))), MEDIUM);
+        assert_eq!(category(key(&k, 500, 0, 0)), MEDIUM);
         assert!(high_full < NO_KEY);
         let spread = Keyer { mode: Mode::Spread, ..k };
-        assert!(spread.key(&load(0, 0, 0)) < spread.key(&load(100, 1, 0)));
-        assert!(spread.key(&load(100, 1, 0)) < spread.key(&load(100, 15, 0)));
+        assert!(key(&spread, 0, 0, 0) < key(&spread, 100, 1, 0));
+        assert!(key(&spread, 100, 1, 0) < key(&spread, 100, 15, 0));
         let best = Keyer { mode: Mode::BestFit, ..k };
-        assert!(best.key(&load(100, 15, 0)) < best.key(&load(100, 1, 0)));
-        assert!(best.key(&load(100, 1, 0)) < best.key(&load(0, 0, 0)));
-        assert_eq!(category(best.key(&load(100, 15, 0))), 0);
+        assert!(key(&best, 100, 15, 0) < key(&best, 100, 1, 0));
+        assert!(key(&best, 100, 1, 0) < key(&best, 0, 0, 0));
+        assert_eq!(category(key(&best, 100, 15, 0)), 0);
     }
 }
