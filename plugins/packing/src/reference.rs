@@ -432,16 +432,6 @@ mod tests {
             for config in configs(&mut rng) {
                 let mut want = Decisions::new();
                 place(&config, &view, &mut Scratch::default(), &mut Reference, &mut want);
-                if std::env::var("PACKING_DEBUG").is_ok() {
-                    eprintln!("round {round} {config:?}");
-                    for d in want.as_slice() {
-                        let r = &view.requests[d.subject as usize];
-                        eprintln!(
-                            "  r{} -> n{} flags {} res {:?} count {} placed {}",
-                            d.subject, d.target, r.flags, r.resources, r.count, r.placed
-                        );
-                    }
-                }
                 assert_valid(&view, want.as_slice());
                 placed += want.len();
                 for (i, index) in indexes.iter_mut().enumerate() {
