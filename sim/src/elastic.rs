@@ -19,15 +19,19 @@
 //!   longest idle first, never leaving fewer than `min_nodes` (booting nodes count). A removed
 //!   node is off again and may be started later; it re-registers under its own name.
 //!
-//! The sizing ignores rack requirements (a gang's containers are sized one by one) and queue
-//! limits: if the free room already holds the waiting containers and they still wait — a queue
-//! at its maximum, a policy that chooses to wait — no node is added.
+//! A gang is sized whole or not at all (in one rack if it requires one): no node is started for
+//! a gang that could not run even at the maximum size. The sizing ignores queue limits: if the
+//! free room already holds the waiting containers and they still wait — a queue at its maximum,
+//! a policy that chooses to wait — no node is added.
 
 use crate::sim::value_matches;
 use gantry_engine::state::ClusterState;
 use gantry_engine::{IdleNode, NodeSpec, Resources};
 use gantry_sdk::View;
-use gantry_sdk::abi::{GANTRY_APP_ACCEPTED, GANTRY_APP_RUNNING, GANTRY_NODE_RUNNING, GantryRange};
+use gantry_sdk::abi::{
+    GANTRY_APP_ACCEPTED, GANTRY_APP_RUNNING, GANTRY_NODE_RUNNING, GANTRY_REQUEST_GANG,
+    GANTRY_REQUEST_SAME_RACK_REQUIRED, GantryRange,
+};
 use std::collections::HashMap;
 
 /// Qubole's upscaling trigger: requests waiting for more than 3 minutes.
@@ -204,6 +208,10 @@ struct Want {
     resources: Resources,
     selector: Vec<(String, String)>,
     count: u64,
+    /// All of them at once or none.
+    gang: bool,
+    /// A gang that must share one rack.
+    one_rack: bool,
 }
 
 /// The autoscaler's state over the pool (indexes are the pool's, i.e. the cluster file's order).
@@ -381,35 +389,75 @@ impl<'a> Autoscaler<'a> {
         }
         let mut opened: Vec<usize> = Vec::new();
         for want in &wants {
-            let mut left = want.count;
-            for (i, free) in bins.iter_mut() {
-                if left == 0 {
+            if !want.gang {
+                // What fits is worth starting nodes for, even if not all of it does.
+                self.fill(want, None, &mut bins, &mut opened);
+                continue;
+            }
+            // A gang starts whole or not at all (within one rack if it requires one): size it
+            // on a copy and keep the plan only if all of it fits, so that nodes are never
+            // started for a gang that could not run on them.
+            let racks: Vec<Option<&str>> = if want.one_rack {
+                let mut racks: Vec<Option<&str>> = Vec::new();
+                for n in self.pool {
+                    if !racks.contains(&Some(n.rack.as_str())) {
+                        racks.push(Some(n.rack.as_str()));
+                    }
+                }
+                racks
+            } else {
+                vec![None]
+            };
+            for rack in racks {
+                let (mut b, mut o) = (bins.clone(), opened.clone());
+                if self.fill(want, rack, &mut b, &mut o) == 0 {
+                    (bins, opened) = (b, o);
                     break;
                 }
-                if !self.matches(*i, &want.selector) {
-                    continue;
-                }
+            }
+        }
+        opened
+    }
+
+    /// First fit of `want`'s containers into `bins` (free room of nodes running, booting or
+    /// opened by this plan), then into pool nodes that are off, opened in file order while the
+    /// maximum allows; only nodes of `rack` if given. Returns the containers left over.
+    fn fill(
+        &self,
+        want: &Want,
+        rack: Option<&str>,
+        bins: &mut Vec<(usize, [u64; 3])>,
+        opened: &mut Vec<usize>,
+    ) -> u64 {
+        let usable =
+            |i: usize| rack.is_none_or(|r| self.pool[i].rack == r) && self.matches(i, &want.selector);
+        let mut left = want.count;
+        for (i, free) in bins.iter_mut() {
+            if left == 0 {
+                break;
+            }
+            if usable(*i) {
                 let k = fits(free, &want.resources).min(left);
                 take(free, &want.resources, k);
                 left -= k;
             }
-            while left > 0 && self.active() + opened.len() < self.options.max_nodes {
-                let next = (0..self.pool.len()).find(|&i| {
-                    self.phase[i] == Phase::Off
-                        && !opened.contains(&i)
-                        && self.matches(i, &want.selector)
-                        && fits(&room_of(&self.pool[i].capacity), &want.resources) > 0
-                });
-                let Some(i) = next else { break };
-                let mut free = room_of(&self.pool[i].capacity);
-                let k = fits(&free, &want.resources).min(left);
-                take(&mut free, &want.resources, k);
-                left -= k;
-                opened.push(i);
-                bins.push((i, free));
-            }
         }
-        opened
+        while left > 0 && self.active() + opened.len() < self.options.max_nodes {
+            let next = (0..self.pool.len()).find(|&i| {
+                self.phase[i] == Phase::Off
+                    && !opened.contains(&i)
+                    && usable(i)
+                    && fits(&room_of(&self.pool[i].capacity), &want.resources) > 0
+            });
+            let Some(i) = next else { break };
+            let mut free = room_of(&self.pool[i].capacity);
+            let k = fits(&free, &want.resources).min(left);
+            take(&mut free, &want.resources, k);
+            left -= k;
+            opened.push(i);
+            bins.push((i, free));
+        }
+        left
     }
 
     /// Containers of admitted applications that have waited at least `scale_up_after_ms`.
@@ -427,6 +475,9 @@ impl<'a> Autoscaler<'a> {
                 resources: Resources::new(r.resources.cpu_millis, r.resources.memory_bytes, r.resources.gpus),
                 selector: labels_of(st, r.selector),
                 count: u64::from(r.count - r.placed),
+                gang: r.flags & GANTRY_REQUEST_GANG != 0,
+                one_rack: r.flags & GANTRY_REQUEST_GANG != 0
+                    && r.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0,
             })
             .collect()
     }

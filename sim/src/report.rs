@@ -195,8 +195,10 @@ pub struct Summary {
     pub utilisation: Utilisation,
     /// Node-hours (on an elastic cluster: billed, boot included).
     pub node_hours: f64,
-    /// Jobs refused because no node of the cluster could ever hold one of their stages.
-    pub never_fit: u64,
+    /// When the run stalled — nothing due any more while work was still pending (work no node
+    /// can hold, or that a strict policy keeps behind such work) — s; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stalled_at_s: Option<f64>,
     /// Containers preempted by a policy.
     pub preemptions: u64,
     /// Containers launched.
@@ -289,7 +291,7 @@ pub fn summarise(result: &SimResult, options: &ReportOptions) -> Summary {
         wait_s: wait(&all),
         utilisation: Utilisation::of(&result.utilisation),
         node_hours: round3(result.node_hours),
-        never_fit: result.never_fit,
+        stalled_at_s: result.stalled_at_ms.map(secs),
         preemptions: result.preemptions,
         launches: result.launches,
         cycles: result.cycles,
@@ -629,7 +631,7 @@ mod tests {
             end_ms: 1_310_000,
             utilisation: [0.75, 0.375, 0.0],
             node_hours: 2.5,
-            never_fit: 0,
+            stalled_at_ms: None,
             elastic: None,
             preemptions: 0,
             cycles: 9,

@@ -13,11 +13,16 @@
 //! several racks while it prefers one rack runs slow; a gang's containers end together.
 //!
 //! With [`SimOptions::elastic`] the cluster is a pool that an autoscaler grows and shrinks
-//! ([`crate::elastic`]); otherwise every node registers at time 0. A stage that no node of the
-//! cluster (or pool) could ever hold is refused at submission (the job ends `rejected`, counted
-//! in [`SimResult::never_fit`]) rather than left pending forever.
+//! ([`crate::elastic`]); otherwise every node registers at time 0.
+//!
+//! A run ends when every job has ended, at `until_ms`, or when it has **stalled**: for
+//! [`STALL_AFTER_MS`] of virtual time nothing has been due — no container running or node
+//! booting, no arrival, end or time limit ahead — while work is still pending (work no node can
+//! hold, or work a strict policy keeps behind it). The daemon would keep such work pending for
+//! ever; the simulator reports it unfinished and says when the run stalled
+//! ([`SimResult::stalled_at_ms`]).
 
-use crate::elastic::{self, Autoscaler, ElasticError, ElasticOptions, ElasticStats};
+use crate::elastic::{Autoscaler, ElasticError, ElasticOptions, ElasticStats};
 use crate::trace::{Job, Stage};
 use gantry_engine::{
     AppId, AppSpec, Command, ContainerId, Engine, Event, KillReason, NodeCondition, NodeId, NodeSpec,
@@ -26,6 +31,11 @@ use gantry_engine::{
 use gantry_sdk::abi::*;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
+
+/// How long nothing may be due, with work still pending, before a run is called stalled and
+/// stops: one hour of virtual time, so that a policy acting on the passage of time alone still
+/// gets its chance.
+pub const STALL_AFTER_MS: u64 = 3_600_000;
 
 /// How the loop runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,9 +191,9 @@ pub struct SimResult {
     /// Node-hours: the time each node was registered, summed; on an elastic cluster the time
     /// each node was billed (from its start, boot included, to its removal).
     pub node_hours: f64,
-    /// Jobs refused because no node of the cluster (or the elastic pool) could ever hold one
-    /// of their stages (outcome `rejected`).
-    pub never_fit: u64,
+    /// When the run stalled (see the module documentation), if it did: from then on nothing was
+    /// due; the run stopped [`STALL_AFTER_MS`] later with the pending jobs unfinished.
+    pub stalled_at_ms: Option<u64>,
     /// The autoscaler's figures, on an elastic cluster.
     pub elastic: Option<ElasticStats>,
     /// Containers preempted by a policy.
@@ -222,6 +232,14 @@ enum Due {
     Boot(usize),
     /// A time-series sample.
     Sample,
+}
+
+impl Due {
+    /// Ticks, samples and checks recur for as long as the run goes on; the others are things
+    /// that happen.
+    fn periodic(self) -> bool {
+        matches!(self, Due::Tick | Due::Sample | Due::Check)
+    }
 }
 
 /// A running container as the simulated agent sees it.
@@ -289,7 +307,10 @@ struct Sim<'a> {
     allocated_area: [f64; 3],
     registered_area: [f64; 3],
     billed_area: [f64; 3],
-    never_fit: u64,
+    /// Events in the heap other than ticks, samples and autoscaler checks: while there are
+    /// none, nothing will ever happen but the passage of time.
+    due_events: usize,
+    stalled_at_ms: Option<u64>,
 }
 
 /// Runs `jobs` on `nodes` through `engine` (already built, with its plugins and queues).
@@ -370,7 +391,8 @@ pub fn run_with_progress<'a>(
         allocated_area: [0.0; 3],
         registered_area: [0.0; 3],
         billed_area: [0.0; 3],
-        never_fit: 0,
+        due_events: 0,
+        stalled_at_ms: None,
     };
     sim.start()?;
     sim.main_loop()?;
@@ -379,6 +401,9 @@ pub fn run_with_progress<'a>(
 
 impl Sim<'_> {
     fn push(&mut self, at: u64, due: Due) {
+        if !due.periodic() {
+            self.due_events += 1;
+        }
         self.seq += 1;
         self.heap.push(Reverse((at, self.seq, due)));
     }
@@ -419,6 +444,7 @@ impl Sim<'_> {
     }
 
     fn main_loop(&mut self) -> Result<(), SimError> {
+        let mut quiet_since: Option<u64> = None;
         while let Some(Reverse((at, _, _))) = self.heap.peek().copied() {
             if self.options.until_ms.is_some_and(|u| at > u) {
                 self.advance(self.options.until_ms.unwrap_or(at));
@@ -432,6 +458,9 @@ impl Sim<'_> {
                     break;
                 }
                 self.heap.pop();
+                if !due.periodic() {
+                    self.due_events -= 1;
+                }
                 tick |= self.handle_due(due)?;
             }
             if tick {
@@ -439,6 +468,15 @@ impl Sim<'_> {
             }
             if self.all_done() {
                 break;
+            }
+            if self.due_events == 0 {
+                let since = *quiet_since.get_or_insert(self.now);
+                if self.now.saturating_sub(since) >= STALL_AFTER_MS {
+                    self.stalled_at_ms = Some(since);
+                    break;
+                }
+            } else {
+                quiet_since = None;
             }
             // Keep time moving for pending work.
             if !self.tick_scheduled && self.pending_work() {
@@ -515,29 +553,6 @@ impl Sim<'_> {
                 add_capacity(&mut self.registered_capacity, &n.capacity, false);
             }
         }
-    }
-
-    /// Whether no node of the cluster (the pool, within its maximum size) could ever hold
-    /// `stage`: one of its containers (a gang: all of them at once, racks aside).
-    fn never_fits(&self, stage: &Stage) -> bool {
-        let mut per_node: Vec<u64> = self
-            .nodes
-            .iter()
-            .filter(|n| {
-                stage
-                    .selector
-                    .iter()
-                    .all(|(k, v)| n.labels.iter().any(|(lk, lv)| lk == k && value_matches(v, lv)))
-            })
-            .map(|n| elastic::fits(&elastic::room_of(&n.capacity), &stage.resources))
-            .filter(|&k| k > 0)
-            .collect();
-        if !stage.gang {
-            return per_node.is_empty();
-        }
-        let limit = self.elastic.as_ref().map_or(per_node.len(), |a| a.options.max_nodes);
-        per_node.sort_unstable_by(|a, b| b.cmp(a));
-        per_node.iter().take(limit).fold(0u64, |s, &k| s.saturating_add(k)) < u64::from(stage.count)
     }
 
     fn pending_work(&self) -> bool {
@@ -737,12 +752,6 @@ impl Sim<'_> {
         let job = &self.jobs[i];
         let s = self.state[i].stage;
         let Some(stage) = job.stages.get(s) else { return };
-        if self.never_fits(stage) {
-            tracing::debug!(job = %job.name, stage = s, "no node of the cluster can ever hold this stage");
-            self.never_fit += 1;
-            self.end_job(i, JobOutcome::Rejected);
-            return;
-        }
         let spec = AppSpec {
             name: if job.stages.len() > 1 { format!("{}#{s}", job.name) } else { job.name.clone() },
             queue: if job.queue.is_empty() { "root.default".into() } else { job.queue.clone() },
@@ -966,7 +975,7 @@ impl Sim<'_> {
             end_ms: end,
             utilisation,
             node_hours: hours,
-            never_fit: self.never_fit,
+            stalled_at_ms: self.stalled_at_ms,
             elastic,
             preemptions: self.preemptions,
             cycles: self.cycles,

@@ -5,7 +5,7 @@
 use gantry_engine::{Engine, EngineConfig, NodeSpec, RackAffinity, Resources};
 use gantry_sim::elastic::{ElasticError, ElasticOptions};
 use gantry_sim::report::{ReportOptions, summarise, write_all};
-use gantry_sim::sim::{JobOutcome, NodeFailure, SimError, SimOptions, SimResult, run};
+use gantry_sim::sim::{JobOutcome, NodeFailure, STALL_AFTER_MS, SimError, SimOptions, SimResult, run};
 use gantry_sim::trace::{Job, Stage};
 
 const S: u64 = 1_000;
@@ -190,19 +190,47 @@ fn scale_up_follows_selectors_and_sizes() {
 }
 
 #[test]
-fn work_no_node_can_ever_hold_is_refused_instead_of_waiting_forever() {
-    // 3 cores fit no 2-core node; a gang of 5 × 1 core needs three nodes, more than max 2.
-    let mut gang = job("gang", 0, 5, 1, 10);
-    gang.stages[0].gang = true;
-    let jobs = [job("too-big", 0, 1, 3, 10), gang, job("fine", 0, 1, 1, 10)];
-    // Without --until, these would keep the loop ticking for ever.
-    let fixed = simulate(&pool(2), &jobs[..1], &SimOptions::default());
-    assert_eq!((fixed.jobs[0].outcome, fixed.never_fit), (JobOutcome::Rejected, 1));
-    let r = simulate(&pool(4), &jobs, &elastic(1, 2));
+fn work_no_node_can_ever_hold_stalls_the_run_instead_of_ticking_for_ever() {
+    // `too-big` (3 cores) fits no 2-core node; `fine` ends at 10 s. From then on nothing is
+    // due (nothing runs, nothing arrives), and the run stops an hour later with `too-big`
+    // still pending, as the daemon would keep it.
+    let jobs = [job("too-big", 0, 1, 3, 10), job("fine", 0, 1, 1, 10)];
+    let r = simulate(&pool(2), &jobs, &SimOptions::default());
     let outcomes: Vec<JobOutcome> = r.jobs.iter().map(|j| j.outcome).collect();
-    assert_eq!(outcomes, [JobOutcome::Rejected, JobOutcome::Rejected, JobOutcome::Completed]);
-    assert_eq!(r.never_fit, 2);
-    assert_eq!(r.elastic.expect("elastic figures").nodes_started, 0);
+    assert_eq!(outcomes, [JobOutcome::Unfinished, JobOutcome::Completed]);
+    assert_eq!(r.stalled_at_ms, Some(10 * S));
+    assert_eq!(r.end_ms, 10 * S + STALL_AFTER_MS);
+    assert_eq!(summarise(&r, &ReportOptions::default()).stalled_at_s, Some(10.0));
+    // A run that ends normally has no stall.
+    let fine = simulate(&pool(2), &jobs[1..], &SimOptions::default());
+    assert_eq!((fine.stalled_at_ms, fine.end_ms), (None, 10 * S));
+}
+
+#[test]
+fn gangs_start_nodes_only_when_the_whole_gang_fits_in_one_rack_if_required() {
+    // Racks of two 2-core nodes: r0 = n0, n1; r1 = n2, n3; r2 = n4, n5. `long` fills n0.
+    // `wide` (gang of 7 × 1 core) needs four nodes: above max 3, so none is ever started for
+    // it. `racked` (gang of 4 × 1 core, one rack required) cannot use r0 (n1 alone holds
+    // 2), so the check at 60 s starts n2 and n3; it runs 90..190 s.
+    let mut nodes = pool(6);
+    for (i, n) in nodes.iter_mut().enumerate() {
+        n.rack = format!("r{}", i / 2);
+    }
+    let mut wide = job("wide", 0, 7, 1, 10);
+    wide.stages[0].gang = true;
+    let mut racked = job("racked", 0, 4, 1, 100);
+    racked.stages[0].gang = true;
+    racked.stages[0].rack_affinity = RackAffinity::Required;
+    let r = simulate(&nodes, &[job("long", 0, 2, 1, 1000), wide, racked], &elastic(1, 3));
+    assert_eq!(r.jobs[2].start_ms, Some(90 * S));
+    assert_eq!(r.jobs[2].outcome, JobOutcome::Completed);
+    assert_eq!(r.jobs[1].outcome, JobOutcome::Unfinished);
+    let e = r.elastic.as_ref().expect("elastic figures");
+    assert_eq!((e.scale_ups, e.nodes_started, e.nodes_removed), (1, 2, 2));
+    // n2 and n3 idle from 190 s, removed at 790 s; `long` ends at 1000 s, and with `wide`
+    // pending and nothing due the run stops an hour later.
+    assert_eq!(r.stalled_at_ms, Some(1000 * S));
+    assert_eq!(e.billed_node_ms, (1000 * S + STALL_AFTER_MS) + 2 * 730 * S);
 }
 
 #[test]
