@@ -802,6 +802,14 @@ pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
 /// A duration in ms: a number with `ms`, `s`, `m` or `h` (decimals allowed, `1.5h`); a bare
 /// number is seconds. Zero is refused (it would mean "unknown").
 pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
+    match parse_duration_or_zero_ms(s)? {
+        0 => Err(format!("`{s}` must be from 1 ms to one year")),
+        ms => Ok(ms),
+    }
+}
+
+/// As [`parse_duration_ms`], but zero is a duration too (a boot delay of `0s`).
+pub fn parse_duration_or_zero_ms(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
@@ -814,8 +822,8 @@ pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
     };
     let value: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration (e.g. 90s, 15m, 2h)"))?;
     let ms = (value * unit_ms).round();
-    if !(1.0..=crate::api::types::MAX_EXPECTED_MS as f64).contains(&ms) {
-        return Err(format!("`{s}` must be from 1 ms to one year"));
+    if !(0.0..=crate::api::types::MAX_EXPECTED_MS as f64).contains(&ms) {
+        return Err(format!("`{s}` must be from 0 to one year"));
     }
     Ok(ms as u64)
 }

@@ -5,7 +5,7 @@
 use crate::config::SchedulerConfig;
 use gantry_engine::{Engine, EngineConfig};
 use gantry_sim::cluster::ClusterSpec;
-use gantry_sim::elastic::{ElasticError, ElasticOptions, parse_duration_ms};
+use gantry_sim::elastic::{ElasticError, ElasticOptions};
 use gantry_sim::report::{ReportOptions, write_all};
 use gantry_sim::sim::{SimOptions, run_with_progress};
 use gantry_sim::trace::alibaba::{AlibabaOptions, GpuSpecAs};
@@ -110,9 +110,9 @@ pub struct SimArgs {
     pub scale_check: Option<u64>,
 }
 
-/// A duration flag in ms.
+/// A duration flag in ms (zero allowed: no boot delay, scale at once).
 fn duration_ms(s: &str) -> Result<u64, String> {
-    parse_duration_ms(s).map_err(|e| e.to_string())
+    crate::cli::parse_duration_or_zero_ms(s)
 }
 
 /// Parses `NAME@SECONDS[:BACK_SECONDS]`.
@@ -577,7 +577,7 @@ mod tests {
             let boot = format!("--boot={bad}");
             let base = ["sim", "--cluster", "c", "--trace", "t", "--out", "o", "--format", "swim"];
             let e = Cli::try_parse_from(base.into_iter().chain([boot.as_str()])).unwrap_err().to_string();
-            assert!(e.contains("is not a duration"), "{bad}: {e}");
+            assert!(e.contains("invalid value") && e.contains("--boot"), "{bad}: {e}");
         }
         assert!(Cli::try_parse_from(["sim", "--elastic-min", "-1"]).is_err());
     }

@@ -123,41 +123,6 @@ pub enum ElasticError {
         "node failures cannot be simulated on an elastic cluster (the autoscaler owns the nodes' lifecycle)"
     )]
     WithFailures,
-    /// A duration that does not parse.
-    #[error("{text:?} is not a duration: {reason} (e.g. 90s, 3m, 1.5h, 500ms; a bare number is seconds)")]
-    Duration {
-        /// What was given.
-        text: String,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-}
-
-/// Parses a duration into ms: a non-negative number with an optional unit `ms`, `s`, `m`, `h`
-/// (`3m`, `90s`, `1.5h`, `500ms`); a bare number is seconds.
-pub fn parse_duration_ms(text: &str) -> Result<u64, ElasticError> {
-    let err = |reason| ElasticError::Duration { text: text.to_owned(), reason };
-    let t = text.trim();
-    let (number, unit_ms) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1.0)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1_000.0)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60_000.0)
-    } else if let Some(n) = t.strip_suffix('h') {
-        (n, 3_600_000.0)
-    } else {
-        (t, 1_000.0)
-    };
-    let value: f64 = number.trim().parse().map_err(|_| err("expected a number and a unit"))?;
-    if !value.is_finite() || value < 0.0 {
-        return Err(err("it must be a finite number, not negative"));
-    }
-    let ms = (value * unit_ms).round();
-    if ms > u64::MAX as f64 / 2.0 {
-        return Err(err("it is too long"));
-    }
-    Ok(ms as u64)
 }
 
 /// What the autoscaler did, and what the cluster cost.
@@ -541,19 +506,6 @@ fn labels_of(st: &ClusterState, range: GantryRange) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse_with_and_without_units() {
-        assert_eq!(parse_duration_ms("3m"), Ok(180_000));
-        assert_eq!(parse_duration_ms("90s"), Ok(90_000));
-        assert_eq!(parse_duration_ms("90"), Ok(90_000));
-        assert_eq!(parse_duration_ms("1.5h"), Ok(5_400_000));
-        assert_eq!(parse_duration_ms("250ms"), Ok(250));
-        assert_eq!(parse_duration_ms("0"), Ok(0));
-        for bad in ["", "m", "-1m", "3 minutes", "NaNs", "infh", "1e300h"] {
-            assert!(parse_duration_ms(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn bounds_are_checked_against_the_pool() {

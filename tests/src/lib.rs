@@ -215,6 +215,41 @@ impl Drop for TestAgent {
     }
 }
 
+/// A free TCP port on loopback (bound, read, released: for a daemon started right after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port()
+}
+
+/// A child process, SIGKILLed when dropped.
+pub struct KilledOnDrop(pub std::process::Child);
+
+impl KilledOnDrop {
+    /// SIGKILLs it now and reaps it.
+    pub fn kill9(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Starts the real `gantry-scheduler` binary with `config`.
+pub fn start_scheduler(config: &Path) -> KilledOnDrop {
+    KilledOnDrop(
+        Command::new(scheduler_bin().expect("scheduler binary"))
+            .arg("--config")
+            .arg(config)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start scheduler"),
+    )
+}
+
 /// Path of the `gantry-agent` binary (built on demand).
 pub fn agent_bin() -> anyhow::Result<PathBuf> {
     Ok(build_artifacts()?.join("gantry-agent"))

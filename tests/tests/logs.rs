@@ -6,33 +6,13 @@
 //! finished and running containers; a node whose agent is gone answers 503 naming the node.
 //! Timeouts are failure guards only.
 
-use gantry_tests::{agent_bin, kill_leftover_containers, scheduler_bin};
+use gantry_tests::{KilledOnDrop as Proc, agent_bin, free_port, kill_leftover_containers, start_scheduler};
 use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 const GUARD: Duration = Duration::from_secs(60);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port()
-}
-
-/// A child process killed (SIGKILL) when dropped.
-struct Proc(Child);
-
-impl Proc {
-    fn kill9(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
 
 /// The agent, and what it leaves behind: containers outlive a killed agent by design.
 struct Agent {
@@ -124,18 +104,7 @@ fn logs_come_from_the_agent_that_ran_the_container_and_a_gone_agent_gives_503() 
         ),
     )
     .expect("scheduler config");
-    let start_scheduler = || {
-        Proc(
-            Command::new(scheduler_bin().expect("scheduler binary"))
-                .arg("--config")
-                .arg(&config)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("start scheduler"),
-        )
-    };
-    let mut scheduler = start_scheduler();
+    let mut scheduler = start_scheduler(&config);
     // The agent's work root is its own: nothing tells the scheduler where it is.
     let work = dir.path().join("elsewhere").join("agent-root");
     let cgroup = format!("gantry-logs-e2e-{}", std::process::id());
@@ -213,7 +182,7 @@ fn logs_come_from_the_agent_that_ran_the_container_and_a_gone_agent_gives_503() 
     // kill -9 of the scheduler: the restarted one knows from its store which node ran each
     // container, and reads their logs there once the agent is back, the ended app's included.
     scheduler.kill9();
-    scheduler = start_scheduler();
+    scheduler = start_scheduler(&config);
     wait("the agent to re-register with the restarted scheduler", || {
         let (status, body) = try_http_get(&api, &logs_path(done, "stdout", Some(11)))?;
         assert_ne!(

@@ -5,44 +5,10 @@
 //! SIGKILL and restarted; `gantry node removable` lists exactly the empty nodes. Timeouts are
 //! failure guards, never timing assertions.
 
-use gantry_tests::{TestAgent, gantry_cli, rust_plugin, scheduler_bin, wait_until};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use gantry_tests::{TestAgent, free_port, gantry_cli, rust_plugin, start_scheduler, wait_until};
 use std::time::Duration;
 
 const GUARD: Duration = Duration::from_secs(60);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port()
-}
-
-/// The scheduler process, SIGKILLed when dropped.
-struct Scheduler(Child);
-
-impl Scheduler {
-    fn start(config: &Path) -> Scheduler {
-        Scheduler(
-            Command::new(scheduler_bin().expect("scheduler"))
-                .arg("--config")
-                .arg(config)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("start scheduler"),
-        )
-    }
-
-    fn kill9(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Scheduler {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
 
 /// The CLI's JSON answer, or `None` while the scheduler is not answering (it is restarting).
 fn try_json(api: &str, args: &[&str]) -> Option<serde_json::Value> {
@@ -116,7 +82,7 @@ fn packing_reuses_the_busy_node_and_a_drain_outlives_a_scheduler_kill_9() {
         ),
     )
     .expect("config");
-    let mut scheduler = Scheduler::start(&config);
+    let mut scheduler = start_scheduler(&config);
     let agent_addr: std::net::SocketAddr = format!("127.0.0.1:{agent_port}").parse().expect("address");
     let _agents: Vec<TestAgent> = ["n1", "n2", "n3"]
         .iter()
@@ -160,7 +126,7 @@ fn packing_reuses_the_busy_node_and_a_drain_outlives_a_scheduler_kill_9() {
 
     // kill -9 and restart: the drain was stored before it was answered.
     scheduler.kill9();
-    let mut scheduler = Scheduler::start(&config);
+    let mut scheduler = start_scheduler(&config);
     wait_until("the nodes to come back after the restart", GUARD, || {
         let s = states(&api);
         (s.len() == 3 && s.iter().any(|(n, st)| *n == first && st == "DECOMMISSIONING")).then_some(())

@@ -2,36 +2,12 @@
 //! application is present, and containers that were running were not restarted. Real
 //! `gantry-scheduler`, `gantry-agent` and `gantry` binaries on loopback.
 
-use gantry_tests::{agent_bin, kill_leftover_containers, scheduler_bin};
+use gantry_tests::{KilledOnDrop as Proc, agent_bin, free_port, kill_leftover_containers, start_scheduler};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const GUARD: Duration = Duration::from_secs(60);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port()
-}
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_scheduler(config: &Path) -> Proc {
-    Proc(
-        Command::new(scheduler_bin().expect("scheduler"))
-            .arg("--config")
-            .arg(config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start scheduler"),
-    )
-}
 
 fn gantry(api: &str, args: &[&str]) -> std::process::Output {
     gantry_tests::gantry_cli(api, args)
@@ -121,8 +97,7 @@ fn kill_9_of_the_scheduler_loses_no_acknowledged_app_and_restarts_no_container()
         }
     });
     std::thread::sleep(Duration::from_millis(700));
-    let _ = scheduler.0.kill(); // SIGKILL
-    let _ = scheduler.0.wait();
+    scheduler.kill9();
     acked.extend(submitter.join().expect("submitter"));
     assert!(acked.len() > 1, "some submissions were acknowledged before the kill");
 
