@@ -166,8 +166,7 @@ impl TestAgent {
         scheduler: std::net::SocketAddr,
     ) -> TestAgent {
         let work = dir.join(name);
-        let port =
-            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+        let port = free_port();
         let config = dir.join(format!("{name}.toml"));
         let cgroup = format!("gantry-test-{}-{name}", std::process::id());
         let labels: String = labels.iter().map(|(k, v)| format!("{k} = {v:?}\n")).collect();

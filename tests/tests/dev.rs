@@ -73,7 +73,7 @@ impl Drop for Dev {
 #[test]
 fn gantry_dev_runs_submitted_work_and_stops_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+    let port = gantry_tests::free_port();
     let api = format!("127.0.0.1:{port}");
     let mut dev = Dev(Command::new(gantry_bin().expect("gantry binary"))
         .args(["dev", "--listen", &api, "--data-dir"])

@@ -71,7 +71,7 @@ fn embedded_defaults_check_and_the_daemon_serves_until_sigterm() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("root.default"));
     // Without --check it serves the agents' endpoint until asked to stop.
     let dir = tempfile::tempdir().expect("tempdir");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+    let port = gantry_tests::free_port();
     let cfg = write_config(dir.path(), &format!("[server]\nagent_listen = \"127.0.0.1:{port}\"\n"));
     let mut child =
         Command::new(scheduler_bin().expect("build")).arg("--config").arg(&cfg).spawn().expect("run");
