@@ -26,13 +26,13 @@ fn rust_example_loads_and_reports_itself() {
     let path = rust_plugin("gantry_minimal").expect("build");
     let info = inspect(&path).expect("loads");
     assert_eq!(info.name, "minimal-first-fit");
-    assert_eq!((info.abi_major, info.abi_minor), (1, 0));
+    assert_eq!((info.abi_major, info.abi_minor), (1, 1));
     assert_eq!(info.hook_names(), vec!["place"]);
     let (code, stdout, _) = run_inspect(&path, false);
     assert_eq!(code, Some(0));
     assert!(stdout.contains("name:     minimal-first-fit"), "{stdout}");
     assert!(stdout.contains("hooks:    place"), "{stdout}");
-    assert!(stdout.contains("abi:      1.0"), "{stdout}");
+    assert!(stdout.contains("abi:      1.1"), "{stdout}");
 }
 
 #[test]
