@@ -220,6 +220,12 @@ pub struct SchedulerMetrics {
     queue_used: QueueGauges,
     queue_pending: QueueGauges,
 
+    queue_preemption_candidates: Family<QueueLabels, IntGauge>,
+    queue_preempted_containers: Family<QueueLabels, Counter>,
+    queue_preempted_cpu_cores: Family<QueueLabels, Counter<f64, AtomicU64>>,
+    queue_preempted_memory_bytes: Family<QueueLabels, Counter>,
+    queue_preempted_gpus: Family<QueueLabels, Counter>,
+
     nodes: Family<StateLabels, IntGauge>,
     nodes_idle: Family<StateLabels, IntGauge>,
     node_idle_seconds: Family<NodeLabels, FloatGauge>,
@@ -290,6 +296,11 @@ impl SchedulerMetrics {
             queue_maximum: QueueGauges::default(),
             queue_used: QueueGauges::default(),
             queue_pending: QueueGauges::default(),
+            queue_preemption_candidates: Family::default(),
+            queue_preempted_containers: Family::default(),
+            queue_preempted_cpu_cores: Family::default(),
+            queue_preempted_memory_bytes: Family::default(),
+            queue_preempted_gpus: Family::default(),
             nodes: Family::default(),
             nodes_idle: Family::default(),
             node_idle_seconds: Family::default(),
@@ -373,6 +384,32 @@ impl SchedulerMetrics {
             r,
             "pending",
             "Resources a queue's admitted requests still ask for, children included",
+        );
+        r.register(
+            "gantry_queue_preemption_candidates",
+            "Containers of a leaf queue a rebalance policy has marked for preemption and not stopped yet",
+            m.queue_preemption_candidates.clone(),
+        );
+        r.register(
+            "gantry_queue_preempted_containers",
+            "Containers of a leaf queue stopped by a rebalance policy (preempted or killed)",
+            m.queue_preempted_containers.clone(),
+        );
+        r.register(
+            "gantry_queue_preempted_cpu_cores",
+            "CPU held by the containers of a leaf queue that a rebalance policy stopped, in cores",
+            m.queue_preempted_cpu_cores.clone(),
+        );
+        r.register_with_unit(
+            "gantry_queue_preempted_memory",
+            "Memory held by the containers of a leaf queue that a rebalance policy stopped",
+            Unit::Bytes,
+            m.queue_preempted_memory_bytes.clone(),
+        );
+        r.register(
+            "gantry_queue_preempted_gpus",
+            "GPUs held by the containers of a leaf queue that a rebalance policy stopped",
+            m.queue_preempted_gpus.clone(),
         );
         r.register("gantry_nodes", "Nodes known to the scheduler, by state", m.nodes.clone());
         r.register(
@@ -628,6 +665,12 @@ impl SchedulerMetrics {
             .map(|(name, since)| (name.to_owned(), now.saturating_sub(since) as f64 / 1000.0))
             .collect();
         let policies = engine.policy_status();
+        let mut candidates = vec![0u64; queues.len()];
+        for c in st.containers().iter().filter(|c| c.flags & GANTRY_CONTAINER_PREEMPT_CANDIDATE != 0) {
+            if let Some(slot) = apps.get(c.app as usize).and_then(|a| candidates.get_mut(a.queue as usize)) {
+                *slot += 1;
+            }
+        }
 
         let mut series = self.lock();
         self.pending_requests.set(pending_requests);
@@ -645,6 +688,22 @@ impl SchedulerMetrics {
         set_states(&self.apps, &mut series.apps, &app_states);
         set_states(&self.containers, &mut series.containers, &containers);
         self.set_queues_locked(&mut series, &samples);
+        for (q, rec) in queues.iter().enumerate() {
+            if rec.flags & GANTRY_QUEUE_LEAF == 0 {
+                continue;
+            }
+            let labels = QueueLabels { queue: st.str(rec.name).to_owned() };
+            self.queue_preemption_candidates.get_or_create(&labels).set(candidates[q]);
+            let taken = stats.preempted_by_queue.get(q).copied().unwrap_or_default();
+            raise_to(&self.queue_preempted_containers.get_or_create(&labels), taken.containers);
+            raise_to(&self.queue_preempted_memory_bytes.get_or_create(&labels), taken.resources.memory_bytes);
+            raise_to(&self.queue_preempted_gpus.get_or_create(&labels), u64::from(taken.resources.gpus));
+            let cpu = self.queue_preempted_cpu_cores.get_or_create(&labels);
+            let total = taken.resources.cpu_millis as f64 / 1000.0;
+            if total > cpu.get() {
+                cpu.inc_by(total - cpu.get());
+            }
+        }
         raise_to(&self.allocations, stats.placements);
         raise_to(&self.fallback_cycles, stats.fallback_placements);
         for reason in RejectReason::ALL {
@@ -900,7 +959,7 @@ mod tests {
     }
 
     /// Every family of the classic exposition, with its type.
-    const FAMILIES: [(&str, &str); 32] = [
+    const FAMILIES: [(&str, &str); 37] = [
         ("gantry_scheduler_pending_requests", "gauge"),
         ("gantry_scheduler_pending_containers", "gauge"),
         ("gantry_scheduler_allocations_total", "counter"),
@@ -924,6 +983,11 @@ mod tests {
         ("gantry_queue_pending_cpu_cores", "gauge"),
         ("gantry_queue_pending_memory_bytes", "gauge"),
         ("gantry_queue_pending_gpus", "gauge"),
+        ("gantry_queue_preemption_candidates", "gauge"),
+        ("gantry_queue_preempted_containers_total", "counter"),
+        ("gantry_queue_preempted_cpu_cores_total", "counter"),
+        ("gantry_queue_preempted_memory_bytes_total", "counter"),
+        ("gantry_queue_preempted_gpus_total", "counter"),
         ("gantry_nodes", "gauge"),
         ("gantry_nodes_idle", "gauge"),
         ("gantry_node_idle_seconds", "gauge"),

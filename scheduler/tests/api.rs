@@ -54,6 +54,7 @@ fn container(id: u64, node: &str, state: ContainerState, exit_code: Option<i32>)
         exit_code,
         started_time: 1_700_000_000_000,
         finished_time: 0,
+        preemption_candidate_since: None,
         diagnostics: String::new(),
     }
 }

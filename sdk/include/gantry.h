@@ -30,7 +30,7 @@
 /**
  * The minor version of this ABI: minor versions only append fields.
  */
-#define GANTRY_ABI_MINOR UINT16_C(1)
+#define GANTRY_ABI_MINOR UINT16_C(2)
 
 /**
  * "No index": used in `u32` cross references that point at nothing (a GPU that no container
@@ -266,6 +266,12 @@
 #define GANTRY_CONTAINER_PREEMPTING (UINT32_C(1) << 1)
 
 /**
+ * Container flag (ABI 1.2): the latest rebalance call marked this container as a preemption
+ * candidate (`GANTRY_DECISION_MARK_PREEMPT`); it still runs.
+ */
+#define GANTRY_CONTAINER_PREEMPT_CANDIDATE (UINT32_C(1) << 2)
+
+/**
  * `order`: `subject` is a pending request; the request's position is the decision's position.
  */
 #define GANTRY_DECISION_ORDER UINT32_C(1)
@@ -316,6 +322,14 @@
  * parent's.
  */
 #define GANTRY_DECISION_SET_QUEUE_CAPACITY UINT32_C(10)
+
+/**
+ * `rebalance` (ABI 1.2): container `subject` is a *candidate* for preemption — the first of two
+ * phases: it is told (the API shows it), not stopped. The candidates are exactly the containers
+ * marked by the latest successful rebalance call, so a mark not repeated is cancelled. A plugin
+ * preempts (PREEMPT) a candidate that stayed marked long enough.
+ */
+#define GANTRY_DECISION_MARK_PREEMPT UINT32_C(11)
 
 /**
  * `struct_size` of an ABI 1.0 [`GantryView`]: the fields before `node_usage`.

@@ -16,7 +16,7 @@ use core::ffi::{c_char, c_void};
 /// The major version of this ABI. A host only looks for the entry symbol of its own major.
 pub const GANTRY_ABI_MAJOR: u16 = 1;
 /// The minor version of this ABI: minor versions only append fields.
-pub const GANTRY_ABI_MINOR: u16 = 1;
+pub const GANTRY_ABI_MINOR: u16 = 2;
 /// "No index": used in `u32` cross references that point at nothing (a GPU that no container
 /// holds, the root queue's parent, a target that does not apply to a decision).
 pub const GANTRY_NONE: u32 = u32::MAX;
@@ -144,6 +144,9 @@ pub const GANTRY_QUEUE_LEAF: u32 = 1 << 0;
 pub const GANTRY_CONTAINER_MASTER: u32 = 1 << 0;
 /// Container flag: this container has been selected for preemption.
 pub const GANTRY_CONTAINER_PREEMPTING: u32 = 1 << 1;
+/// Container flag (ABI 1.2): the latest rebalance call marked this container as a preemption
+/// candidate (`GANTRY_DECISION_MARK_PREEMPT`); it still runs.
+pub const GANTRY_CONTAINER_PREEMPT_CANDIDATE: u32 = 1 << 2;
 
 // ---------------------------------------------------------------------------------------------
 // Decision kinds (GantryDecision::kind).
@@ -171,6 +174,11 @@ pub const GANTRY_DECISION_KILL: u32 = 9;
 /// `rebalance`: set queue `subject`'s guaranteed capacity to `value` parts per million of its
 /// parent's.
 pub const GANTRY_DECISION_SET_QUEUE_CAPACITY: u32 = 10;
+/// `rebalance` (ABI 1.2): container `subject` is a *candidate* for preemption — the first of two
+/// phases: it is told (the API shows it), not stopped. The candidates are exactly the containers
+/// marked by the latest successful rebalance call, so a mark not repeated is cancelled. A plugin
+/// preempts (PREEMPT) a candidate that stayed marked long enough.
+pub const GANTRY_DECISION_MARK_PREEMPT: u32 = 11;
 
 // ---------------------------------------------------------------------------------------------
 // Records.

@@ -115,6 +115,12 @@ impl Decisions {
         self.push_kind(GANTRY_DECISION_PREEMPT, container, GANTRY_NONE, 0, grace_ms);
     }
 
+    /// `rebalance` (ABI 1.2): mark `container` as a preemption candidate (told, not stopped). Marks
+    /// not repeated in the next rebalance call are cancelled.
+    pub fn mark_preempt(&mut self, container: u32) {
+        self.push_kind(GANTRY_DECISION_MARK_PREEMPT, container, GANTRY_NONE, 0, 0);
+    }
+
     /// `rebalance`: kill `container` now.
     pub fn kill(&mut self, container: u32) {
         self.push_kind(GANTRY_DECISION_KILL, container, GANTRY_NONE, 0, 0);

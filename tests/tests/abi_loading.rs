@@ -26,13 +26,16 @@ fn rust_example_loads_and_reports_itself() {
     let path = rust_plugin("gantry_minimal").expect("build");
     let info = inspect(&path).expect("loads");
     assert_eq!(info.name, "minimal-first-fit");
-    assert_eq!((info.abi_major, info.abi_minor), (1, 1));
+    assert_eq!(
+        (info.abi_major, info.abi_minor),
+        (gantry_sdk::abi::GANTRY_ABI_MAJOR, gantry_sdk::abi::GANTRY_ABI_MINOR)
+    );
     assert_eq!(info.hook_names(), vec!["place"]);
     let (code, stdout, _) = run_inspect(&path, false);
     assert_eq!(code, Some(0));
     assert!(stdout.contains("name:     minimal-first-fit"), "{stdout}");
     assert!(stdout.contains("hooks:    place"), "{stdout}");
-    assert!(stdout.contains("abi:      1.1"), "{stdout}");
+    assert!(stdout.contains(&format!("abi:      1.{}", gantry_sdk::abi::GANTRY_ABI_MINOR)), "{stdout}");
 }
 
 #[test]
@@ -46,7 +49,7 @@ fn c_example_loads_and_reports_itself() {
     assert_eq!(code, Some(0));
     let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON output");
     assert_eq!(v["name"], "c-first-fit");
-    assert_eq!(v["abi"], "1.1");
+    assert_eq!(v["abi"], format!("1.{}", gantry_sdk::abi::GANTRY_ABI_MINOR));
     assert_eq!(v["hooks"], serde_json::json!(["place"]));
 }
 

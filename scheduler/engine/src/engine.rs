@@ -49,6 +49,18 @@ pub struct EngineStats {
     /// Cycles whose placement was done by the built-in first-fit FIFO instead of a configured
     /// plugin (because it failed or was quarantined).
     pub fallback_placements: u64,
+    /// Containers preempted (PREEMPT or KILL by a rebalance policy), and what they held, by the
+    /// index of their leaf queue (queues are never removed, so indexes are stable).
+    pub preempted_by_queue: Vec<Reclaimed>,
+}
+
+/// What rebalancing took from one queue since the engine started.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reclaimed {
+    /// Containers stopped.
+    pub containers: u64,
+    /// Their resources, summed.
+    pub resources: Resources,
 }
 
 /// A loaded policy, its health and its record.
@@ -520,9 +532,24 @@ impl Engine {
         }
     }
 
-    /// Asks a live container to stop; it stays live (and holds resources) until its exit.
+    /// Counts a container a rebalance policy stops against its leaf queue.
+    fn count_reclaimed(&mut self, container: u32) {
+        let c = self.state.containers[container as usize];
+        let queue = self.state.apps[c.app as usize].queue as usize;
+        let by_queue = &mut self.stats.preempted_by_queue;
+        if by_queue.len() <= queue {
+            by_queue.resize(queue + 1, Reclaimed::default());
+        }
+        by_queue[queue].containers += 1;
+        by_queue[queue].resources = by_queue[queue].resources.plus(&c.resources);
+    }
+
+    /// Asks a live container to stop; it stays live (and holds resources) until its exit. A
+    /// stopping container is no longer a preemption candidate.
     fn stop_container(&mut self, i: u32, grace_ms: u64, reason: KillReason) {
+        self.state.container_meta[i as usize].candidate_since_ms = None;
         let c = &mut self.state.containers[i as usize];
+        c.flags &= !GANTRY_CONTAINER_PREEMPT_CANDIDATE;
         if c.state == GANTRY_CONTAINER_STOPPING && grace_ms > 0 {
             return;
         }
@@ -974,13 +1001,36 @@ impl Engine {
             let mut rej = Rejections::default();
             let actions = validate::rebalance(&self.state, self.buf.as_slice(), &mut rej);
             self.judge(slot, &rej);
+            // The candidates are exactly this call's marks: clear the others first.
+            let now = self.now_ms;
+            let marked: std::collections::HashSet<u32> = actions
+                .iter()
+                .filter_map(|a| match a {
+                    RebalanceAction::Mark { container } => Some(*container),
+                    _ => None,
+                })
+                .collect();
+            for (i, (c, m)) in
+                self.state.containers.iter_mut().zip(&mut self.state.container_meta).enumerate()
+            {
+                if marked.contains(&(i as u32)) {
+                    c.flags |= GANTRY_CONTAINER_PREEMPT_CANDIDATE;
+                    m.candidate_since_ms.get_or_insert(now);
+                } else {
+                    c.flags &= !GANTRY_CONTAINER_PREEMPT_CANDIDATE;
+                    m.candidate_since_ms = None;
+                }
+            }
             for a in actions {
                 match a {
+                    RebalanceAction::Mark { .. } => {}
                     RebalanceAction::Preempt { container, grace_ms } => {
+                        self.count_reclaimed(container);
                         self.stop_container(container, grace_ms, KillReason::Preempted);
                         self.repend(container);
                     }
                     RebalanceAction::Kill { container } => {
+                        self.count_reclaimed(container);
                         self.stop_container(container, 0, KillReason::PolicyKill);
                         self.repend(container);
                     }
@@ -1105,5 +1155,9 @@ impl ClusterState {
     /// A live container's index by id.
     pub fn container_index(&self, id: ContainerId) -> Option<u32> {
         self.container_index.get(&id.0).copied()
+    }
+    /// Side data of a container, by index.
+    pub fn container_meta(&self, i: u32) -> Option<&ContainerMeta> {
+        self.container_meta.get(i as usize)
     }
 }

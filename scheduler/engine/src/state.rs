@@ -62,6 +62,9 @@ pub struct ContainerMeta {
     pub kill_reason: Option<KillReason>,
     /// Exit status once it exited.
     pub exit_code: Option<i32>,
+    /// Since when (engine ms) it has been a preemption candidate, while it is one: marked by
+    /// every rebalance call since (`GANTRY_DECISION_MARK_PREEMPT`), not stopped yet.
+    pub candidate_since_ms: Option<u64>,
 }
 
 /// What the engine remembers of a node that is not in its record: the downscale signal.

@@ -424,6 +424,11 @@ pub enum RebalanceAction {
         /// Container index.
         container: u32,
     },
+    /// Mark container index as a preemption candidate (ABI 1.2).
+    Mark {
+        /// Container index.
+        container: u32,
+    },
     /// Set a queue's guaranteed share (fraction of parent).
     SetQueueCapacity {
         /// Queue index.
@@ -444,7 +449,7 @@ pub fn rebalance(
     let mut guaranteed: Vec<f64> = state.queues.iter().map(|q| q.guaranteed).collect();
     for d in decisions {
         match d.kind {
-            GANTRY_DECISION_PREEMPT | GANTRY_DECISION_KILL => {
+            GANTRY_DECISION_PREEMPT | GANTRY_DECISION_KILL | GANTRY_DECISION_MARK_PREEMPT => {
                 let Some(c) = state.containers.get(d.subject as usize) else {
                     rej.add(RejectReason::UnknownSubject, 1);
                     continue;
@@ -463,6 +468,8 @@ pub fn rebalance(
                     out.push(RebalanceAction::Kill { container: d.subject });
                 } else if c.state == GANTRY_CONTAINER_STOPPING {
                     rej.add(RejectReason::AlreadyStopping, 1);
+                } else if d.kind == GANTRY_DECISION_MARK_PREEMPT {
+                    out.push(RebalanceAction::Mark { container: d.subject });
                 } else if d.value > MAX_GRACE_MS {
                     rej.add(RejectReason::InvalidValue, 1);
                 } else {

@@ -1722,3 +1722,84 @@ fn measured_usage_reaches_plugins_and_is_forgotten_when_the_node_is_lost() {
         EngineError::Conflict(_)
     ));
 }
+
+// =============================================================================================
+// Preemption candidates (two phases, ABI 1.2)
+// =============================================================================================
+
+/// The candidates are exactly the latest rebalance call's marks: new marks start their clock,
+/// repeated ones keep it, missing ones are cancelled; a PREEMPT clears the mark and is counted
+/// against the queue; bad marks are rejected.
+#[test]
+fn preemption_marks_follow_the_latest_rebalance_call() {
+    // Per call: the container indexes to mark, and to preempt.
+    let script: Vec<(Vec<u32>, Vec<u32>)> = vec![
+        (vec![0, 1], vec![]),
+        (vec![1, 2], vec![]),
+        (vec![2, 2, 99], vec![]), // a duplicate and an unknown index: both rejected
+        (vec![], vec![2]),
+        (vec![2], vec![]), // stopping: rejected
+    ];
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = calls.clone();
+    let hook: HookFn = Box::new(move |view, out| {
+        let call = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        // Containers in id order, so the script's numbers do not depend on array positions.
+        let mut by_id: Vec<(u64, u32)> =
+            view.containers.iter().enumerate().map(|(i, c)| (c.id, i as u32)).collect();
+        by_id.sort();
+        let index = |k: u32| by_id.get(k as usize).map_or(k, |&(_, i)| i);
+        if let Some((marks, preempts)) = script.get(call) {
+            for &m in marks {
+                out.mark_preempt(index(m));
+            }
+            for &p in preempts {
+                out.preempt(index(p), 1_000);
+            }
+        }
+    });
+    let config = EngineConfig { rebalance_interval_ms: 1, ..Default::default() };
+    let mut h = H::with(engine_with(config, Profile { rebalance: Some(0), ..Default::default() }, hook));
+    h.register(node("n1", "r1", 8, 32, 0));
+    h.submit(app("x", DEFAULT_Q, vec![req(1000, 1, 0, 3)]));
+    let l = launches(&h.tick()); // call 0: marks the first two
+    assert_eq!(l.len(), 3);
+    let ids: Vec<ContainerId> = l.iter().map(|x| x.container).collect();
+    let candidate = |h: &H, c: ContainerId| {
+        let i = h.e.state().container_index(c).expect("live");
+        let flagged = h.container(c).flags & GANTRY_CONTAINER_PREEMPT_CANDIDATE != 0;
+        let since = h.e.state().container_meta(i).and_then(|m| m.candidate_since_ms);
+        assert_eq!(flagged, since.is_some(), "flag and clock agree");
+        since
+    };
+    let t0 = h.t;
+    assert_eq!(
+        [candidate(&h, ids[0]), candidate(&h, ids[1]), candidate(&h, ids[2])],
+        [Some(t0), Some(t0), None]
+    );
+
+    h.tick(); // call 1: 1 stays (same clock), 2 is new, 0 is cancelled
+    let t1 = h.t;
+    assert_eq!(
+        [candidate(&h, ids[0]), candidate(&h, ids[1]), candidate(&h, ids[2])],
+        [None, Some(t0), Some(t1)]
+    );
+    assert_eq!(h.e.stats().rejected.total(), 0);
+
+    h.tick(); // call 2: 2 again (kept), a duplicate and an unknown index rejected; 1 cancelled
+    assert_eq!([candidate(&h, ids[1]), candidate(&h, ids[2])], [None, Some(t1)]);
+    assert_eq!(h.e.stats().rejected.get(RejectReason::Duplicate), 1);
+    assert_eq!(h.e.stats().rejected.get(RejectReason::UnknownSubject), 1);
+
+    let k = kills(&h.tick()); // call 3: preempt 2
+    assert_eq!(k.len(), 1);
+    assert_eq!((k[0].container, k[0].reason, k[0].grace_ms), (ids[2], KillReason::Preempted, 1_000));
+    assert_eq!(candidate(&h, ids[2]), None, "a stopped container is no longer a candidate");
+    let taken = h.e.stats().preempted_by_queue
+        [h.e.state().queues().iter().position(|q| h.e.state().str(q.name) == DEFAULT_Q).expect("queue")];
+    assert_eq!((taken.containers, taken.resources), (1, res(1000, 1, 0)));
+
+    h.tick(); // call 4: marking a stopping container is refused
+    assert_eq!(h.e.stats().rejected.get(RejectReason::AlreadyStopping), 1);
+    assert_eq!(candidate(&h, ids[2]), None);
+}

@@ -937,6 +937,11 @@ pub struct ContainerInfo {
     /// Why it ended as it did, when there is more to say than the state.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub diagnostics: String,
+    /// Since when it has been a candidate for preemption, Unix ms: a rebalance policy chose it
+    /// and will stop it if it is still chosen after its wait (YARN's preemption warning to the
+    /// application master). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption_candidate_since: Option<u64>,
 }
 
 /// `GET|PUT /ws/v1/cluster/apps/{id}/state`: `{"state": "RUNNING"}`.

@@ -90,6 +90,7 @@ fn summary_info(core: &Core, s: &AppSummary) -> AppInfo {
             started_time: 0,
             finished_time: 0,
             diagnostics: String::new(),
+            preemption_candidate_since: None,
         });
     }
     a
@@ -154,6 +155,10 @@ fn live_info(core: &Core, index: u32) -> Option<AppInfo> {
             started_time: c.start_ms,
             finished_time: 0,
             diagnostics: String::new(),
+            preemption_candidate_since: st
+                .container_index(gantry_engine::ContainerId(c.id))
+                .and_then(|i| st.container_meta(i))
+                .and_then(|m| m.candidate_since_ms),
         });
     }
     Some(info)
