@@ -1,0 +1,909 @@
+//! One round of the policy on a view: what each queue holds and could use, its ideal amount
+//! ([`crate::ideal`]), how much each over-capacity leaf gives back this round, and which
+//! containers.
+
+use crate::config::{Calculator, PreemptionConfig};
+use crate::ideal::{QueueInput, ideal_assignment};
+use gantry_sdk::View;
+use gantry_sdk::abi::*;
+
+/// Turns resources into the resource calculator's single number.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Measure {
+    calculator: Calculator,
+    cluster: GantryResources,
+}
+
+impl Measure {
+    /// A measure for this calculator; `cluster` is the whole (dominant shares are fractions of it).
+    pub fn new(calculator: Calculator, cluster: GantryResources) -> Measure {
+        Measure { calculator, cluster }
+    }
+
+    /// The measure of the whole cluster (bytes of memory, or 1 for dominant shares).
+    pub fn total(&self) -> f64 {
+        self.of(&self.cluster)
+    }
+
+    /// Bytes of memory, or the largest share of the cluster over the dimensions it has.
+    pub fn of(&self, r: &GantryResources) -> f64 {
+        match self.calculator {
+            Calculator::Memory => r.memory_bytes as f64,
+            Calculator::Dominant => {
+                let share = |x: u64, of: u64| if of == 0 { 0.0 } else { x as f64 / of as f64 };
+                share(r.cpu_millis, self.cluster.cpu_millis)
+                    .max(share(r.memory_bytes, self.cluster.memory_bytes))
+                    .max(share(u64::from(r.gpus), u64::from(self.cluster.gpus)))
+            }
+        }
+    }
+}
+
+/// The cluster a view's queues are shares of: the root queue's absolute guarantee (RUNNING nodes'
+/// capacity plus what draining nodes still hold), or the view's cluster when there is no root.
+pub fn cluster_of(view: &View<'_>) -> GantryResources {
+    view.queues
+        .iter()
+        .find(|q| q.parent == GANTRY_NONE)
+        .map(|q| q.absolute_guaranteed)
+        .filter(|r| !r.is_zero())
+        .unwrap_or(view.cluster)
+}
+
+/// One queue's figures for a round, in the calculator's unit. Parents' figures cover their
+/// subtree.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueuePlan {
+    /// Absolute guaranteed capacity.
+    pub guarantee: f64,
+    /// Absolute maximum capacity.
+    pub maximum: f64,
+    /// What its running (not stopping) containers hold.
+    pub held: f64,
+    /// What its pending requests ask for, counting only requests that could run on freed room.
+    pub pending: f64,
+    /// Its ideal amount.
+    pub ideal: f64,
+    /// What it is to give back this round (leaves only).
+    pub to_preempt: f64,
+    /// What the containers selected from it free.
+    pub selected: f64,
+}
+
+/// The outcome of one round.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    /// The cluster, in the calculator's unit.
+    pub total: f64,
+    /// What the under-served queues lack beyond what free and stopping room gives them: nothing
+    /// beyond it is ever selected (up to the last container's size).
+    pub need: f64,
+    /// Per queue, in the view's order.
+    pub queues: Vec<QueuePlan>,
+    /// Containers to preempt (indexes in the view), in the order they were chosen.
+    pub victims: Vec<u32>,
+}
+
+fn live(c: &GantryContainer) -> bool {
+    matches!(c.state, GANTRY_CONTAINER_ALLOCATED | GANTRY_CONTAINER_RUNNING)
+}
+
+fn app_live(view: &View<'_>, app: u32) -> bool {
+    view.apps.get(app as usize).is_some_and(|a| matches!(a.state, GANTRY_APP_ACCEPTED | GANTRY_APP_RUNNING))
+}
+
+/// Whether a container may be selected: running or allocated (not stopping), of a live app.
+pub fn selectable(view: &View<'_>, c: &GantryContainer) -> bool {
+    live(c) && app_live(view, c.app)
+}
+
+/// A pending request, as far as preemption cares.
+struct Pending {
+    leaf: usize,
+    shape: usize,
+    want: GantryResources,
+}
+
+/// Pending requests of one size and selector.
+struct Shape {
+    resources: GantryResources,
+    /// RUNNING nodes it fits on when empty (selector and capacity).
+    nodes: Vec<u32>,
+}
+
+/// Computes one round. `was_selected` tells which container ids the previous round selected: the
+/// victim order prefers them, so a selection stays put while it is still needed.
+pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u64) -> bool) -> Plan {
+    let m = Measure::new(config.resource_calculator, cluster_of(view));
+    let total = m.total();
+    let nq = view.queues.len();
+    let mut plan = Plan { total, queues: vec![QueuePlan::default(); nq], ..Plan::default() };
+    if nq == 0 || total <= 0.0 {
+        return plan;
+    }
+    let eps = 1e-9 * total;
+    let parent = |q: usize| Some(view.queues[q].parent as usize).filter(|&p| p < q);
+    let mut is_leaf = vec![true; nq];
+    for q in 0..nq {
+        if let Some(p) = parent(q) {
+            is_leaf[p] = false;
+        }
+    }
+    let queue_of = |app: u32| view.apps.get(app as usize).map(|a| a.queue as usize).filter(|&q| q < nq);
+
+    // What each queue's running containers hold, and per node what is free and what stopping
+    // containers will free.
+    let mut held = vec![GantryResources::default(); nq];
+    let nn = view.nodes.len();
+    let mut free: Vec<GantryResources> = view.nodes.iter().map(|n| n.capacity.minus(&n.allocated)).collect();
+    for c in view.containers {
+        if live(c) {
+            if let Some(q) = queue_of(c.app) {
+                held[q] = held[q].plus(&c.resources);
+            }
+        } else if c.state == GANTRY_CONTAINER_STOPPING
+            && let Some(f) = free.get_mut(c.node as usize)
+        {
+            *f = f.plus(&c.resources);
+        }
+    }
+
+    // Pending requests, grouped by shape so each shape is matched against the nodes once.
+    let mut shapes: Vec<Shape> = Vec::new();
+    let mut shape_keys: Vec<(GantryResources, &[GantryLabel])> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
+    for &ri in view.pending {
+        let Some(r) = view.requests.get(ri as usize) else { continue };
+        let Some(leaf) = queue_of(r.app) else { continue };
+        if r.placed >= r.count || r.resources.is_zero() {
+            continue;
+        }
+        let selector = View::range(view.labels, r.selector);
+        let key = (r.resources, selector);
+        let shape = match shape_keys.iter().position(|k| *k == key) {
+            Some(s) => s,
+            None => {
+                let nodes = (0..nn as u32)
+                    .filter(|&n| {
+                        let node = &view.nodes[n as usize];
+                        node.state == GANTRY_NODE_RUNNING
+                            && r.resources.fits_in(&node.capacity)
+                            && view.node_matches(node, r.selector)
+                    })
+                    .collect();
+                shape_keys.push(key);
+                shapes.push(Shape { resources: r.resources, nodes });
+                shapes.len() - 1
+            }
+        };
+        pending.push(Pending { leaf, shape, want: r.resources.times(r.count - r.placed) });
+    }
+
+    // Which requests count: at first every request some node could ever hold; then only those
+    // that some node could hold once the over-capacity queues' containers on it are gone. Fewer
+    // counted requests can only shrink the set of over-capacity queues, so this settles.
+    let mut counted: Vec<bool> = pending.iter().map(|p| !shapes[p.shape].nodes.is_empty()).collect();
+    let mut over_prev: Option<Vec<bool>> = None;
+    let mut ideal;
+    let mut held_m;
+    let mut over;
+    let mut room_after = free.clone();
+    let mut rounds = 0;
+    loop {
+        let mut asked = vec![GantryResources::default(); nq];
+        for (p, _) in pending.iter().zip(&counted).filter(|(_, c)| **c) {
+            asked[p.leaf] = asked[p.leaf].plus(&p.want);
+        }
+        let inputs: Vec<QueueInput> = (0..nq)
+            .map(|q| {
+                let rec = &view.queues[q];
+                QueueInput {
+                    parent: parent(q),
+                    guarantee: m.of(&rec.absolute_guaranteed),
+                    maximum: m.of(&rec.absolute_maximum),
+                    held: m.of(&held[q]),
+                    demand: m.of(&held[q].plus(&asked[q])),
+                }
+            })
+            .collect();
+        ideal = ideal_assignment(&inputs, total);
+        held_m = inputs.iter().map(|i| i.held).collect::<Vec<f64>>();
+        over = (0..nq)
+            .map(|q| {
+                is_leaf[q]
+                    && held_m[q] > ideal[q] * (1.0 + config.max_ignored_over_capacity) + eps
+                    && held_m[q] > inputs[q].guarantee + eps
+            })
+            .collect::<Vec<bool>>();
+        for (q, plan_q) in plan.queues.iter_mut().enumerate() {
+            plan_q.guarantee = inputs[q].guarantee;
+            plan_q.maximum = inputs[q].maximum;
+            plan_q.ideal = ideal[q];
+        }
+        rounds += 1;
+        if over_prev.as_ref() == Some(&over) || rounds > nq + 1 {
+            break;
+        }
+        // Room each node would have once the over-capacity queues' containers on it are gone.
+        room_after.clone_from(&free);
+        for c in view.containers {
+            if selectable(view, c)
+                && queue_of(c.app).is_some_and(|q| over[q])
+                && let Some(r) = room_after.get_mut(c.node as usize)
+            {
+                *r = r.plus(&c.resources);
+            }
+        }
+        for (p, count) in pending.iter().zip(counted.iter_mut()) {
+            let shape = &shapes[p.shape];
+            *count = !over[p.leaf]
+                && shape.nodes.iter().any(|&n| shape.resources.fits_in(&room_after[n as usize]));
+        }
+        over_prev = Some(over.clone());
+    }
+
+    // Subtree figures for the report.
+    let mut held_sub = held_m.clone();
+    let mut pending_sub = vec![0.0; nq];
+    for (p, _) in pending.iter().zip(&counted).filter(|(_, c)| **c) {
+        pending_sub[p.leaf] += m.of(&p.want);
+    }
+    for q in (0..nq).rev() {
+        if let Some(p) = parent(q) {
+            held_sub[p] += held_sub[q];
+            pending_sub[p] += pending_sub[q];
+        }
+    }
+    for (q, plan_q) in plan.queues.iter_mut().enumerate() {
+        plan_q.held = held_sub[q];
+        plan_q.pending = pending_sub[q];
+    }
+
+    // How much each over-capacity leaf gives back.
+    let leaves: Vec<LeafFigures> = (0..nq)
+        .filter(|&q| is_leaf[q])
+        .map(|q| LeafFigures { queue: q, held: held_m[q], ideal: ideal[q], over: over[q] })
+        .collect();
+    let (amounts, need) = amounts(&leaves, total, config);
+    plan.need = need;
+    for (leaf, amount) in leaves.iter().zip(&amounts) {
+        plan.queues[leaf.queue].to_preempt = *amount;
+    }
+    if need <= eps || amounts.iter().all(|a| *a <= eps) {
+        return plan;
+    }
+
+    // Nodes where freed room helps: some counted request of an under-served leaf fits there once
+    // the over-capacity queues' containers are gone.
+    let under: Vec<bool> = (0..nq).map(|q| is_leaf[q] && ideal[q] - held_m[q] > eps).collect();
+    let mut wanted_shape = vec![false; shapes.len()];
+    for (p, _) in pending.iter().zip(&counted).filter(|(p, c)| **c && under[p.leaf]) {
+        wanted_shape[p.shape] = true;
+    }
+    let mut useful = vec![false; nn];
+    for (shape, _) in shapes.iter().zip(&wanted_shape).filter(|(_, w)| **w) {
+        for &n in &shape.nodes {
+            if shape.resources.fits_in(&room_after[n as usize]) {
+                useful[n as usize] = true;
+            }
+        }
+    }
+
+    // What the under-served leaves need, per dimension: the part of their counted pending
+    // requests their lack covers, less what is free or being freed on the nodes that help. A
+    // victim must free some dimension that is still needed (under the dominant calculator a
+    // queue's share and another's lack may be in different resources).
+    let mut wanted = [0.0f64; 3];
+    for q in (0..nq).filter(|&q| under[q]) {
+        let lack = ideal[q] - held_m[q];
+        let asked = asked_of(&pending, &counted, q);
+        let asked_m = m.of(&asked);
+        if asked_m > 0.0 {
+            let share = (lack / asked_m).min(1.0);
+            let v = dims(&asked);
+            for d in 0..3 {
+                wanted[d] += v[d] * share;
+            }
+        }
+    }
+    for (n, room) in free.iter().enumerate() {
+        if useful[n] {
+            let room = dims(room);
+            for d in 0..3 {
+                wanted[d] -= room[d];
+            }
+        }
+    }
+
+    // Victims: leaves that are to give back most first; within a leaf, newest application first,
+    // its newest container first, masters after everything else; containers selected last round
+    // before others, so a selection stays put while it is needed. A leaf is never taken below its
+    // guarantee, and selection stops once the need is met.
+    let mut order: Vec<(usize, f64)> =
+        leaves.iter().zip(&amounts).filter(|(_, a)| **a > eps).map(|(l, a)| (l.queue, *a)).collect();
+    order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut taken_total = 0.0;
+    for (q, amount) in order {
+        let mut candidates: Vec<u32> = (0..view.containers.len() as u32)
+            .filter(|&i| {
+                let c = &view.containers[i as usize];
+                selectable(view, c)
+                    && queue_of(c.app) == Some(q)
+                    && useful.get(c.node as usize).copied().unwrap_or(false)
+            })
+            .collect();
+        candidates.sort_by_key(|&i| {
+            let c = &view.containers[i as usize];
+            let a = &view.apps[c.app as usize];
+            (
+                c.flags & GANTRY_CONTAINER_MASTER != 0,
+                !was_selected(c.id),
+                core::cmp::Reverse((a.submit_ms, a.id)),
+                core::cmp::Reverse((c.start_ms, c.id)),
+            )
+        });
+        let guarantee = plan.queues[q].guarantee;
+        let mut taken = GantryResources::default();
+        let mut freed = 0.0;
+        for i in candidates {
+            if freed >= amount - eps || taken_total >= need - eps || wanted.iter().all(|w| *w <= 0.0) {
+                break;
+            }
+            let c = &view.containers[i as usize];
+            let next = taken.plus(&c.resources);
+            let next_freed = held_m[q] - m.of(&held[q].minus(&next));
+            let frees = dims(&c.resources);
+            let helps = (0..3).any(|d| wanted[d] > 0.0 && frees[d] > 0.0);
+            if !helps || next_freed - freed <= eps || held_m[q] - next_freed < guarantee - eps {
+                // Frees nothing needed or nothing that counts, or would take the leaf below its
+                // guarantee.
+                continue;
+            }
+            plan.victims.push(i);
+            for d in 0..3 {
+                wanted[d] -= frees[d];
+            }
+            taken_total += next_freed - freed;
+            taken = next;
+            freed = next_freed;
+        }
+        plan.queues[q].selected = freed;
+    }
+    plan
+}
+
+/// CPU, memory and GPUs as numbers.
+fn dims(r: &GantryResources) -> [f64; 3] {
+    [r.cpu_millis as f64, r.memory_bytes as f64, f64::from(r.gpus)]
+}
+
+/// What leaf `q`'s counted pending requests ask for.
+fn asked_of(pending: &[Pending], counted: &[bool], q: usize) -> GantryResources {
+    pending
+        .iter()
+        .zip(counted)
+        .filter(|(p, c)| **c && p.leaf == q)
+        .fold(GantryResources::default(), |acc, (p, _)| acc.plus(&p.want))
+}
+
+/// A leaf's figures for [`amounts`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeafFigures {
+    /// Its queue index.
+    pub queue: usize,
+    /// What it holds.
+    pub held: f64,
+    /// Its ideal amount.
+    pub ideal: f64,
+    /// Whether it is over its ideal beyond the dead zone (and over its guarantee).
+    pub over: bool,
+}
+
+/// How much each leaf gives back this round, and the need (the cap on the total). For each leaf
+/// past the dead zone: (held − ideal), scaled down so that the leaves together give back at most
+/// `total_preemption_per_round` × the cluster, then times `natural_termination_factor`; scaled
+/// down again if the total exceeds the need — what the under-served leaves lack, less the room
+/// that is free or being freed anyway.
+pub fn amounts(leaves: &[LeafFigures], total: f64, config: &PreemptionConfig) -> (Vec<f64>, f64) {
+    let excess: Vec<f64> =
+        leaves.iter().map(|l| if l.over { (l.held - l.ideal).max(0.0) } else { 0.0 }).collect();
+    let sum: f64 = excess.iter().sum();
+    let bound = config.total_preemption_per_round * total;
+    let scale = if sum > bound { bound / sum } else { 1.0 };
+    let mut out: Vec<f64> = excess.iter().map(|e| e * scale * config.natural_termination_factor).collect();
+    let lack: f64 = leaves.iter().map(|l| (l.ideal - l.held).max(0.0)).sum();
+    let held: f64 = leaves.iter().map(|l| l.held).sum();
+    let need = (lack - (total - held).max(0.0)).max(0.0);
+    let asked: f64 = out.iter().sum();
+    if asked > need {
+        let s = if asked > 0.0 { need / asked } else { 0.0 };
+        out.iter_mut().for_each(|a| *a *= s);
+    }
+    (out, need)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{Cluster, gib};
+
+    fn cfg() -> PreemptionConfig {
+        PreemptionConfig::default()
+    }
+
+    fn leaf(queue: usize, held: f64, ideal: f64, over: bool) -> LeafFigures {
+        LeafFigures { queue, held, ideal, over }
+    }
+
+    fn close(a: f64, b: f64) {
+        assert!((a - b).abs() < 1e-9 * (1.0 + b.abs()), "{a} vs {b}");
+    }
+
+    #[test]
+    fn natural_termination_and_the_per_round_bound() {
+        // Cluster 100. B holds 100 with ideal 20 (the seed's first scenario), A holds 0, ideal 80.
+        // Excess 80 > bound 0.1 × 100 = 10 → scaled to 10; × 0.2 natural termination = 2.
+        // Need = lack 80 − free 0 = 80.
+        let l = [leaf(1, 0.0, 80.0, false), leaf(2, 100.0, 20.0, true)];
+        let (a, need) = amounts(&l, 100.0, &cfg());
+        close(a[0], 0.0);
+        close(a[1], 2.0);
+        close(need, 80.0);
+        // Bound 1.0 (as in the seed's second experiment): 80 × 0.2 = 16.
+        let c = PreemptionConfig { total_preemption_per_round: 1.0, ..cfg() };
+        close(amounts(&l, 100.0, &c).0[1], 16.0);
+        // And no damping either: the whole 80.
+        let c = PreemptionConfig { natural_termination_factor: 1.0, ..c };
+        close(amounts(&l, 100.0, &c).0[1], 80.0);
+    }
+
+    #[test]
+    fn the_bound_is_shared_in_proportion_to_the_excess() {
+        // Cluster 200, bound 0.1 × 200 = 20. B is 30 over, C 10 over: 40 > 20, so both are halved
+        // (15, 5), then × 0.2 → 3 and 1. A lacks 40 and nothing is free → need 40.
+        let l = [leaf(1, 60.0, 100.0, false), leaf(2, 80.0, 50.0, true), leaf(3, 60.0, 50.0, true)];
+        let (a, need) = amounts(&l, 200.0, &cfg());
+        close(a[1], 3.0);
+        close(a[2], 1.0);
+        close(need, 40.0);
+    }
+
+    #[test]
+    fn never_more_than_the_under_served_lack() {
+        // Cluster 100, 30 free. B holds 60 over an ideal of 20 only because its maximum shrank
+        // (nobody is under-served beyond what is free): A holds 10, ideal 30, lacks 20 < 30 free.
+        // Need = 20 − 30 → 0: nothing is preempted.
+        let l = [leaf(1, 10.0, 30.0, false), leaf(2, 60.0, 20.0, true)];
+        let c =
+            PreemptionConfig { total_preemption_per_round: 1.0, natural_termination_factor: 1.0, ..cfg() };
+        let (a, need) = amounts(&l, 100.0, &c);
+        close(need, 0.0);
+        close(a[1], 0.0);
+        // A lacks 45 with 30 free: need 15, so B's 40 is cut to 15.
+        let l = [leaf(1, 10.0, 55.0, false), leaf(2, 60.0, 20.0, true)];
+        let (a, need) = amounts(&l, 100.0, &c);
+        close(need, 15.0);
+        close(a[1], 15.0);
+    }
+
+    #[test]
+    fn leaves_in_the_dead_zone_give_nothing() {
+        let l = [leaf(1, 0.0, 80.0, false), leaf(2, 22.0, 20.0, false)];
+        let (a, _) = amounts(&l, 100.0, &cfg());
+        assert_eq!(a, vec![0.0, 0.0]);
+    }
+
+    /// Ten nodes of 10 GiB (the seed's 10-node cluster, 100 GiB): queue A 80 % and B 20 %, both
+    /// with a maximum of 100 %.
+    fn seed_cluster() -> (Cluster, u32, u32) {
+        let mut c = Cluster::new();
+        for i in 0..10 {
+            c.node(&format!("n{i}"), gib(10), &[]);
+        }
+        let a = c.queue("root.a", 0, 0.8, 1.0);
+        let b = c.queue("root.b", 0, 0.2, 1.0);
+        (c, a, b)
+    }
+
+    #[test]
+    fn the_seeds_first_scenario_round_by_round() {
+        // B fills the cluster with one app of 100 × 1 GiB containers; A asks for 100 × 1 GiB.
+        let (mut c, a, b) = seed_cluster();
+        let app_b = c.app(b, 0);
+        for i in 0..100 {
+            c.container(app_b, i % 10, gib(1), i as u64, false);
+        }
+        let app_a = c.app(a, 400_000);
+        c.pending(app_a, gib(1), 100, &[]);
+        let v = c.view();
+        let p = plan(&v, &cfg(), |_| false);
+        let g = |x: f64| x / gib(1).memory_bytes as f64;
+        // Ideal: A 80, B 20 (see ideal.rs). B is 80 over; bound 10 → ×0.2 → 2 GiB this round.
+        close(g(p.queues[a as usize].ideal), 80.0);
+        close(g(p.queues[b as usize].ideal), 20.0);
+        close(g(p.queues[b as usize].to_preempt), 2.0);
+        close(g(p.need), 80.0);
+        // The two newest containers of B (started at 99 and 98).
+        assert_eq!(p.victims, vec![99, 98]);
+        close(g(p.queues[b as usize].selected), 2.0);
+
+        // With the bound at 1.0 (the seed's second experiment): 80 × 0.2 = 16 containers.
+        let c1 = PreemptionConfig { total_preemption_per_round: 1.0, ..cfg() };
+        let p = plan(&v, &c1, |_| false);
+        assert_eq!(p.victims, (84..100).rev().collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn a_queue_at_or_under_its_guarantee_loses_nothing() {
+        // A holds exactly its 80 and wants 50 more; B holds its 20 and wants 50 more. Nobody is
+        // over its ideal (80 / 20), so nothing is selected — however greedy the settings.
+        let (mut c, a, b) = seed_cluster();
+        let app_a = c.app(a, 0);
+        let app_b = c.app(b, 0);
+        for i in 0..80 {
+            c.container(app_a, i % 10, gib(1), i as u64, false);
+        }
+        for i in 0..20 {
+            c.container(app_b, i % 10, gib(1), 100 + i as u64, false);
+        }
+        c.pending(app_a, gib(1), 50, &[]);
+        c.pending(app_b, gib(1), 50, &[]);
+        let greedy = PreemptionConfig {
+            total_preemption_per_round: 1.0,
+            natural_termination_factor: 1.0,
+            max_ignored_over_capacity: 0.0,
+            ..cfg()
+        };
+        let p = plan(&c.view(), &greedy, |_| false);
+        assert!(p.victims.is_empty());
+        assert_eq!(p.queues.iter().map(|q| q.to_preempt).sum::<f64>(), 0.0);
+    }
+
+    #[test]
+    fn never_below_the_guarantee_even_when_rounding_up() {
+        // A (80) fills nodes 0-6 and half of node 7: 75 GiB, and asks for 30 more. B (20) holds
+        // 25: 5 GiB on node 7, 10 GiB on nodes 8 and 9. Ideal: A 80, B 20 (λ = 1), so B is 5
+        // over, and greedy settings ask all 5 back; A lacks 5 and nothing is free → need 5.
+        // B's newest container (10 GiB) would leave it at 15, under its guarantee: skipped. The
+        // 5 GiB one leaves exactly 20: taken.
+        let (mut c, a, b) = seed_cluster();
+        let app_a = c.app(a, 0);
+        for i in 0..75 {
+            c.container(app_a, (i / 10) as u32, gib(1), i as u64, false);
+        }
+        let app_b = c.app(b, 0);
+        c.container(app_b, 7, gib(5), 200, false); // index 75
+        c.container(app_b, 8, gib(10), 300, false); // 76: newest
+        c.container(app_b, 9, gib(10), 100, false); // 77
+        c.pending(app_a, gib(1), 30, &[]);
+        let greedy = PreemptionConfig {
+            total_preemption_per_round: 1.0,
+            natural_termination_factor: 1.0,
+            max_ignored_over_capacity: 0.0,
+            ..cfg()
+        };
+        let p = plan(&c.view(), &greedy, |_| false);
+        assert_eq!(p.victims, vec![75]);
+    }
+
+    fn greedy() -> PreemptionConfig {
+        PreemptionConfig {
+            total_preemption_per_round: 1.0,
+            natural_termination_factor: 1.0,
+            max_ignored_over_capacity: 0.0,
+            ..cfg()
+        }
+    }
+
+    fn in_gib(x: f64) -> f64 {
+        x / gib(1).memory_bytes as f64
+    }
+
+    /// The seed's second scenario's queues, A 40 %, B 20 %, C 40 % of 100 GiB. B has two apps and
+    /// holds 70, A holds 30 and wants 30 more, C arrives wanting 40.
+    #[test]
+    fn three_queues_amounts_and_victims() {
+        let mut c = Cluster::new();
+        for i in 0..10 {
+            c.node(&format!("n{i}"), gib(10), &[]);
+        }
+        let a = c.queue("root.a", 0, 0.4, 1.0);
+        let b = c.queue("root.b", 0, 0.2, 1.0);
+        let q_c = c.queue("root.c", 0, 0.4, 1.0);
+        let app_a = c.app(a, 0);
+        for i in 0..30 {
+            c.container(app_a, i / 10, gib(1), i as u64, false); // nodes 0-2: indexes 0..30
+        }
+        let b1 = c.app(b, 10);
+        let b2 = c.app(b, 20);
+        for i in 0..40 {
+            c.container(b1, 3 + i / 10, gib(1), 100 + i as u64, false); // nodes 3-6: 30..70
+        }
+        for i in 0..30 {
+            c.container(b2, 7 + i / 10, gib(1), 200 + i as u64, false); // nodes 7-9: 70..100
+        }
+        c.pending(app_a, gib(1), 30, &[]);
+        let app_c = c.app(q_c, 500);
+        c.pending(app_c, gib(1), 40, &[]);
+        let v = c.view();
+        // A: floor min(30, 40) = 30, cap 60; B: floor 20, cap 70; C: floor 0, cap 40.
+        // λ = 1 gives 40 + 20 + 40 = 100: ideal A 40, B 20, C 40.
+        let p = plan(&v, &cfg(), |_| false);
+        let ideal: Vec<f64> = p.queues.iter().map(|q| in_gib(q.ideal)).collect();
+        for (got, want) in ideal.iter().zip([100.0, 40.0, 20.0, 40.0]) {
+            close(*got, want);
+        }
+        // B is 50 over (70 > 20 × 1.1). Bound 10 → ×0.2 → 2 GiB; need = lack 10 + 40 − free 0.
+        close(in_gib(p.queues[b as usize].to_preempt), 2.0);
+        close(in_gib(p.need), 50.0);
+        assert_eq!(in_gib(p.queues[a as usize].to_preempt), 0.0);
+        // The newest app of B (b2), its newest containers.
+        assert_eq!(p.victims, vec![99, 98]);
+
+        // Greedy: all 50 — b2's 30 newest first, then b1's 20 newest; B keeps b1's 20 oldest.
+        let p = plan(&v, &greedy(), |_| false);
+        let want: Vec<u32> = (70..100).rev().chain((50..70).rev()).collect();
+        assert_eq!(p.victims, want);
+        close(in_gib(p.queues[b as usize].selected), 50.0);
+    }
+
+    /// root → prod 60 % {etl 50 %, web 50 %}, dev 40 % {a 75 %, b 25 %} on 200 GiB: guarantees
+    /// etl 60, web 60, a 60, b 20.
+    #[test]
+    fn nested_queues_amounts() {
+        let mut c = Cluster::new();
+        for i in 0..20 {
+            c.node(&format!("n{i}"), gib(10), &[]);
+        }
+        let prod = c.queue("root.prod", 0, 0.6, 1.0);
+        let dev = c.queue("root.dev", 0, 0.4, 1.0);
+        let etl = c.queue("root.prod.etl", prod, 0.5, 1.0);
+        let web = c.queue("root.prod.web", prod, 0.5, 1.0);
+        let qa = c.queue("root.dev.a", dev, 0.75, 1.0);
+        let qb = c.queue("root.dev.b", dev, 0.25, 1.0);
+        // b holds 120 (nodes 0-11), a 40 (nodes 12-15), web 40 (nodes 16-19); etl wants 100.
+        let (ab, aa, aw, ae) = (c.app(qb, 0), c.app(qa, 0), c.app(web, 0), c.app(etl, 0));
+        for i in 0..200u32 {
+            let app = if i < 120 {
+                ab
+            } else if i < 160 {
+                aa
+            } else {
+                aw
+            };
+            c.container(app, i / 10, gib(1), u64::from(i), false);
+        }
+        c.pending(ae, gib(1), 100, &[]);
+        let v = c.view();
+        let p = plan(&v, &cfg(), |_| false);
+        // Top: prod floor min(40, 120) = 40, cap 140; dev floor min(160, 80) = 80, cap 160;
+        //   λ = 1: prod 120, dev 80.
+        // prod: web holds 40 and wants nothing (floor = cap = 40); etl takes the other 80.
+        // dev: a holds 40, wants nothing (40); b floor 20 gets the other 40.
+        let ideal: Vec<f64> = p.queues.iter().map(|q| in_gib(q.ideal)).collect();
+        for (got, want) in ideal.iter().zip([200.0, 120.0, 80.0, 80.0, 40.0, 40.0, 40.0]) {
+            close(*got, want);
+        }
+        // Only b is over (120 > 44): 80 over; bound 20 → ×0.2 → 4. etl lacks 80, nothing free.
+        let to_preempt: Vec<f64> = p.queues.iter().map(|q| in_gib(q.to_preempt)).collect();
+        assert_eq!(to_preempt, vec![0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 4.0]);
+        close(in_gib(p.need), 80.0);
+        assert_eq!(p.victims, vec![119, 118, 117, 116]);
+        // Greedy: b gives all 80 and keeps 40 (its ideal; more than its guarantee of 20, because
+        // its sibling a leaves part of dev's share unused). a and web (under their guarantee)
+        // lose nothing.
+        let p = plan(&v, &greedy(), |_| false);
+        assert_eq!(p.victims, (40..120).rev().collect::<Vec<u32>>());
+        assert!(p.victims.iter().all(|&i| v.containers[i as usize].app == ab));
+    }
+
+    #[test]
+    fn the_dead_zone_at_work() {
+        // A (80) holds 79 and wants 10 more; B (20) holds 21: ideal 80 / 20, B 1 over — within
+        // the dead zone of 10 % (21 ≤ 22), so left alone; with no dead zone, one container goes.
+        let (mut c, a, b) = seed_cluster();
+        let app_a = c.app(a, 0);
+        let app_b = c.app(b, 0);
+        for i in 0..100u32 {
+            c.container(if i < 79 { app_a } else { app_b }, i / 10, gib(1), u64::from(i), false);
+        }
+        c.pending(app_a, gib(1), 10, &[]);
+        let v = c.view();
+        let dead_zone = PreemptionConfig { max_ignored_over_capacity: 0.1, ..greedy() };
+        let p = plan(&v, &dead_zone, |_| false);
+        assert!(p.victims.is_empty());
+        assert_eq!(p.queues[b as usize].to_preempt, 0.0);
+        let p = plan(&v, &greedy(), |_| false);
+        assert_eq!(p.victims, vec![99]);
+    }
+
+    /// Two nodes of 10 GiB; A 80 %, B 20 % (16 / 4 GiB). B holds 14 GiB in 2 GiB containers of
+    /// three apps, plus one stopping; A wants 10 × 2 GiB.
+    #[test]
+    fn victim_order_newest_app_newest_container_masters_last() {
+        let mut c = Cluster::new();
+        c.node("n0", gib(10), &[]);
+        c.node("n1", gib(10), &[]);
+        let a = c.queue("root.a", 0, 0.8, 1.0);
+        let b = c.queue("root.b", 0, 0.2, 1.0);
+        let (b1, b2, b3) = (c.app(b, 0), c.app(b, 10), c.app(b, 20));
+        let m1 = c.container(b1, 0, gib(2), 0, true);
+        let c1 = c.container(b1, 0, gib(2), 1, false);
+        let c5 = c.container(b1, 0, gib(2), 5, false);
+        let m2 = c.container(b2, 0, gib(2), 10, true);
+        let c11 = c.container(b2, 1, gib(2), 11, false);
+        let c12 = c.container(b2, 1, gib(2), 12, false);
+        let m3 = c.container(b3, 1, gib(2), 20, true);
+        let stopping = c.container(b3, 1, gib(2), 21, false);
+        c.container_state(stopping, GANTRY_CONTAINER_STOPPING);
+        let app_a = c.app(a, 30);
+        c.pending(app_a, gib(2), 10, &[]);
+        let v = c.view();
+        // B holds 14 (the stopping one does not count): A ideal 16, B 4 (λ = 1). B is 10 over;
+        // greedy asks all 10. need = A's lack 16 − (20 − 14 held) = 10.
+        let p = plan(&v, &greedy(), |_| false);
+        close(in_gib(p.queues[b as usize].to_preempt), 10.0);
+        close(in_gib(p.need), 10.0);
+        // Non-masters: b3 has none left (its other one is stopping), b2's newest first, then
+        // b1's; then masters, newest app first: m3. B keeps m1 and m2 = 4, its guarantee.
+        assert_eq!(p.victims, vec![c12, c11, c5, c1, m3]);
+        assert!(!p.victims.contains(&m1) && !p.victims.contains(&m2) && !p.victims.contains(&stopping));
+
+        // Default settings ask 10 × 0.2 = 2 GiB: one container. A container selected last round
+        // is kept in preference to a newer one, so selections do not wander.
+        let p = plan(&v, &cfg(), |_| false);
+        assert_eq!(p.victims, vec![c12]);
+        let c1_id = v.containers[c1 as usize].id;
+        let p = plan(&v, &cfg(), |id| id == c1_id);
+        assert_eq!(p.victims, vec![c1]);
+    }
+
+    #[test]
+    fn stopping_containers_count_as_already_given_back() {
+        // The seed's scenario after two rounds: 16 of B's containers are stopping. B holds 84,
+        // ideal 20 → 64 over; bound 10 → ×0.2 → 2 again: the next two newest running ones.
+        let (mut c, a, b) = seed_cluster();
+        let app_b = c.app(b, 0);
+        for i in 0..100u32 {
+            let k = c.container(app_b, i / 10, gib(1), u64::from(i), false);
+            if i >= 84 {
+                c.container_state(k, GANTRY_CONTAINER_STOPPING);
+            }
+        }
+        let app_a = c.app(a, 400_000);
+        c.pending(app_a, gib(1), 100, &[]);
+        let v = c.view();
+        let p = plan(&v, &cfg(), |_| false);
+        close(in_gib(p.queues[b as usize].held), 84.0);
+        // need = lack 80 − (100 − 84) = 64.
+        close(in_gib(p.need), 64.0);
+        assert_eq!(p.victims, vec![83, 82]);
+        // Greedy: exactly the 64 still needed, B keeps 20.
+        let p = plan(&v, &greedy(), |_| false);
+        assert_eq!(p.victims, (20..84).rev().collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn no_preemption_for_requests_no_freed_node_could_run() {
+        // B holds the plain nodes; A holds the GPU node and asks for more GPUs (only its own
+        // containers could make room for them), and for containers larger than any node.
+        // Neither counts, so B keeps everything.
+        let mut c = Cluster::new();
+        for i in 0..4 {
+            c.node(&format!("n{i}"), gib(10), &[("gpu", "none")]);
+        }
+        let gpu = GantryResources { gpus: 4, ..gib(10) };
+        c.node("g0", gpu, &[("gpu", "a100")]);
+        let a = c.queue("root.a", 0, 0.8, 1.0);
+        let b = c.queue("root.b", 0, 0.2, 1.0);
+        let app_b = c.app(b, 0);
+        for i in 0..40u32 {
+            c.container(app_b, i / 10, gib(1), u64::from(i), false);
+        }
+        let app_a = c.app(a, 100);
+        c.container(app_a, 4, gpu, 50, false);
+        let want_gpu = GantryResources { gpus: 1, ..gib(1) };
+        c.pending(app_a, want_gpu, 8, &[("gpu", "a100")]);
+        c.pending(app_a, gib(20), 2, &[]);
+        let v = c.view();
+        let p = plan(&v, &greedy(), |_| false);
+        assert!(p.victims.is_empty(), "{:?}", p.victims);
+        assert_eq!(p.queues[a as usize].pending, 0.0);
+        assert_eq!(p.need, 0.0);
+
+        // The same request on a plain node that B's containers fill does count.
+        let mut c2 = Cluster::new();
+        for i in 0..4 {
+            c2.node(&format!("n{i}"), gib(10), &[("gpu", "none")]);
+        }
+        let a = c2.queue("root.a", 0, 0.8, 1.0);
+        let b = c2.queue("root.b", 0, 0.2, 1.0);
+        let app_b = c2.app(b, 0);
+        for i in 0..40u32 {
+            c2.container(app_b, i / 10, gib(1), u64::from(i), false);
+        }
+        let app_a = c2.app(a, 100);
+        c2.pending(app_a, gib(1), 8, &[("gpu", "none")]);
+        let p = plan(&c2.view(), &greedy(), |_| false);
+        assert_eq!(p.victims.len(), 8);
+    }
+
+    #[test]
+    fn victims_only_where_the_freed_room_helps() {
+        // B holds nodes n0 (labelled ssd) and n1 (not); A only runs on ssd nodes. Only n0's
+        // containers are taken, though n1's are newer.
+        let mut c = Cluster::new();
+        c.node("n0", gib(10), &[("disk", "ssd")]);
+        c.node("n1", gib(10), &[("disk", "hdd")]);
+        let a = c.queue("root.a", 0, 0.5, 1.0);
+        let b = c.queue("root.b", 0, 0.5, 1.0);
+        let app_b = c.app(b, 0);
+        for i in 0..20u32 {
+            c.container(app_b, i % 2, gib(1), u64::from(i), false); // even → n0, odd → n1
+        }
+        let app_a = c.app(a, 100);
+        c.pending(app_a, gib(1), 4, &[("disk", "ssd")]);
+        let v = c.view();
+        // A: ideal min(10, 4) = 4; B 16 → 4 over, greedy asks 4: the 4 newest on n0.
+        let p = plan(&v, &greedy(), |_| false);
+        assert_eq!(p.victims, vec![18, 16, 14, 12]);
+        // A node that stops being RUNNING is no help either.
+        c.node_state(0, GANTRY_NODE_DRAINING);
+        let p = plan(&c.view(), &greedy(), |_| false);
+        assert!(p.victims.is_empty());
+    }
+
+    #[test]
+    fn dominant_shares_see_the_resource_that_is_short() {
+        // Ten nodes of 10 cores and 10 GiB. B (50 %) holds 20 containers of 5 cores and 1 GiB:
+        // all the CPU, a fifth of the memory. A (50 %) wants 10 of 1 core and 4 GiB: none fits.
+        let mut c = Cluster::new();
+        for i in 0..10 {
+            c.node(&format!("n{i}"), gib(10), &[]);
+        }
+        let a = c.queue("root.a", 0, 0.5, 1.0);
+        let b = c.queue("root.b", 0, 0.5, 1.0);
+        let app_b = c.app(b, 0);
+        let cpu_heavy = GantryResources::new(5000, 1 << 30, 0);
+        for i in 0..20u32 {
+            c.container(app_b, i / 2, cpu_heavy, u64::from(i), false);
+        }
+        let app_a = c.app(a, 100);
+        c.pending(app_a, GantryResources::new(1000, 4 << 30, 0), 10, &[]);
+        let v = c.view();
+        // Memory: B holds 20 GiB, under its 50: nothing to do (YARN's default calculator too).
+        let p = plan(&v, &greedy(), |_| false);
+        assert!(p.victims.is_empty());
+        // Dominant: B's share is 1.0 (CPU), A's demand 0.4 (memory). Ideal A 0.4, B 0.6; B is
+        // 0.4 over. But A needs only 10 cores (memory is free): two of B's containers.
+        let drf = PreemptionConfig { resource_calculator: Calculator::Dominant, ..greedy() };
+        let p = plan(&v, &drf, |_| false);
+        close(p.total, 1.0);
+        close(p.queues[a as usize].ideal, 0.4);
+        close(p.queues[b as usize].ideal, 0.6);
+        assert_eq!(p.victims, vec![19, 18]);
+    }
+
+    #[test]
+    fn apps_that_are_ending_are_not_victims() {
+        let (mut c, a, b) = seed_cluster();
+        let b1 = c.app(b, 0);
+        let b2 = c.app(b, 10);
+        for i in 0..100u32 {
+            c.container(if i < 50 { b1 } else { b2 }, i / 10, gib(1), u64::from(i), false);
+        }
+        c.app_state(b2, GANTRY_APP_KILLED);
+        let app_a = c.app(a, 100);
+        c.pending(app_a, gib(1), 10, &[]);
+        let p = plan(&c.view(), &greedy(), |_| false);
+        assert_eq!(p.victims, (40..50).rev().collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn empty_views() {
+        let mut c = Cluster::new();
+        let p = plan(&c.view(), &cfg(), |_| false);
+        assert!(p.victims.is_empty());
+        assert_eq!(p.total, 0.0);
+    }
+}
