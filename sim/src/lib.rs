@@ -8,6 +8,8 @@
 //! - [`cluster`]: cluster descriptions (gantry's TOML, Alibaba's node list CSV) → node specs.
 //! - [`sim`]: the discrete-event loop itself; [`report`]: what a run writes (summary, per-job
 //!   and time-series CSV, SVG plots); [`workload`]: synthetic workloads at a target load.
+//! - [`queues`]: per-leaf-queue figures — held, pending, guaranteed and ideal shares over time,
+//!   guarantee reached, what preemption took.
 //! - [`elastic`]: elastic clusters, where the cluster file is a pool of machines that an
 //!   autoscaler starts (after a boot delay) and removes (after an idle cool-down).
 //!
@@ -18,6 +20,7 @@
 
 pub mod cluster;
 pub mod elastic;
+pub mod queues;
 pub mod report;
 pub mod sim;
 pub mod trace;

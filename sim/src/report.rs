@@ -1,13 +1,17 @@
 //! What a run writes into its output directory: `summary.json`, `jobs.csv` (one line per job),
 //! `timeseries.csv`, and two plots, `utilisation.svg` (allocated share of each resource over
-//! time) and `completion_cdf.svg` (distribution of completion times). An elastic cluster adds
-//! `nodes.csv` and `nodes.svg` (nodes registered and billed, allocated share of the registered
-//! nodes and of the pool, over time) and an `elastic` section in the summary.
+//! time) and `completion_cdf.svg` (distribution of completion times). Per leaf queue,
+//! `queues.csv` (CPU and memory held, pending, guaranteed and ideal, as shares of the cluster,
+//! per sample), `queues.svg` (the same, memory) and the summary's `queues` section (guarantee
+//! reached, what preemption took; see [`crate::queues`]). An elastic cluster adds `nodes.csv`
+//! and `nodes.svg` (nodes registered and billed, allocated share of the registered nodes and of
+//! the pool, over time) and an `elastic` section in the summary.
 //!
 //! Every number is formatted with a fixed number of decimals and every collection is written in
 //! a fixed order, so that the same run writes byte-identical files.
 
 use crate::elastic::ElasticStats;
+use crate::queues::LeafRecord;
 use crate::sim::{JobOutcome, JobRecord, SimResult};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -153,6 +157,80 @@ impl ElasticSummary {
     }
 }
 
+/// When a queue first held 50 %, 90 % and 100 % of its guarantee of one resource, s (null:
+/// never, or nothing guaranteed).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reached {
+    /// Half of it.
+    #[serde(rename = "50")]
+    pub p50: Option<f64>,
+    /// 90 % of it.
+    #[serde(rename = "90")]
+    pub p90: Option<f64>,
+    /// All of it.
+    #[serde(rename = "100")]
+    pub p100: Option<f64>,
+}
+
+/// Guarantee reached, per resource.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReachedGuarantee {
+    /// CPU.
+    pub cpu: Reached,
+    /// Memory.
+    pub memory: Reached,
+}
+
+/// Resources, summed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ResourceTotals {
+    /// CPU, millicores.
+    pub cpu_millis: u64,
+    /// Memory, bytes.
+    pub memory_bytes: u64,
+    /// Whole GPUs.
+    pub gpus: u64,
+}
+
+/// Figures of one leaf queue.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueueSummary {
+    /// Configured guaranteed share of the cluster (the guaranteed fractions from the root down,
+    /// multiplied).
+    pub guaranteed: f64,
+    /// Configured maximum share of the cluster, likewise.
+    pub maximum: f64,
+    /// First submission to the queue, s (null: none).
+    pub first_submit_s: Option<f64>,
+    /// When the queue first held each share of its guarantee, s from the start of the run.
+    pub reached_guarantee_s: ReachedGuarantee,
+    /// Containers that rebalancing stopped (each PREEMPT and KILL decision the engine applied).
+    pub preempted_containers: u64,
+    /// Their resources.
+    pub preempted: ResourceTotals,
+}
+
+impl QueueSummary {
+    fn of(q: &LeafRecord) -> Self {
+        let reached = |r: usize| {
+            let at = q.reached_ms[r].map(|t| t.map(secs));
+            Reached { p50: at[0], p90: at[1], p100: at[2] }
+        };
+        QueueSummary {
+            guaranteed: round6(q.guaranteed),
+            maximum: round6(q.maximum),
+            first_submit_s: q.first_submit_ms.map(secs),
+            reached_guarantee_s: ReachedGuarantee { cpu: reached(0), memory: reached(1) },
+            preempted_containers: q.preempted_containers,
+            preempted: ResourceTotals {
+                cpu_millis: q.preempted.cpu_millis,
+                memory_bytes: q.preempted.memory_bytes,
+                gpus: u64::from(q.preempted.gpus),
+            },
+        }
+    }
+}
+
 /// Figures of one class of jobs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ClassSummary {
@@ -217,6 +295,8 @@ pub struct Summary {
     pub reservations_refused: u64,
     /// Per class, by name.
     pub classes: BTreeMap<String, ClassSummary>,
+    /// Per leaf queue, by path.
+    pub queues: BTreeMap<String, QueueSummary>,
     /// The elastic cluster's figures (absent on a fixed cluster).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elastic: Option<ElasticSummary>,
@@ -224,6 +304,10 @@ pub struct Summary {
 
 fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
+}
+
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
 }
 
 fn secs(ms: u64) -> f64 {
@@ -301,6 +385,7 @@ pub fn summarise(result: &SimResult, options: &ReportOptions) -> Summary {
         reservations_refused: result.reservations.1,
         sla_met: if all.is_empty() { 0.0 } else { round3(within as f64 / all.len() as f64) },
         classes,
+        queues: result.queues.leaves.iter().map(|q| (q.path.clone(), QueueSummary::of(q))).collect(),
         elastic: result.elastic.as_ref().map(|e| ElasticSummary::of(e, result)),
     }
 }
@@ -376,6 +461,33 @@ pub fn nodes_csv(result: &SimResult) -> String {
             s.cpu,
             s.memory,
             s.gpus
+        );
+    }
+    out
+}
+
+/// `queues.csv`: per sample and leaf queue, CPU and memory held, pending, guaranteed and ideal,
+/// as shares of the cluster.
+pub fn queues_csv(result: &SimResult) -> String {
+    let mut out = String::from(
+        "t_s,queue,cpu_used,memory_used,cpu_pending,memory_pending,cpu_guaranteed,memory_guaranteed,cpu_ideal,memory_ideal\n",
+    );
+    let q = &result.queues;
+    for s in &q.samples {
+        let name = q.leaves.get(s.leaf).map_or("", |l| l.path.as_str());
+        let _ = writeln!(
+            out,
+            "{:.3},{},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4},{:.4}",
+            secs(s.t_ms),
+            csv_field(name),
+            s.used.cpu,
+            s.used.memory,
+            s.pending.cpu,
+            s.pending.memory,
+            s.guaranteed.cpu,
+            s.guaranteed.memory,
+            s.ideal.cpu,
+            s.ideal.memory
         );
     }
     out
@@ -560,6 +672,53 @@ pub fn nodes_svg(result: &SimResult) -> String {
     svg
 }
 
+/// Leaf queues with a panel of their own in `queues.svg`; the overview shows them all.
+pub const QUEUE_PANELS: usize = 8;
+
+const PALETTE: [&str; 10] = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+    "#17becf",
+];
+
+/// `queues.svg`: above, the memory each leaf queue holds; then, for the first [`QUEUE_PANELS`]
+/// leaves, one panel each: memory held, ideal, guaranteed and pending (cut at 1), and CPU held.
+pub fn queues_svg(result: &SimResult) -> String {
+    let q = &result.queues;
+    let pick = |leaf: usize, f: fn(&crate::queues::QueueSample) -> f64| -> Vec<(f64, f64)> {
+        q.samples.iter().filter(|s| s.leaf == leaf).map(|s| (secs(s.t_ms), f(s))).collect()
+    };
+    let overview: Vec<Series<'_>> = q
+        .leaves
+        .iter()
+        .enumerate()
+        .map(|(k, l)| (l.path.as_str(), PALETTE[k % PALETTE.len()], pick(k, |s| s.used.memory)))
+        .collect();
+    let panels = q.leaves.len().min(QUEUE_PANELS);
+    let mut svg = svg_start(H * (1 + panels) as f64);
+    panel(
+        &mut svg,
+        0.0,
+        "Memory held by each leaf queue",
+        "time (s)",
+        "share of the cluster",
+        1.0,
+        &overview,
+    );
+    for (k, l) in q.leaves.iter().enumerate().take(panels) {
+        let series = [
+            ("memory held", "#1f77b4", pick(k, |s| s.used.memory)),
+            ("ideal", "#2ca02c", pick(k, |s| s.ideal.memory)),
+            ("guaranteed", "#7f7f7f", pick(k, |s| s.guaranteed.memory)),
+            ("pending (cut at 1)", "#ff7f0e", pick(k, |s| s.pending.memory.min(1.0))),
+            ("CPU held", "#9467bd", pick(k, |s| s.used.cpu)),
+        ];
+        let title = format!("{}: memory (guaranteed {:.0} %)", l.path, l.guaranteed * 100.0);
+        panel(&mut svg, H * (1 + k) as f64, &title, "time (s)", "share of the cluster", 1.0, &series);
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
 /// Writes every output file of a run into `dir` (created if missing).
 pub fn write_all(dir: &Path, result: &SimResult, options: &ReportOptions) -> std::io::Result<Summary> {
     std::fs::create_dir_all(dir)?;
@@ -570,6 +729,8 @@ pub fn write_all(dir: &Path, result: &SimResult, options: &ReportOptions) -> std
     std::fs::write(dir.join("timeseries.csv"), timeseries_csv(result))?;
     std::fs::write(dir.join("utilisation.svg"), utilisation_svg(result))?;
     std::fs::write(dir.join("completion_cdf.svg"), completion_cdf_svg(result))?;
+    std::fs::write(dir.join("queues.csv"), queues_csv(result))?;
+    std::fs::write(dir.join("queues.svg"), queues_svg(result))?;
     if result.elastic.is_some() {
         std::fs::write(dir.join("nodes.csv"), nodes_csv(result))?;
         std::fs::write(dir.join("nodes.svg"), nodes_svg(result))?;
@@ -638,6 +799,7 @@ mod tests {
             launches: 3,
             reservations: (0, 0),
             reservation_states: Default::default(),
+            queues: Default::default(),
         }
     }
 

@@ -9,8 +9,16 @@
 //!
 //! The simulated agents obey at once: a `Launch` starts its container now and schedules its end
 //! after the stage's duration — `duration_ms` where the stage's preferences hold, else
-//! `slow_duration_ms` — and a `Kill` ends it now. A stage whose containers are spread over
-//! several racks while it prefers one rack runs slow; a gang's containers end together.
+//! `slow_duration_ms`. A stage whose containers are spread over several racks while it prefers
+//! one rack runs slow; a gang's containers end together.
+//!
+//! A `Kill` from rebalancing (reason `Preempted` or `PolicyKill`) is carried out as the daemon's
+//! agent does it — SIGTERM, the grace period, SIGKILL — by a process that uses its whole grace:
+//! the container holds its resources (as a stopping container in the engine) and exits
+//! `grace_ms` later, or at its natural end if that comes first. Other kills (the application was
+//! killed at its time limit or failed, a gang restarts) end the container at once. A stopped
+//! container's work is lost: the engine puts its request back when it asks for the stop, and the
+//! container placed in its stead runs the stage's full duration again, from the start.
 //!
 //! With [`SimOptions::elastic`] the cluster is a pool that an autoscaler grows and shrinks
 //! ([`crate::elastic`]); otherwise every node registers at time 0.
@@ -23,6 +31,7 @@
 //! ([`SimResult::stalled_at_ms`]).
 
 use crate::elastic::{Autoscaler, ElasticError, ElasticOptions, ElasticStats};
+use crate::queues::{QueueStats, QueueTracker};
 use crate::trace::{Job, Stage};
 use gantry_engine::{
     AppId, AppSpec, Command, ContainerId, Engine, Event, KillReason, NodeCondition, NodeId, NodeSpec,
@@ -206,6 +215,8 @@ pub struct SimResult {
     pub reservations: (u64, u64),
     /// Reservation state changes seen, by state (`GANTRY_RESERVATION_*`).
     pub reservation_states: BTreeMap<u32, u64>,
+    /// Per leaf queue: samples over time, guarantee reached, what rebalancing took.
+    pub queues: QueueStats,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -214,7 +225,7 @@ enum Due {
     Arrival(usize),
     /// A container's natural end (its id); ignored if it was killed or lost first.
     End(u64),
-    /// A killed container's end (its id).
+    /// A stopped container's exit (its id): at once, or after its grace period.
     Killed(u64),
     /// A job's time limit.
     Limit(usize),
@@ -247,6 +258,8 @@ struct Running {
     job: usize,
     node: u32,
     resources: Resources,
+    /// Told to stop (its exit is due); its work is already counted to run again.
+    stopping: bool,
 }
 
 struct JobState {
@@ -311,6 +324,8 @@ struct Sim<'a> {
     /// none, nothing will ever happen but the passage of time.
     due_events: usize,
     stalled_at_ms: Option<u64>,
+    /// The leaf queues' figures.
+    queues: QueueTracker,
 }
 
 /// Runs `jobs` on `nodes` through `engine` (already built, with its plugins and queues).
@@ -346,6 +361,7 @@ pub fn run_with_progress<'a>(
         capacity[1] += n.capacity.memory_bytes;
         capacity[2] += u64::from(n.capacity.gpus);
     }
+    let queues = QueueTracker::new(engine.state());
     let mut sim = Sim {
         engine,
         jobs,
@@ -393,6 +409,7 @@ pub fn run_with_progress<'a>(
         billed_area: [0.0; 3],
         due_events: 0,
         stalled_at_ms: None,
+        queues,
     };
     sim.start()?;
     sim.main_loop()?;
@@ -466,6 +483,7 @@ impl Sim<'_> {
             if tick {
                 self.cycle();
             }
+            self.queues.observe(self.now, self.engine.state());
             if self.all_done() {
                 break;
             }
@@ -634,7 +652,7 @@ impl Sim<'_> {
                     .map(|(&c, _)| c)
                     .collect();
                 for c in lost {
-                    if let Some(r) = self.release(c) {
+                    if let Some(r) = self.release(c).filter(|r| !r.stopping) {
                         self.rerun(r.job);
                     }
                 }
@@ -721,6 +739,7 @@ impl Sim<'_> {
             Some(a) => (a.registered(), a.booting()),
             None => (self.node_time.values().filter(|(since, _)| since.is_some()).count(), 0),
         };
+        self.queues.sample(self.now, self.engine.state());
         self.samples.push(Sample {
             t_ms: self.now,
             cpu: share(0, self),
@@ -752,9 +771,10 @@ impl Sim<'_> {
         let job = &self.jobs[i];
         let s = self.state[i].stage;
         let Some(stage) = job.stages.get(s) else { return };
+        let spec_queue = if job.queue.is_empty() { "root.default".to_owned() } else { job.queue.clone() };
         let spec = AppSpec {
             name: if job.stages.len() > 1 { format!("{}#{s}", job.name) } else { job.name.clone() },
-            queue: if job.queue.is_empty() { "root.default".into() } else { job.queue.clone() },
+            queue: spec_queue.clone(),
             user: job.user.clone(),
             priority: job.priority,
             max_attempts: 0,
@@ -769,6 +789,7 @@ impl Sim<'_> {
                         }
                         self.state[i].app = Some(*app);
                         self.app_job.insert(app.0, i);
+                        self.queues.submitted(&spec_queue, self.now);
                         self.set_unplaced(i, stage.count);
                     }
                 }
@@ -791,15 +812,23 @@ impl Sim<'_> {
                 Command::Launch { container, app, request, node, resources, .. } => {
                     launches.push((container, app, request, node, resources));
                 }
-                Command::Kill { container, reason, .. } => {
-                    if let Some(job) = self.running.get(&container.0).map(|r| r.job) {
-                        if matches!(reason, KillReason::Preempted | KillReason::PolicyKill) {
+                Command::Kill { container, reason, grace_ms, .. } => {
+                    let Some(r) = self.running.get_mut(&container.0) else { continue };
+                    let (job, first) = (r.job, !r.stopping);
+                    r.stopping = true;
+                    let rebalancing = matches!(reason, KillReason::Preempted | KillReason::PolicyKill);
+                    if first {
+                        if rebalancing {
                             self.preemptions += 1;
                             self.state[job].preempted += 1;
                         }
-                        // The simulated process ends at once on SIGTERM.
-                        self.push(self.now, Due::Killed(container.0));
+                        // The engine has put its request back: the work runs again.
+                        self.rerun(job);
                     }
+                    // A rebalancing victim uses its whole grace (a later KILL cuts it short);
+                    // any other process ends at once on SIGTERM.
+                    let at = if rebalancing { self.now.saturating_add(grace_ms) } else { self.now };
+                    self.push(at, Due::Killed(container.0));
                 }
                 Command::AppStateChanged { app, state, .. } => self.app_state(app, state),
                 Command::ReservationStateChanged { state, .. } => {
@@ -842,7 +871,7 @@ impl Sim<'_> {
         self.set_unplaced(job, unplaced);
         for &(container, _, _, node, resources) in group {
             self.launches += 1;
-            self.running.insert(container.0, Running { job, node: node.0, resources });
+            self.running.insert(container.0, Running { job, node: node.0, resources, stopping: false });
             self.allocated[0] += resources.cpu_millis;
             self.allocated[1] += resources.memory_bytes;
             self.allocated[2] += u64::from(resources.gpus);
@@ -900,9 +929,9 @@ impl Sim<'_> {
     /// A container ended with `code`; true if a cycle should follow.
     fn container_ended(&mut self, container: u64, code: i32) -> bool {
         let Some(r) = self.release(container) else {
-            return false; // killed or lost earlier
+            return false; // ended, killed or lost earlier
         };
-        if code != 0 {
+        if code != 0 && !r.stopping {
             self.rerun(r.job);
         }
         self.event(Event::ContainerExited { container: ContainerId(container), exit_code: code });
@@ -936,6 +965,7 @@ impl Sim<'_> {
     fn finish(mut self) -> SimResult {
         let end = self.now;
         self.sample();
+        let queues = self.queues.finish(self.engine.state(), self.engine.stats());
         let registered_ms = self
             .node_time
             .values()
@@ -982,6 +1012,7 @@ impl Sim<'_> {
             launches: self.launches,
             reservations: (self.reservations_requested, self.reservations_refused),
             reservation_states: self.reservation_states,
+            queues,
         }
     }
 }
