@@ -75,8 +75,11 @@ pub struct QueuePlan {
 pub struct Plan {
     /// The cluster, in the calculator's unit.
     pub total: f64,
-    /// What the under-served queues lack beyond what free and stopping room gives them: nothing
-    /// beyond it is ever selected (up to the last container's size).
+    /// What the queues share: the cluster less the free room on nodes no pending request could
+    /// use (its selector matches none of them).
+    pub available: f64,
+    /// What the under-served queues lack beyond what free and stopping room gives them: the
+    /// victims never free more.
     pub need: f64,
     /// Per queue, in the view's order.
     pub queues: Vec<QueuePlan>,
@@ -179,6 +182,25 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
         pending.push(Pending { leaf, shape, want: r.resources.times(r.count - r.placed) });
     }
 
+    // Free room on nodes no pending request could ever use is no use to anyone: the queues
+    // share what is left. (Room on a node whose free part is merely too small still counts, so
+    // fragments do not make the policy take more and more.)
+    let mut usable = vec![false; nn];
+    for shape in &shapes {
+        for &n in &shape.nodes {
+            usable[n as usize] = true;
+        }
+    }
+    let stranded = view
+        .nodes
+        .iter()
+        .zip(&free)
+        .zip(&usable)
+        .filter(|((node, _), usable)| node.state == GANTRY_NODE_RUNNING && !**usable)
+        .fold(GantryResources::default(), |acc, ((_, f), _)| acc.plus(f));
+    let available = (total - m.of(&stranded)).max(0.0);
+    plan.available = available;
+
     // Which requests count: at first every request some node could ever hold; then only those
     // that some node could hold once the over-capacity queues' containers on it are gone. Fewer
     // counted requests can only shrink the set of over-capacity queues, so this settles.
@@ -206,7 +228,7 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
                 }
             })
             .collect();
-        ideal = ideal_assignment(&inputs, total);
+        ideal = ideal_assignment(&inputs, available);
         held_m = inputs.iter().map(|i| i.held).collect::<Vec<f64>>();
         over = (0..nq)
             .map(|q| {
@@ -264,7 +286,7 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
         .filter(|&q| is_leaf[q])
         .map(|q| LeafFigures { queue: q, held: held_m[q], ideal: ideal[q], over: over[q] })
         .collect();
-    let (amounts, need) = amounts(&leaves, total, config);
+    let (amounts, need) = amounts(&leaves, total, available, config);
     plan.need = need;
     for (leaf, amount) in leaves.iter().zip(&amounts) {
         plan.queues[leaf.queue].to_preempt = *amount;
@@ -352,11 +374,17 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
             let c = &view.containers[i as usize];
             let next = taken.plus(&c.resources);
             let next_freed = held_m[q] - m.of(&held[q].minus(&next));
+            let gain = next_freed - freed;
             let frees = dims(&c.resources);
             let helps = (0..3).any(|d| wanted[d] > 0.0 && frees[d] > 0.0);
-            if !helps || next_freed - freed <= eps || held_m[q] - next_freed < guarantee - eps {
-                // Frees nothing needed or nothing that counts, or would take the leaf below its
-                // guarantee.
+            // Skip a container that frees nothing needed or nothing that counts, that frees more
+            // than the under-served queues lack (they would end over their ideal and the next
+            // round would take it back), or that would take the leaf below its guarantee.
+            if !helps
+                || gain <= eps
+                || taken_total + gain > need + eps
+                || held_m[q] - next_freed < guarantee - eps
+            {
                 continue;
             }
             plan.victims.push(i);
@@ -401,10 +429,16 @@ pub struct LeafFigures {
 
 /// How much each leaf gives back this round, and the need (the cap on the total). For each leaf
 /// past the dead zone: (held − ideal), scaled down so that the leaves together give back at most
-/// `total_preemption_per_round` × the cluster, then times `natural_termination_factor`; scaled
-/// down again if the total exceeds the need — what the under-served leaves lack, less the room
-/// that is free or being freed anyway.
-pub fn amounts(leaves: &[LeafFigures], total: f64, config: &PreemptionConfig) -> (Vec<f64>, f64) {
+/// `total_preemption_per_round` × the cluster (`total`), then times
+/// `natural_termination_factor`; scaled down again if the total exceeds the need — what the
+/// under-served leaves lack, less the room that is free or being freed anyway (`available` less
+/// what the leaves hold).
+pub fn amounts(
+    leaves: &[LeafFigures],
+    total: f64,
+    available: f64,
+    config: &PreemptionConfig,
+) -> (Vec<f64>, f64) {
     let excess: Vec<f64> =
         leaves.iter().map(|l| if l.over { (l.held - l.ideal).max(0.0) } else { 0.0 }).collect();
     let sum: f64 = excess.iter().sum();
@@ -413,7 +447,7 @@ pub fn amounts(leaves: &[LeafFigures], total: f64, config: &PreemptionConfig) ->
     let mut out: Vec<f64> = excess.iter().map(|e| e * scale * config.natural_termination_factor).collect();
     let lack: f64 = leaves.iter().map(|l| (l.ideal - l.held).max(0.0)).sum();
     let held: f64 = leaves.iter().map(|l| l.held).sum();
-    let need = (lack - (total - held).max(0.0)).max(0.0);
+    let need = (lack - (available - held).max(0.0)).max(0.0);
     let asked: f64 = out.iter().sum();
     if asked > need {
         let s = if asked > 0.0 { need / asked } else { 0.0 };
@@ -445,16 +479,16 @@ mod tests {
         // Excess 80 > bound 0.1 × 100 = 10 → scaled to 10; × 0.2 natural termination = 2.
         // Need = lack 80 − free 0 = 80.
         let l = [leaf(1, 0.0, 80.0, false), leaf(2, 100.0, 20.0, true)];
-        let (a, need) = amounts(&l, 100.0, &cfg());
+        let (a, need) = amounts(&l, 100.0, 100.0, &cfg());
         close(a[0], 0.0);
         close(a[1], 2.0);
         close(need, 80.0);
         // Bound 1.0 (as in the seed's second experiment): 80 × 0.2 = 16.
         let c = PreemptionConfig { total_preemption_per_round: 1.0, ..cfg() };
-        close(amounts(&l, 100.0, &c).0[1], 16.0);
+        close(amounts(&l, 100.0, 100.0, &c).0[1], 16.0);
         // And no damping either: the whole 80.
         let c = PreemptionConfig { natural_termination_factor: 1.0, ..c };
-        close(amounts(&l, 100.0, &c).0[1], 80.0);
+        close(amounts(&l, 100.0, 100.0, &c).0[1], 80.0);
     }
 
     #[test]
@@ -462,7 +496,7 @@ mod tests {
         // Cluster 200, bound 0.1 × 200 = 20. B is 30 over, C 10 over: 40 > 20, so both are halved
         // (15, 5), then × 0.2 → 3 and 1. A lacks 40 and nothing is free → need 40.
         let l = [leaf(1, 60.0, 100.0, false), leaf(2, 80.0, 50.0, true), leaf(3, 60.0, 50.0, true)];
-        let (a, need) = amounts(&l, 200.0, &cfg());
+        let (a, need) = amounts(&l, 200.0, 200.0, &cfg());
         close(a[1], 3.0);
         close(a[2], 1.0);
         close(need, 40.0);
@@ -476,12 +510,12 @@ mod tests {
         let l = [leaf(1, 10.0, 30.0, false), leaf(2, 60.0, 20.0, true)];
         let c =
             PreemptionConfig { total_preemption_per_round: 1.0, natural_termination_factor: 1.0, ..cfg() };
-        let (a, need) = amounts(&l, 100.0, &c);
+        let (a, need) = amounts(&l, 100.0, 100.0, &c);
         close(need, 0.0);
         close(a[1], 0.0);
         // A lacks 45 with 30 free: need 15, so B's 40 is cut to 15.
         let l = [leaf(1, 10.0, 55.0, false), leaf(2, 60.0, 20.0, true)];
-        let (a, need) = amounts(&l, 100.0, &c);
+        let (a, need) = amounts(&l, 100.0, 100.0, &c);
         close(need, 15.0);
         close(a[1], 15.0);
     }
@@ -489,7 +523,7 @@ mod tests {
     #[test]
     fn leaves_in_the_dead_zone_give_nothing() {
         let l = [leaf(1, 0.0, 80.0, false), leaf(2, 22.0, 20.0, false)];
-        let (a, _) = amounts(&l, 100.0, &cfg());
+        let (a, _) = amounts(&l, 100.0, 100.0, &cfg());
         assert_eq!(a, vec![0.0, 0.0]);
     }
 
@@ -897,6 +931,58 @@ mod tests {
         c.pending(app_a, gib(1), 10, &[]);
         let p = plan(&c.view(), &greedy(), |_| false);
         assert_eq!(p.victims, (40..50).rev().collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn free_room_no_pending_request_can_use_is_not_shared_out() {
+        // Four plain nodes full of B's containers (40), a GPU node where A holds 1 GiB and all 4
+        // GPUs (9 GiB free); A asks for 4 × 1 GiB on plain nodes. Base 50: A guaranteed 40, B 10.
+        let mut c = Cluster::new();
+        for i in 0..4 {
+            c.node(&format!("n{i}"), gib(10), &[("gpu", "none")]);
+        }
+        c.node("g0", GantryResources { gpus: 4, ..gib(10) }, &[("gpu", "a100")]);
+        let a = c.queue("root.a", 0, 0.8, 1.0);
+        let b = c.queue("root.b", 0, 0.2, 1.0);
+        let app_b = c.app(b, 0);
+        for i in 0..40u32 {
+            c.container(app_b, i / 10, gib(1), u64::from(i), false);
+        }
+        let app_a = c.app(a, 100);
+        c.container(app_a, 4, GantryResources { gpus: 4, ..gib(1) }, 50, false);
+        c.pending(app_a, gib(1), 4, &[("gpu", "none")]);
+        let p = plan(&c.view(), &greedy(), |_| false);
+        // g0's 9 free GiB fit no pending request: the queues share 50 − 9 = 41. A gets its
+        // demand, 5; B the other 36 — 4 over, so four of its containers go.
+        close(in_gib(p.available), 41.0);
+        close(in_gib(p.queues[a as usize].ideal), 5.0);
+        close(in_gib(p.queues[b as usize].ideal), 36.0);
+        assert_eq!(p.victims, vec![39, 38, 37, 36]);
+    }
+
+    #[test]
+    fn no_container_beyond_what_is_lacked() {
+        // A (40 %) holds 66 and wants more, B (20 %) holds 34 and wants more: ideal A 66.67,
+        // B 33.33 (the spare 40 shared 2:1). B is 0.67 over, A lacks 0.67 — less than one
+        // container: freeing one would put A over its ideal, and the next round would take it
+        // back. Nothing is selected.
+        let mut c = Cluster::new();
+        for i in 0..10 {
+            c.node(&format!("n{i}"), gib(10), &[]);
+        }
+        let a = c.queue("root.a", 0, 0.4, 1.0);
+        let b = c.queue("root.b", 0, 0.2, 1.0);
+        c.queue("root.c", 0, 0.4, 1.0);
+        let (app_a, app_b) = (c.app(a, 0), c.app(b, 0));
+        for i in 0..100u32 {
+            c.container(if i < 66 { app_a } else { app_b }, i / 10, gib(1), u64::from(i), false);
+        }
+        c.pending(app_a, gib(1), 10, &[]);
+        c.pending(app_b, gib(1), 10, &[]);
+        let p = plan(&c.view(), &greedy(), |_| false);
+        close(in_gib(p.queues[a as usize].ideal), 200.0 / 3.0);
+        close(in_gib(p.need), 2.0 / 3.0);
+        assert!(p.victims.is_empty());
     }
 
     #[test]
