@@ -6,6 +6,7 @@ use crate::config::{Calculator, PreemptionConfig};
 use crate::ideal::{QueueInput, ideal_assignment};
 use gantry_sdk::View;
 use gantry_sdk::abi::*;
+use std::collections::BTreeMap;
 
 /// Turns resources into the resource calculator's single number.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -346,40 +347,58 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
     order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     let mut taken_total = 0.0;
     for (q, amount) in order {
-        let mut candidates: Vec<u32> = (0..view.containers.len() as u32)
-            .filter(|&i| {
-                let c = &view.containers[i as usize];
-                selectable(view, c)
-                    && queue_of(c.app) == Some(q)
-                    && useful.get(c.node as usize).copied().unwrap_or(false)
-            })
-            .collect();
-        candidates.sort_by_key(|&i| {
+        // Candidates come in units: a container, or a whole gang (stopping one member restarts
+        // the gang, so all its members' room comes free together).
+        let mut units: Vec<Vec<u32>> = Vec::new();
+        let mut gang_unit: BTreeMap<u32, usize> = BTreeMap::new();
+        for i in 0..view.containers.len() as u32 {
             let c = &view.containers[i as usize];
-            let a = &view.apps[c.app as usize];
+            if !selectable(view, c) || queue_of(c.app) != Some(q) {
+                continue;
+            }
+            let gang =
+                view.requests.get(c.request as usize).is_some_and(|r| r.flags & GANTRY_REQUEST_GANG != 0);
+            match gang.then(|| gang_unit.get(&c.request)).flatten() {
+                Some(&u) => units[u].push(i),
+                None => {
+                    if gang {
+                        gang_unit.insert(c.request, units.len());
+                    }
+                    units.push(vec![i]);
+                }
+            }
+        }
+        units.retain(|u| {
+            u.iter().any(|&i| useful.get(view.containers[i as usize].node as usize) == Some(&true))
+        });
+        units.sort_by_cached_key(|u| {
+            let c = |i: u32| &view.containers[i as usize];
+            let app = &view.apps[c(u[0]).app as usize];
             (
-                c.flags & GANTRY_CONTAINER_MASTER != 0,
-                !was_selected(c.id),
-                core::cmp::Reverse((a.submit_ms, a.id)),
-                core::cmp::Reverse((c.start_ms, c.id)),
+                u.iter().any(|&i| c(i).flags & GANTRY_CONTAINER_MASTER != 0),
+                !u.iter().any(|&i| was_selected(c(i).id)),
+                core::cmp::Reverse((app.submit_ms, app.id)),
+                core::cmp::Reverse(u.iter().map(|&i| (c(i).start_ms, c(i).id)).max()),
             )
         });
         let guarantee = plan.queues[q].guarantee;
         let mut taken = GantryResources::default();
         let mut freed = 0.0;
-        for i in candidates {
+        for unit in units {
             if freed >= amount - eps || taken_total >= need - eps || wanted.iter().all(|w| *w <= 0.0) {
                 break;
             }
-            let c = &view.containers[i as usize];
-            let next = taken.plus(&c.resources);
+            let size = unit
+                .iter()
+                .fold(GantryResources::default(), |acc, &i| acc.plus(&view.containers[i as usize].resources));
+            let next = taken.plus(&size);
             let next_freed = held_m[q] - m.of(&held[q].minus(&next));
             let gain = next_freed - freed;
-            let frees = dims(&c.resources);
+            let frees = dims(&size);
             let helps = (0..3).any(|d| wanted[d] > 0.0 && frees[d] > 0.0);
-            // Skip a container that frees nothing needed or nothing that counts, that frees more
-            // than the under-served queues lack (they would end over their ideal and the next
-            // round would take it back), or that would take the leaf below its guarantee.
+            // Skip a unit that frees nothing needed or nothing that counts, that frees more than
+            // the under-served queues lack (they would end over their ideal and the next round
+            // would take it back), or that would take the leaf below its guarantee.
             if !helps
                 || gain <= eps
                 || taken_total + gain > need + eps
@@ -387,11 +406,11 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
             {
                 continue;
             }
-            plan.victims.push(i);
+            plan.victims.extend_from_slice(&unit);
             for d in 0..3 {
                 wanted[d] -= frees[d];
             }
-            taken_total += next_freed - freed;
+            taken_total += gain;
             taken = next;
             freed = next_freed;
         }
@@ -983,6 +1002,36 @@ mod tests {
         close(in_gib(p.queues[a as usize].ideal), 200.0 / 3.0);
         close(in_gib(p.need), 2.0 / 3.0);
         assert!(p.victims.is_empty());
+    }
+
+    #[test]
+    fn a_gang_goes_whole_or_not_at_all() {
+        // Two nodes (20 GiB); B (20 %) runs 12 single containers (older app) and a gang of 8
+        // (newer app); A (80 %) asks for 6, then for 8. Stopping one gang member restarts the
+        // gang, so a gang counts as one unit of its total size.
+        let build = |want: u32| {
+            let mut c = Cluster::new();
+            c.node("n0", gib(10), &[]);
+            c.node("n1", gib(10), &[]);
+            let a = c.queue("root.a", 0, 0.8, 1.0);
+            let b = c.queue("root.b", 0, 0.2, 1.0);
+            let singles = c.app(b, 0);
+            for i in 0..12u32 {
+                c.container(singles, i / 10, gib(1), u64::from(i), false); // 0..12
+            }
+            let gang = c.app(b, 10);
+            c.gang(gang, &[1, 1, 1, 1, 1, 1, 1, 1], gib(1), 20); // 12..20
+            let app_a = c.app(a, 30);
+            c.pending(app_a, gib(1), want, &[]);
+            c
+        };
+        // A wants 6: ideal A 6, B 14 → B 6 over, need 6. The gang (8) would free more than A
+        // lacks: skipped; the six newest singles go.
+        let p = plan(&build(6).view(), &greedy(), |_| false);
+        assert_eq!(p.victims, vec![11, 10, 9, 8, 7, 6]);
+        // A wants 8: the gang (newest app) is exactly what is lacking.
+        let p = plan(&build(8).view(), &greedy(), |_| false);
+        assert_eq!(p.victims, (12..20).collect::<Vec<u32>>());
     }
 
     #[test]

@@ -135,6 +135,29 @@ impl Cluster {
         self.containers.len() as u32 - 1
     }
 
+    /// A gang of `app`: one request placed on `nodes` (one container each), all started at
+    /// `start_ms`.
+    pub fn gang(&mut self, app: u32, nodes: &[u32], resources: GantryResources, start_ms: u64) {
+        let request = self.request(app, resources, nodes.len() as u32, &[]);
+        let r = &mut self.requests[request as usize];
+        r.placed = r.count;
+        r.flags |= GANTRY_REQUEST_GANG;
+        for &node in nodes {
+            let id = 5000 + self.containers.len() as u64;
+            self.containers.push(GantryContainer {
+                id,
+                app,
+                request,
+                node,
+                state: GANTRY_CONTAINER_RUNNING,
+                resources,
+                start_ms,
+                flags: 0,
+                reserved: 0,
+            });
+        }
+    }
+
     /// Sets a container's state (e.g. `GANTRY_CONTAINER_STOPPING`).
     pub fn container_state(&mut self, container: u32, state: u32) {
         self.containers[container as usize].state = state;

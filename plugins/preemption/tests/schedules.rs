@@ -490,6 +490,34 @@ fn nested_queues_through_the_engine() {
 }
 
 #[test]
+fn a_gang_is_preempted_whole() {
+    // Two nodes (20 GiB). B (20 %) runs 12 singles and, newer, a gang of 8; A (80 %) asks for 8.
+    // The gang is exactly what A lacks: all eight members are marked together and preempted
+    // together (the engine restarts the gang), and the engine refuses none of the decisions.
+    let config = r#"{"total_preemption_per_round": 1, "natural_termination_factor": 1,
+                     "max_ignored_over_capacity": 0}"#;
+    let mut b = Bed::new(config, &[("root.a", 0.8, 1.0), ("root.b", 0.2, 1.0)], plain_nodes(2), true);
+    b.submit("singles", "root.b", vec![ask(12, SLOT, false)]);
+    b.tick();
+    b.submit("gang", "root.b", vec![RequestSpec { gang: true, ..ask(8, SLOT, false) }]);
+    b.tick();
+    assert_eq!(b.holds("root.b"), 20);
+    let mut members = b.containers_of("gang");
+    members.sort();
+    b.submit("urgent", "root.a", vec![ask(8, SLOT, false)]);
+    b.run_until(b.now_ms + 3_000);
+    let marked: Vec<ContainerId> = b.candidates().into_iter().map(|(c, _)| c).collect();
+    assert_eq!(marked, members);
+    b.run_until(b.now_ms + 20_000);
+    let mut killed: Vec<ContainerId> = b.kills.iter().map(|k| k.container).collect();
+    killed.sort();
+    assert_eq!(killed, members);
+    assert_eq!((b.holds("root.a"), b.holds("root.b")), (8, 12));
+    assert!(b.containers_of("singles").len() == 12);
+    b.assert_clean();
+}
+
+#[test]
 fn the_shared_library_entry_offers_order_and_rebalance() {
     // The vtable `export_plugin!` builds, and the entry's answer to hosts of this and another
     // major version.
