@@ -53,7 +53,7 @@ pub struct SimArgs {
     /// The scheduler's configuration (queues, plugins, profile) [default: built-in policies].
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Where to write summary.json, jobs.csv, timeseries.csv and the plots.
+    /// Where to write summary.json, jobs.csv, timeseries.csv, queues.csv and the plots.
     #[arg(long)]
     pub out: PathBuf,
     /// Seed of the engine's randomness (overrides the configuration's).

@@ -241,7 +241,7 @@ enum Due {
     Check,
     /// An elastic pool node (its index) finished booting and registers.
     Boot(usize),
-    /// A time-series sample.
+    /// A time-series sample, taken at the end of its instant (after its events and cycle).
     Sample,
 }
 
@@ -326,6 +326,8 @@ struct Sim<'a> {
     stalled_at_ms: Option<u64>,
     /// The leaf queues' figures.
     queues: QueueTracker,
+    /// A sample is due at the end of this instant.
+    sample_due: bool,
 }
 
 /// Runs `jobs` on `nodes` through `engine` (already built, with its plugins and queues).
@@ -410,6 +412,7 @@ pub fn run_with_progress<'a>(
         due_events: 0,
         stalled_at_ms: None,
         queues,
+        sample_due: false,
     };
     sim.start()?;
     sim.main_loop()?;
@@ -484,6 +487,9 @@ impl Sim<'_> {
                 self.cycle();
             }
             self.queues.observe(self.now, self.engine.state());
+            if std::mem::take(&mut self.sample_due) {
+                self.sample();
+            }
             if self.all_done() {
                 break;
             }
@@ -712,7 +718,8 @@ impl Sim<'_> {
                 Ok(true)
             }
             Due::Sample => {
-                self.sample();
+                // Taken once this instant is over (its events and its cycle applied).
+                self.sample_due = true;
                 if !self.all_done() {
                     self.push(self.now + self.options.sample_ms, Due::Sample);
                 }
@@ -1110,6 +1117,22 @@ mod tests {
         assert_eq!(r.end_ms, 12 * S);
         // CPU: 2 of 4 cores for 10 s, 1 core 5..8, 2 cores 8..12 → (20 + 3 + 8) / (4 · 12).
         assert!((r.utilisation[0] - 31.0 / 48.0).abs() < 1e-9, "{:?}", r.utilisation);
+    }
+
+    #[test]
+    fn a_sample_shows_the_end_of_its_instant() {
+        // At 10 s the first job's containers end and the waiting job's start: the sample then
+        // sees the node full, not the gap between the two.
+        let nodes = [node("a", "r1", 2, &[])];
+        let jobs = [
+            job("first", 0, vec![stage(2, false, 10 * S, 10 * S)]),
+            job("next", 0, vec![stage(2, false, 5 * S, 5 * S)]),
+        ];
+        let options = SimOptions { sample_ms: 5 * S, ..SimOptions::default() };
+        let r = run(&mut engine(), &nodes, &jobs, &options).expect("run");
+        let cpu: Vec<(u64, f64)> = r.samples.iter().map(|s| (s.t_ms / S, s.cpu)).collect();
+        assert_eq!(&cpu[..3], &[(0, 1.0), (5, 1.0), (10, 1.0)], "{cpu:?}");
+        assert_eq!(r.jobs[1].start_ms, Some(10 * S));
     }
 
     #[test]
