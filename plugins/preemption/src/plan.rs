@@ -154,7 +154,8 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
 
     // Pending requests, grouped by shape so each shape is matched against the nodes once.
     let mut shapes: Vec<Shape> = Vec::new();
-    let mut shape_keys: Vec<(GantryResources, &[GantryLabel])> = Vec::new();
+    type ShapeKey = (u64, u64, u32, Vec<(u32, u32, u32, u32)>);
+    let mut shape_index: BTreeMap<ShapeKey, usize> = BTreeMap::new();
     let mut pending: Vec<Pending> = Vec::new();
     for &ri in view.pending {
         let Some(r) = view.requests.get(ri as usize) else { continue };
@@ -162,10 +163,14 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
         if r.placed >= r.count || r.resources.is_zero() {
             continue;
         }
-        let selector = View::range(view.labels, r.selector);
-        let key = (r.resources, selector);
-        let shape = match shape_keys.iter().position(|k| *k == key) {
-            Some(s) => s,
+        let res = r.resources;
+        let selector = View::range(view.labels, r.selector)
+            .iter()
+            .map(|l| (l.key.offset, l.key.len, l.value.offset, l.value.len))
+            .collect();
+        let key = (res.cpu_millis, res.memory_bytes, res.gpus, selector);
+        let shape = match shape_index.get(&key) {
+            Some(&s) => s,
             None => {
                 let nodes = (0..nn as u32)
                     .filter(|&n| {
@@ -175,7 +180,7 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
                             && view.node_matches(node, r.selector)
                     })
                     .collect();
-                shape_keys.push(key);
+                shape_index.insert(key, shapes.len());
                 shapes.push(Shape { resources: r.resources, nodes });
                 shapes.len() - 1
             }
@@ -257,10 +262,12 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
                 *r = r.plus(&c.resources);
             }
         }
+        let fits: Vec<bool> = shapes
+            .iter()
+            .map(|shape| shape.nodes.iter().any(|&n| shape.resources.fits_in(&room_after[n as usize])))
+            .collect();
         for (p, count) in pending.iter().zip(counted.iter_mut()) {
-            let shape = &shapes[p.shape];
-            *count = !over[p.leaf]
-                && shape.nodes.iter().any(|&n| shape.resources.fits_in(&room_after[n as usize]));
+            *count = !over[p.leaf] && fits[p.shape];
         }
         over_prev = Some(over.clone());
     }

@@ -443,7 +443,13 @@ fn the_starved_queue_reaches_its_guarantee() {
     assert_eq!((b.holds("root.a"), b.holds("root.b"), b.kills.len()), (78, 22, 78), "at {t1}");
     assert!(t1 < t, "{t1} vs {t}");
     b.assert_clean();
-    eprintln!("A (asked at 9 s) holds 78 GiB at {} s; with the bound at 1.0 at {} s", t / 1000, t1 / 1000);
+    eprintln!(
+        "A (asked at 9 s) holds 78 GiB at {} s; without the dead zone 80 GiB at {} s; with the bound at 1.0 \
+         78 GiB at {} s",
+        t / 1000,
+        t0 / 1000,
+        t1 / 1000
+    );
 }
 
 #[test]
