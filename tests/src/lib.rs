@@ -46,6 +46,8 @@ pub fn build_artifacts() -> anyhow::Result<PathBuf> {
                     "gantry-hetero",
                     "-p",
                     "gantry-packing",
+                    "-p",
+                    "gantry-preemption",
                     "--lib",
                 ],
             ];

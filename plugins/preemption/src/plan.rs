@@ -296,6 +296,10 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
         .collect();
     let (amounts, need) = amounts(&leaves, total, available, config);
     plan.need = need;
+    // What the under-served leaves lack, free room not deducted: the last victim may go past
+    // `need` (free room counts there even when it is too fragmented for any pending container),
+    // but never past this, so the under-served leaves cannot end above their ideal.
+    let lack_total: f64 = leaves.iter().map(|l| (l.ideal - l.held).max(0.0)).sum();
     for (leaf, amount) in leaves.iter().zip(&amounts) {
         plan.queues[leaf.queue].to_preempt = *amount;
     }
@@ -405,11 +409,14 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
             let helps = (0..3).any(|d| wanted[d] > 0.0 && frees[d] > 0.0);
             // Skip a unit that frees nothing needed or nothing that counts, that frees more than
             // the under-served queues lack (they would end over their ideal and the next round
-            // would take it back), or that would take the leaf below its guarantee.
+            // would take it back), or of a leaf already down to its guarantee. Selection stops
+            // once `need` is met, so it goes past `need` by one unit at most, and the last unit
+            // may leave the leaf less than itself below its guarantee (whole containers: the
+            // alternative leaves the under-served queue a container short for ever).
             if !helps
                 || gain <= eps
-                || taken_total + gain > need + eps
-                || held_m[q] - next_freed < guarantee - eps
+                || taken_total + gain > lack_total + eps
+                || held_m[q] - freed <= guarantee + eps
             {
                 continue;
             }
@@ -984,6 +991,27 @@ mod tests {
         close(in_gib(p.queues[a as usize].ideal), 5.0);
         close(in_gib(p.queues[b as usize].ideal), 36.0);
         assert_eq!(p.victims, vec![39, 38, 37, 36]);
+    }
+
+    #[test]
+    fn free_room_too_small_for_any_container_does_not_stop_the_last_victim() {
+        // One node of 4 GiB + 1 MiB: B (50 %) fills it with four 1 GiB containers, A (50 %)
+        // wants two. A lacks 2 GiB (its ideal is its demand); the free 1 MiB counts in the need
+        // (2 GiB − 1 MiB), which one container does not meet and two exceed by 1 MiB. Two are
+        // taken: A's two then fit, and A ends at its ideal, not above it. (Refusing the second
+        // left A one container short for ever: the live test's case.)
+        let mut c = Cluster::new();
+        let node = gib(4).plus(&GantryResources::new(0, 1 << 20, 0));
+        c.node("n0", node, &[]);
+        let a = c.queue("root.a", 0, 0.5, 1.0);
+        let b = c.queue("root.b", 0, 0.5, 1.0);
+        let (app_a, app_b) = (c.app(a, 10), c.app(b, 0));
+        for i in 0..4u32 {
+            c.container(app_b, 0, gib(1), u64::from(i), false);
+        }
+        c.pending(app_a, gib(1), 2, &[]);
+        let p = plan(&c.view(), &greedy(), |_| false);
+        assert_eq!(p.victims, vec![3, 2], "B's two newest");
     }
 
     #[test]
