@@ -571,9 +571,16 @@ fn panel(
         xml(y_label)
     );
     for (i, (name, colour, points)) in series.iter().enumerate() {
+        // Pixels to a tenth; a point inside a flat run (the same height as both neighbours)
+        // adds nothing to the line and is left out, which keeps step-like series small.
+        let pixels: Vec<(String, String)> =
+            points.iter().map(|(x, y)| (format!("{:.1}", sx(*x)), format!("{:.1}", sy(*y)))).collect();
         let mut d = String::new();
-        for (k, (x, y)) in points.iter().enumerate() {
-            let _ = write!(d, "{}{:.1},{:.1}", if k == 0 { "M" } else { " L" }, sx(*x), sy(*y));
+        for (k, (x, y)) in pixels.iter().enumerate() {
+            let flat = k > 0 && k + 1 < pixels.len() && pixels[k - 1].1 == *y && pixels[k + 1].1 == *y;
+            if !flat {
+                let _ = write!(d, "{}{x},{y}", if d.is_empty() { "M" } else { " L" });
+            }
         }
         let _ = writeln!(svg, "<path d=\"{d}\" stroke=\"{colour}\" fill=\"none\" stroke-width=\"1.5\"/>");
         let ly = PAD + 14.0 * i as f64;
@@ -818,6 +825,16 @@ mod tests {
         assert_eq!(s.classes["GPU"].utility, 1100.0);
         assert_eq!(s.classes["MPI"].completed, 0);
         assert_eq!(s.makespan_s, 1310.0);
+    }
+
+    #[test]
+    fn a_line_leaves_out_the_inside_of_flat_runs() {
+        let points = vec![(0.0, 0.5), (1.0, 0.5), (2.0, 0.5), (3.0, 1.0), (4.0, 1.0)];
+        let svg = line_plot("t", "x", "y", 1.0, &[("s", "#000000", points)]);
+        let path = svg.lines().find(|l| l.starts_with("<path d=\"M") && l.contains("#000000")).expect("line");
+        // (1, 0.5) is inside the first run; both ends of each run stay.
+        assert_eq!(path.matches(" L").count(), 3, "{path}");
+        assert!(path.starts_with("<path d=\"M50.0,180.0 L360.0,180.0 L515.0,50.0 L670.0,50.0\""), "{path}");
     }
 
     #[test]
