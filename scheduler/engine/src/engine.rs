@@ -532,9 +532,13 @@ impl Engine {
         }
     }
 
-    /// Counts a container a rebalance policy stops against its leaf queue.
+    /// Counts a container a rebalance policy stops against its leaf queue, once: one already
+    /// stopping (preempted earlier and killed in its grace, or ending with its app) is not.
     fn count_reclaimed(&mut self, container: u32) {
         let c = self.state.containers[container as usize];
+        if c.state == GANTRY_CONTAINER_STOPPING {
+            return;
+        }
         let queue = self.state.apps[c.app as usize].queue as usize;
         let by_queue = &mut self.stats.preempted_by_queue;
         if by_queue.len() <= queue {

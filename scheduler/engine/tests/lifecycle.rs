@@ -1739,6 +1739,7 @@ fn preemption_marks_follow_the_latest_rebalance_call() {
         (vec![2, 2, 99], vec![]), // a duplicate and an unknown index: both rejected
         (vec![], vec![2]),
         (vec![2], vec![]), // stopping: rejected
+        (vec![], vec![]),  // call 5 kills 2 (below)
     ];
     let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = calls.clone();
@@ -1756,6 +1757,9 @@ fn preemption_marks_follow_the_latest_rebalance_call() {
             for &p in preempts {
                 out.preempt(index(p), 1_000);
             }
+        }
+        if call == 5 {
+            out.kill(index(2));
         }
     });
     let config = EngineConfig { rebalance_interval_ms: 1, ..Default::default() };
@@ -1795,11 +1799,16 @@ fn preemption_marks_follow_the_latest_rebalance_call() {
     assert_eq!(k.len(), 1);
     assert_eq!((k[0].container, k[0].reason, k[0].grace_ms), (ids[2], KillReason::Preempted, 1_000));
     assert_eq!(candidate(&h, ids[2]), None, "a stopped container is no longer a candidate");
-    let taken = h.e.stats().preempted_by_queue
-        [h.e.state().queues().iter().position(|q| h.e.state().str(q.name) == DEFAULT_Q).expect("queue")];
+    let queue =
+        h.e.state().queues().iter().position(|q| h.e.state().str(q.name) == DEFAULT_Q).expect("queue");
+    let taken = h.e.stats().preempted_by_queue[queue];
     assert_eq!((taken.containers, taken.resources), (1, res(1000, 1, 0)));
 
     h.tick(); // call 4: marking a stopping container is refused
     assert_eq!(h.e.stats().rejected.get(RejectReason::AlreadyStopping), 1);
     assert_eq!(candidate(&h, ids[2]), None);
+
+    let k = kills(&h.tick()); // call 5: kill it during its grace: stopped now, counted once
+    assert_eq!(k.len(), 1);
+    assert_eq!(h.e.stats().preempted_by_queue[queue].containers, 1, "a container is reclaimed once");
 }
