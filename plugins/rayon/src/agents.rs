@@ -1,0 +1,1 @@
+//! Admission agents: GREE and GREE-L. (Being written.)

@@ -1,0 +1,1 @@
+//! The plan: the cluster's capacity over time, in steps. (Being written.)
