@@ -188,31 +188,55 @@ impl Preemption {
         }
     }
 
-    /// The `order` hook's work: pending requests of the leaf whose usage is the smallest share
-    /// of its guarantee first (queues without a guarantee last); the engine's order within a
-    /// queue and between equals.
+    /// The `order` hook's work: the leaves take turns by need. The next request is the first
+    /// pending one (in the engine's order) of the leaf whose usage, plus what the requests
+    /// already ordered ask for, is the smallest share of its guarantee (leaves without a guarantee
+    /// last; the engine's order between equals). So room freed in one cycle is shared by the
+    /// under-served queues request by request, as YARN re-sorts its queues after each
+    /// assignment, instead of going wholly to the queue furthest below at the cycle's start.
     pub fn order_view(&self, view: &View<'_>, out: &mut Decisions) {
         let m = Measure::new(self.config.resource_calculator, plan::cluster_of(view));
-        let ratio = |ri: u32| -> f64 {
-            let Some(q) = view
-                .requests
-                .get(ri as usize)
-                .and_then(|r| view.apps.get(r.app as usize))
-                .and_then(|a| view.queues.get(a.queue as usize))
-            else {
-                return f64::INFINITY;
+        // Per leaf: its guarantee, its projected usage, and its pending requests in order.
+        let mut leaves: Vec<TurnTaker> = Vec::new();
+        let mut leaf_of: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+        let mut orphans = Vec::new();
+        for (pos, &ri) in view.pending.iter().enumerate() {
+            let queue =
+                view.requests.get(ri as usize).and_then(|r| view.apps.get(r.app as usize)).map(|a| a.queue);
+            let Some(q) = queue.and_then(|q| view.queues.get(q as usize).map(|rec| (q, rec))) else {
+                orphans.push(ri);
+                continue;
             };
-            let g = m.of(&q.absolute_guaranteed);
-            if g > 0.0 { m.of(&q.used) / g } else { f64::INFINITY }
-        };
-        let mut keyed: Vec<(f64, usize, u32)> =
-            view.pending.iter().enumerate().map(|(pos, &ri)| (ratio(ri), pos, ri)).collect();
-        keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        for (_, _, ri) in keyed {
+            let slot = *leaf_of.entry(q.0).or_insert_with(|| {
+                leaves.push((m.of(&q.1.absolute_guaranteed), m.of(&q.1.used), Default::default()));
+                leaves.len() - 1
+            });
+            leaves[slot].2.push_back((pos, ri));
+        }
+        let ratio =
+            |guaranteed: f64, used: f64| if guaranteed > 0.0 { used / guaranteed } else { f64::INFINITY };
+        loop {
+            let next = leaves
+                .iter()
+                .enumerate()
+                .filter_map(|(k, (g, used, reqs))| reqs.front().map(|&(pos, _)| (ratio(*g, *used), pos, k)))
+                .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let Some((_, _, k)) = next else { break };
+            let Some((_, ri)) = leaves[k].2.pop_front() else { break };
+            if let Some(r) = view.requests.get(ri as usize) {
+                leaves[k].1 += m.of(&r.resources) * f64::from(r.count.saturating_sub(r.placed));
+            }
+            out.order(ri);
+        }
+        for ri in orphans {
             out.order(ri);
         }
     }
 }
+
+/// A leaf in the `order` hook: guarantee, projected usage (calculator units), and its pending
+/// requests (position in the engine's order, request index).
+type TurnTaker = (f64, f64, std::collections::VecDeque<(usize, u32)>);
 
 impl Plugin for Preemption {
     const NAME: &'static CStr = c"preemption";
@@ -385,6 +409,30 @@ mod tests {
         assert!(out.as_slice().iter().all(|d| d.kind == GANTRY_DECISION_ORDER));
         // y (0) → x (0.8) → z (1.5) → w (no guarantee); the engine's order within a queue.
         assert_eq!(got, vec![ry, rx1, rx2, rz1, rz2, rw]);
+    }
+
+    #[test]
+    fn order_lets_the_under_served_queues_take_turns() {
+        // 100 GiB; A guaranteed 40 %, B 20 %, both empty, two requests of 20 × 1 GiB each, A's
+        // first in the engine's order. Ranking once would give A1 A2 B1 B2 (both at 0). Taking
+        // turns: A1 (tie, earlier) → A at 20/40 = 0.5; B1 (0) → B at 20/20 = 1; A2 (0.5) → A at
+        // 1; then B2, the only one left.
+        let mut c = Cluster::new();
+        for i in 0..10 {
+            c.node(&format!("n{i}"), gib(10), &[]);
+        }
+        let a = c.queue("root.a", 0, 0.4, 1.0);
+        let b = c.queue("root.b", 0, 0.2, 1.0);
+        let (aa, ab) = (c.app(a, 0), c.app(b, 1));
+        let a1 = c.pending(aa, gib(1), 20, &[]);
+        let a2 = c.pending(aa, gib(1), 20, &[]);
+        let b1 = c.pending(ab, gib(1), 20, &[]);
+        let b2 = c.pending(ab, gib(1), 20, &[]);
+        let p = Preemption::with_config(PreemptionConfig::default());
+        let mut out = Decisions::new();
+        p.order_view(&c.view(), &mut out);
+        let got: Vec<u32> = out.as_slice().iter().map(|d| d.subject).collect();
+        assert_eq!(got, vec![a1, b1, a2, b2]);
     }
 
     #[test]
