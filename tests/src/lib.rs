@@ -238,6 +238,32 @@ impl Drop for KilledOnDrop {
     }
 }
 
+/// Where a scheduler started with [`scheduler_config`] listens, and its configuration file.
+pub struct SchedulerFiles {
+    /// The REST API's `host:port`.
+    pub api: String,
+    /// The agent endpoint's `host:port`.
+    pub agents: String,
+    /// The configuration file.
+    pub config: PathBuf,
+}
+
+/// Writes `dir/scheduler.toml` for the real binary: the REST API and the agent endpoint on free
+/// loopback ports, state in `dir/data`, `server` appended to the `[server]` table (e.g.
+/// `node_timeout_ms = 5000`) and `rest` after it (queues, plugins, profile).
+pub fn scheduler_config(dir: &Path, server: &str, rest: &str) -> SchedulerFiles {
+    let (api, agents) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let config = dir.join("scheduler.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"{api}\"\nagent_listen = \"{agents}\"\ndata_dir = \"data\"\n{server}\n{rest}"
+        ),
+    )
+    .expect("scheduler config");
+    SchedulerFiles { api, agents, config }
+}
+
 /// Starts the real `gantry-scheduler` binary with `config`.
 pub fn start_scheduler(config: &Path) -> KilledOnDrop {
     KilledOnDrop(

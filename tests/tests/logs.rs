@@ -6,7 +6,7 @@
 //! finished and running containers; a node whose agent is gone answers 503 naming the node.
 //! Timeouts are failure guards only.
 
-use gantry_tests::{KilledOnDrop as Proc, agent_bin, free_port, kill_leftover_containers, start_scheduler};
+use gantry_tests::{KilledOnDrop as Proc, agent_bin, kill_leftover_containers, start_scheduler};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -91,19 +91,9 @@ fn logs_come_from_the_agent_that_ran_the_container_and_a_gone_agent_gives_503() 
     let dir = tempfile::tempdir().expect("tempdir");
     // Containers run as nobody, who must reach their directories under the agent's work root.
     std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).expect("chmod");
-    let (api_port, agent_port) = (free_port(), free_port());
-    let api = format!("127.0.0.1:{api_port}");
-    let config = dir.path().join("scheduler.toml");
-    // A long node timeout: the killed agent's node is still known (not lost) when its logs are
-    // asked for, so the 503 comes from the missing stream.
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = \"{api}\"\nagent_listen = \"127.0.0.1:{agent_port}\"\ndata_dir = \"data\"\n\
-             node_timeout_ms = 120000\ncycle_interval_ms = 50\n"
-        ),
-    )
-    .expect("scheduler config");
+    let files =
+        gantry_tests::scheduler_config(dir.path(), "node_timeout_ms = 120000\ncycle_interval_ms = 50", "");
+    let (api, config) = (files.api.clone(), files.config.clone());
     let mut scheduler = start_scheduler(&config);
     // The agent's work root is its own: nothing tells the scheduler where it is.
     let work = dir.path().join("elsewhere").join("agent-root");
@@ -129,7 +119,7 @@ fn logs_come_from_the_agent_that_ran_the_container_and_a_gone_agent_gives_503() 
             Command::new(agent_bin().expect("agent binary"))
                 .args(["run", "--config"])
                 .arg(&agent_config)
-                .args(["--scheduler", &format!("http://127.0.0.1:{agent_port}")])
+                .args(["--scheduler", &format!("http://{}", files.agents)])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .spawn()

@@ -5,7 +5,7 @@
 //! SIGKILL and restarted; `gantry node removable` lists exactly the empty nodes. Timeouts are
 //! failure guards, never timing assertions.
 
-use gantry_tests::{TestAgent, free_port, gantry_cli, rust_plugin, start_scheduler, wait_until};
+use gantry_tests::{TestAgent, gantry_cli, rust_plugin, start_scheduler, wait_until};
 use std::time::Duration;
 
 const GUARD: Duration = Duration::from_secs(60);
@@ -67,23 +67,19 @@ fn removable(api: &str) -> Vec<String> {
 fn packing_reuses_the_busy_node_and_a_drain_outlives_a_scheduler_kill_9() {
     let so = rust_plugin("gantry_packing").expect("packing plugin");
     let dir = tempfile::tempdir().expect("tempdir");
-    let (api_port, agent_port) = (free_port(), free_port());
-    let api = format!("127.0.0.1:{api_port}");
-    let config = dir.path().join("scheduler.toml");
     // min_nodes = 1: with the default 5, packing stands aside on a three-node cluster.
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = \"{api}\"\nagent_listen = \"127.0.0.1:{agent_port}\"\ndata_dir = \"data\"\n\
-             node_timeout_ms = 5000\ncycle_interval_ms = 50\n\
-             [[plugins]]\nname = \"packing\"\npath = {:?}\n[plugins.config]\nmode = \"packed\"\nmin_nodes = 1\n\
+    let files = gantry_tests::scheduler_config(
+        dir.path(),
+        "node_timeout_ms = 5000\ncycle_interval_ms = 50",
+        &format!(
+            "[[plugins]]\nname = \"packing\"\npath = {:?}\n[plugins.config]\nmode = \"packed\"\nmin_nodes = 1\n\
              [profile]\nplace = \"packing\"\n",
             so.display().to_string()
         ),
-    )
-    .expect("config");
+    );
+    let (api, config) = (files.api.clone(), files.config.clone());
     let mut scheduler = start_scheduler(&config);
-    let agent_addr: std::net::SocketAddr = format!("127.0.0.1:{agent_port}").parse().expect("address");
+    let agent_addr: std::net::SocketAddr = files.agents.parse().expect("address");
     let _agents: Vec<TestAgent> = ["n1", "n2", "n3"]
         .iter()
         .map(|name| TestAgent::start(dir.path(), name, "r1", &[], agent_addr))

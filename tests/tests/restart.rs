@@ -2,7 +2,7 @@
 //! application is present, and containers that were running were not restarted. Real
 //! `gantry-scheduler`, `gantry-agent` and `gantry` binaries on loopback.
 
-use gantry_tests::{KilledOnDrop as Proc, agent_bin, free_port, kill_leftover_containers, start_scheduler};
+use gantry_tests::{KilledOnDrop as Proc, agent_bin, kill_leftover_containers, start_scheduler};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -35,16 +35,8 @@ fn alive(pid: u64) -> bool {
 #[test]
 fn kill_9_of_the_scheduler_loses_no_acknowledged_app_and_restarts_no_container() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (api_port, agent_port) = (free_port(), free_port());
-    let api = format!("127.0.0.1:{api_port}");
-    let config = dir.path().join("scheduler.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = \"{api}\"\nagent_listen = \"127.0.0.1:{agent_port}\"\ndata_dir = \"data\"\nnode_timeout_ms = 5000\n"
-        ),
-    )
-    .expect("config");
+    let files = gantry_tests::scheduler_config(dir.path(), "node_timeout_ms = 5000", "");
+    let (api, config) = (files.api.clone(), files.config.clone());
     let work: PathBuf = dir.path().join("agent");
     let cgroup = format!("gantry-restart-test-{}", std::process::id());
     let mut scheduler = start_scheduler(&config);
@@ -52,7 +44,7 @@ fn kill_9_of_the_scheduler_loses_no_acknowledged_app_and_restarts_no_container()
         Command::new(agent_bin().expect("agent"))
             .args(["run", "--node-name", "n1", "--metrics-listen", "127.0.0.1:0", "--work-root"])
             .arg(&work)
-            .args(["--scheduler", &format!("http://127.0.0.1:{agent_port}")])
+            .args(["--scheduler", &format!("http://{}", files.agents)])
             .env("GANTRY_AGENT_CONFIG", {
                 let p = dir.path().join("agent.toml");
                 std::fs::write(&p, format!("cgroup_name = \"{cgroup}\"\nsample_interval_ms = 200\n[reserve]\ncpu_millis = 0\nmemory_bytes = 0\n")).expect("agent config");

@@ -97,13 +97,7 @@ impl Bed {
             ..AppSpec::default()
         };
         let cmds = self.engine.handle(self.now_ms, Event::AppSubmitted(spec)).expect("submit");
-        let app = cmds
-            .iter()
-            .find_map(|c| match c {
-                Command::AppAccepted { app } => Some(*app),
-                _ => None,
-            })
-            .expect("accepted");
+        let app = Command::accepted_app(&cmds).expect("accepted");
         self.names.insert(app.0, name.into());
         self.ids.insert(name.into(), app);
         app

@@ -172,3 +172,14 @@ pub enum Command {
         state: u32,
     },
 }
+
+impl Command {
+    /// The application that a submission's commands accept (`AppAccepted`), if any: how a
+    /// driver learns the id the engine gave a new application.
+    pub fn accepted_app(commands: &[Command]) -> Option<AppId> {
+        commands.iter().find_map(|c| match c {
+            Command::AppAccepted { app } => Some(*app),
+            _ => None,
+        })
+    }
+}

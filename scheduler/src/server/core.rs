@@ -881,11 +881,7 @@ impl Core {
                         }
                         None => {
                             let commands = self.engine.handle(now_ms(), Event::AppSubmitted(spec))?;
-                            let id = commands.iter().find_map(|c| match c {
-                                Command::AppAccepted { app } => Some(*app),
-                                _ => None,
-                            });
-                            (id, commands)
+                            (Command::accepted_app(&commands), commands)
                         }
                     };
                     let id = id.ok_or_else(|| EngineError::Conflict("the engine gave no id".into()))?;
