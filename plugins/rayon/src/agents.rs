@@ -1,1 +1,518 @@
-//! Admission agents: GREE and GREE-L. (Being written.)
+//! Admission agents: GREE and GREE-L (Rayon, SoCC 2014, §4.2).
+//!
+//! [`admit`] places a whole RDL expression in the [`Plan`] or rejects it, all or nothing: a
+//! rejected expression leaves the plan exactly as it was (everything placed on the way is given
+//! back), an accepted one is recorded under the reservation's id so [`Plan::remove`] undoes it.
+//!
+//! ## Shapes
+//!
+//! An atom `atom(b, g, h, l, w)` runs in whole gangs of `g` bundles, `k` gangs at a time with
+//! `1 ≤ k ≤ ⌊h/g⌋`, on whole plan steps inside its window (a step that the window cuts is not
+//! used). Its work becomes `⌈w / (g · step)⌉` gang-steps.
+//!
+//! - **GREE** procrastinates: from the end of the window backwards, it takes at the latest step
+//!   where a gang fits as many gangs as fit there (up to `⌊h/g⌋`), holds that height back to
+//!   where it stops fitting, and goes on before it: tallest and rightmost. A run shorter than the
+//!   lease is tried at a lower height (the tallest whose run is long enough), or skipped.
+//!   Heights are decided per run, at its latest step: a step inside a run where more would fit
+//!   is not used taller.
+//! - **GREE-L** is as flat as possible: the lowest height `k` gangs (from `⌈work / window⌉`
+//!   upwards; the first 16 heights one by one, then 25 % apart) for which a contiguous span of
+//!   `⌈work / k⌉` steps (at least the lease) fits inside the window, the latest such span. If
+//!   none does, it falls back to GREE's shape.
+//!
+//! ## Work, lease and excess
+//!
+//! The last piece (GREE) or the flat span (GREE-L) covers the remaining gang-steps with two
+//! heights one gang apart, the taller one latest, so the work is covered exactly to the
+//! gang-step: the excess over `w` is less than one step of one gang. Each maximal interval of
+//! constant height lasts at least the lease `l` (rounded up to whole steps), so every bundle
+//! runs at least `l` once started. When the lease and exactness cannot both hold (the work left
+//! is not a sum of long enough pieces), the lease wins and the excess is below two leases of one
+//! gang (`2 · ⌈l/step⌉` gang-steps); with a lease of one step or less it is always exact.
+//!
+//! ## Operators
+//!
+//! `window` narrows the window; `order` places its stages last-first, each ending before the
+//! next one's start; `all` places every part or none; `any` takes the first alternative that
+//! fits. Atoms are numbered in pre-order; [`Allocation::atoms`] has one entry per atom (empty for
+//! atoms of alternatives not taken, or with no work).
+
+use std::fmt;
+
+use crate::plan::{self, Piece, Plan, Vector};
+use crate::rdl::{Atom, Expr};
+
+/// Which greedy agent places a reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Agent {
+    /// Procrastinating: as late as possible, tallest rightmost.
+    Gree,
+    /// As flat as possible (fewer preemptions), else GREE's shape.
+    GreeL,
+}
+
+impl Agent {
+    /// The agent's name as the paper writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Agent::Gree => "GREE",
+            Agent::GreeL => "GREE-L",
+        }
+    }
+}
+
+/// `bundles` bundles from `start_ms` to `end_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interval {
+    /// Start, ms (plan time).
+    pub start_ms: u64,
+    /// End (exclusive), ms.
+    pub end_ms: u64,
+    /// Bundles running throughout (a multiple of the atom's `g`).
+    pub bundles: u64,
+}
+
+/// An accepted reservation's allocation: per atom, in pre-order, its intervals in time order
+/// (adjacent intervals have different heights).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Allocation {
+    /// Intervals per atom.
+    pub atoms: Vec<Vec<Interval>>,
+}
+
+impl Allocation {
+    /// Bundle-milliseconds allocated to atom `i`.
+    pub fn work_ms(&self, atom: usize) -> u128 {
+        self.atoms.get(atom).map_or(0, |iv| {
+            iv.iter().map(|x| u128::from(x.end_ms - x.start_ms) * u128::from(x.bundles)).sum()
+        })
+    }
+
+    /// First start and last end of atom `i`'s intervals.
+    pub fn span_ms(&self, atom: usize) -> Option<(u64, u64)> {
+        let iv = self.atoms.get(atom)?;
+        Some((iv.first()?.start_ms, iv.last()?.end_ms))
+    }
+}
+
+/// Why a reservation was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// The atom (pre-order index) that did not fit, if one atom is to blame.
+    pub atom: Option<usize>,
+    /// What did not fit.
+    pub reason: String,
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.atom {
+            Some(a) => write!(f, "atom {a}: {}", self.reason),
+            None => write!(f, "{}", self.reason),
+        }
+    }
+}
+
+impl std::error::Error for Rejection {}
+
+/// Places `expr` in `plan` with `agent` as reservation `id`, or rejects it and leaves the plan
+/// unchanged.
+pub fn admit(plan: &mut Plan, expr: &Expr, agent: Agent, id: u64) -> Result<Allocation, Rejection> {
+    if plan.pieces(id).is_some() {
+        return Err(Rejection { atom: None, reason: format!("reservation {id} is already in the plan") });
+    }
+    let atoms = count_atoms(expr);
+    let steps = plan.steps();
+    let mut ctx = Ctx { plan, agent, applied: Vec::new(), segs: vec![Vec::new(); atoms], g: vec![0; atoms] };
+    match ctx.place(expr, 0, steps, 0) {
+        Ok(_) => {
+            let step_ms = ctx.plan.step_ms();
+            let atoms = ctx.segs.iter().zip(&ctx.g).map(|(segs, &g)| intervals(segs, g, step_ms)).collect();
+            let pieces = std::mem::take(&mut ctx.applied);
+            ctx.plan.record(id, pieces);
+            Ok(Allocation { atoms })
+        }
+        Err(e) => {
+            ctx.rollback(0);
+            Err(e)
+        }
+    }
+}
+
+/// The number of atoms in `e`.
+pub fn count_atoms(e: &Expr) -> usize {
+    match e {
+        Expr::Atom(_) => 1,
+        Expr::Window(w) => count_atoms(&w.inner),
+        Expr::Order(v) | Expr::All(v) | Expr::Any(v) => v.iter().map(count_atoms).sum(),
+    }
+}
+
+/// `k` gangs over steps `[start, end)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seg {
+    start: usize,
+    end: usize,
+    gangs: u64,
+}
+
+/// Segments in time order, adjacent equal heights merged, as intervals of bundles.
+fn intervals(segs: &[Seg], g: u64, step_ms: u64) -> Vec<Interval> {
+    let mut sorted: Vec<Seg> = segs.to_vec();
+    sorted.sort_by_key(|s| s.start);
+    let mut out: Vec<Interval> = Vec::with_capacity(sorted.len());
+    for s in sorted {
+        let start_ms = s.start as u64 * step_ms;
+        let end_ms = s.end as u64 * step_ms;
+        let bundles = s.gangs * g;
+        if let Some(last) = out.last_mut() {
+            if last.end_ms == start_ms && last.bundles == bundles {
+                last.end_ms = end_ms;
+                continue;
+            }
+        }
+        out.push(Interval { start_ms, end_ms, bundles });
+    }
+    out
+}
+
+/// An atom in plan units.
+struct Shape {
+    /// One gang's demand.
+    gang: Vector,
+    /// Most gangs at once.
+    max_gangs: u64,
+    /// Least steps per constant-height interval.
+    lease: usize,
+    /// Gang-steps of work.
+    work: u64,
+}
+
+impl Shape {
+    fn new(a: &Atom, step_ms: u64) -> Result<Shape, String> {
+        if a.min_parallel == 0 {
+            return Err("g (min_parallel) is 0".into());
+        }
+        if a.max_parallel < a.min_parallel {
+            return Err(format!("h ({}) is below g ({})", a.max_parallel, a.min_parallel));
+        }
+        let g = u64::from(a.min_parallel);
+        let per_gang_step = u128::from(g) * u128::from(step_ms);
+        let work = u64::try_from(u128::from(a.work).div_ceil(per_gang_step))
+            .map_err(|_| "work too large".to_string())?;
+        let lease = usize::try_from(a.min_lease_ms.div_ceil(step_ms).max(1))
+            .map_err(|_| "lease too long".to_string())?;
+        Ok(Shape {
+            gang: plan::scale(&plan::vector(&a.bundle), i64::from(a.min_parallel)),
+            max_gangs: u64::from(a.max_parallel / a.min_parallel),
+            lease,
+            work,
+        })
+    }
+
+    fn demand(&self, gangs: u64) -> Vector {
+        plan::scale(&self.gang, i64::try_from(gangs).unwrap_or(i64::MAX))
+    }
+}
+
+struct Ctx<'a> {
+    plan: &'a mut Plan,
+    agent: Agent,
+    /// Pieces held so far, in order, to record or give back.
+    applied: Vec<Piece>,
+    /// Segments per atom.
+    segs: Vec<Vec<Seg>>,
+    /// `g` per atom (for the intervals' bundles).
+    g: Vec<u64>,
+}
+
+/// Steps `[start, end)` covered by what an expression placed, if it placed anything.
+type Span = Option<(usize, usize)>;
+
+fn join(a: Span, b: Span) -> Span {
+    match (a, b) {
+        (Some((s1, e1)), Some((s2, e2))) => Some((s1.min(s2), e1.max(e2))),
+        (x, None) | (None, x) => x,
+    }
+}
+
+impl Ctx<'_> {
+    /// Gives back everything applied after the first `mark` pieces.
+    fn rollback(&mut self, mark: usize) {
+        while self.applied.len() > mark {
+            if let Some(p) = self.applied.pop() {
+                self.plan.apply(&p, -1);
+            }
+        }
+    }
+
+    /// Places `e` within steps `[lo, hi)`; `base` is the pre-order index of its first atom. On
+    /// error, everything it placed is given back.
+    fn place(&mut self, e: &Expr, lo: usize, hi: usize, base: usize) -> Result<Span, Rejection> {
+        let mark = self.applied.len();
+        let result = self.place_inner(e, lo, hi, base);
+        if result.is_err() {
+            self.rollback(mark);
+            let n = count_atoms(e);
+            for s in &mut self.segs[base..base + n] {
+                s.clear();
+            }
+        }
+        result
+    }
+
+    fn place_inner(&mut self, e: &Expr, lo: usize, hi: usize, base: usize) -> Result<Span, Rejection> {
+        match e {
+            Expr::Atom(a) => self.place_atom(a, lo, hi, base),
+            Expr::Window(w) => {
+                if w.end_ms <= w.start_ms {
+                    return Err(Rejection {
+                        atom: None,
+                        reason: format!("window [{}, {}) ms is empty", w.start_ms, w.end_ms),
+                    });
+                }
+                let lo = lo.max(self.plan.step_at_or_after(w.start_ms));
+                let hi = hi.min(self.plan.step_before(w.end_ms));
+                self.place(&w.inner, lo, hi.max(lo), base)
+            }
+            Expr::All(parts) => {
+                let mut span = None;
+                let mut b = base;
+                for p in parts {
+                    span = join(span, self.place(p, lo, hi, b)?);
+                    b += count_atoms(p);
+                }
+                Ok(span)
+            }
+            Expr::Any(parts) => {
+                let mut reasons = Vec::new();
+                let mut b = base;
+                for (i, p) in parts.iter().enumerate() {
+                    match self.place(p, lo, hi, b) {
+                        Ok(span) => return Ok(span),
+                        Err(r) => reasons.push(format!("alternative {i}: {r}")),
+                    }
+                    b += count_atoms(p);
+                }
+                Err(Rejection {
+                    atom: None,
+                    reason: if reasons.is_empty() {
+                        "any() has no alternative".into()
+                    } else {
+                        format!("no alternative fits ({})", reasons.join("; "))
+                    },
+                })
+            }
+            Expr::Order(stages) => {
+                // Last stage first, each stage's window ending where the next one starts.
+                let counts: Vec<usize> = stages.iter().map(count_atoms).collect();
+                let mut bases = Vec::with_capacity(stages.len());
+                let mut b = base;
+                for c in &counts {
+                    bases.push(b);
+                    b += c;
+                }
+                let mut span = None;
+                let mut end = hi;
+                for (i, stage) in stages.iter().enumerate().rev() {
+                    let placed = self.place(stage, lo, end.max(lo), bases[i])?;
+                    if let Some((s, _)) = placed {
+                        end = s;
+                    }
+                    span = join(span, placed);
+                }
+                Ok(span)
+            }
+        }
+    }
+
+    fn place_atom(&mut self, a: &Atom, lo: usize, hi: usize, idx: usize) -> Result<Span, Rejection> {
+        let reject = |reason: String| Rejection { atom: Some(idx), reason };
+        let step_ms = self.plan.step_ms();
+        let shape = Shape::new(a, step_ms).map_err(reject)?;
+        self.g[idx] = u64::from(a.min_parallel);
+        if shape.work == 0 {
+            return Ok(None);
+        }
+        let len = hi.saturating_sub(lo);
+        let window = format!("window [{}, {}) ms", self.plan.ms_of(lo), self.plan.ms_of(lo + len));
+        if shape.max_gangs == 0 || len < shape.lease {
+            return Err(reject(format!("{window} is shorter than the lease ({} steps)", shape.lease)));
+        }
+        if u128::from(shape.max_gangs) * (len as u128) < u128::from(shape.work) {
+            return Err(reject(format!(
+                "{window} is too short: {} gang-steps of work, at most {} gangs at a time over {len} steps",
+                shape.work, shape.max_gangs
+            )));
+        }
+        let segs = match self.agent {
+            Agent::Gree => gree(self.plan, &shape, lo, hi),
+            Agent::GreeL => match flat(self.plan, &shape, lo, hi) {
+                Some(s) => Ok(s),
+                None => gree(self.plan, &shape, lo, hi),
+            },
+        }
+        .map_err(|left| {
+            reject(format!(
+                "no room in {window}: {left} of {} gang-steps ({} bundles of cpu {} m, memory {} B, gpus {} per gang) could not be placed",
+                shape.work, a.min_parallel, a.bundle.cpu_millis, a.bundle.memory_bytes, a.bundle.gpus
+            ))
+        })?;
+        let mut span = None;
+        for s in &segs {
+            let piece = Piece { start: s.start, end: s.end, demand: shape.demand(s.gangs) };
+            self.plan.apply(&piece, 1);
+            self.applied.push(piece);
+            span = join(span, Some((s.start, s.end)));
+        }
+        self.segs[idx] = segs;
+        Ok(span)
+    }
+}
+
+/// GREE: tallest rightmost. Err carries the gang-steps left unplaced.
+fn gree(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Result<Vec<Seg>, u64> {
+    let mut left = shape.work;
+    let mut cursor = hi;
+    let mut segs = Vec::new();
+    let lease = shape.lease;
+    while left > 0 {
+        let Some(x) = plan.latest_fit(&shape.gang, lo, cursor) else {
+            return Err(left);
+        };
+        let fit = plan.count_fitting(&shape.gang, x).min(shape.max_gangs);
+        let run = |k: u64| x + 1 - plan.run_start(&shape.demand(k), lo, x);
+        let mut k = fit;
+        let mut len = run(k);
+        if len < lease {
+            let len1 = run(1);
+            if len1 < lease {
+                // Not even one gang holds a lease here: skip the whole run.
+                cursor = x + 1 - len1;
+                continue;
+            }
+            // The tallest height whose run holds a lease: run length falls as height grows.
+            let (mut ok, mut bad) = (1, k);
+            while bad - ok > 1 {
+                let mid = ok + (bad - ok) / 2;
+                if run(mid) >= lease {
+                    ok = mid;
+                } else {
+                    bad = mid;
+                }
+            }
+            k = ok;
+            len = run(k);
+        }
+        let start = x + 1 - len;
+        if u128::from(k) * (len as u128) >= u128::from(left) {
+            segs.extend(tail(left, k, start, x + 1, lease));
+            left = 0;
+        } else {
+            segs.push(Seg { start, end: x + 1, gangs: k });
+            left -= k * len as u64;
+            cursor = start;
+        }
+    }
+    Ok(segs)
+}
+
+/// GREE-L: the lowest height with a contiguous span inside the window, latest span first.
+fn flat(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Option<Vec<Seg>> {
+    let len = (hi - lo) as u64;
+    let max_free = plan.max_free(lo, hi)?;
+    // A height no dimension reaches anywhere in the window cannot fit.
+    let top = plan::count(&max_free, &shape.gang).min(shape.max_gangs);
+    let mut k = shape.work.div_ceil(len).max(1);
+    let mut tried = 0u32;
+    while k <= top {
+        let n = (shape.work.div_ceil(k) as usize).max(shape.lease);
+        if n as u64 <= len {
+            if let Some((s, e)) = plan.latest_run(&shape.demand(k), lo, hi, n) {
+                return Some(tail(shape.work, k, s, e, shape.lease));
+            }
+        }
+        tried += 1;
+        k = if tried < 16 { k + 1 } else { (k + k / 4).max(k + 1) };
+    }
+    None
+}
+
+/// Covers `work` gang-steps with at most `max` gangs, ending at `end`, within `[start, end)`:
+/// `n` steps of two heights one gang apart (the taller latest), each part at least `lease`
+/// steps. The caller guarantees `max · (end - start) ≥ work` and `end - start ≥ lease`.
+fn tail(work: u64, max: u64, start: usize, end: usize, lease: usize) -> Vec<Seg> {
+    let len = end - start;
+    let l = lease as u64;
+    let n_min = (work.div_ceil(max) as usize).max(lease).min(len);
+    let seg = |s: usize, e: usize, gangs: u64| Seg { start: s, end: e, gangs };
+    let limit = len.min(n_min + 4 * lease + 16);
+    for n in n_min..=limit {
+        let q = work / n as u64;
+        let a = work % n as u64;
+        if q == 0 {
+            break;
+        }
+        if a == 0 {
+            return vec![seg(end - n, end, q)];
+        }
+        if a >= l && n as u64 - a >= l {
+            let a = a as usize;
+            return vec![seg(end - n, end - a, q), seg(end - a, end, q + 1)];
+        }
+    }
+    // The lease wins over exactness.
+    let n = n_min;
+    let q = work / n as u64;
+    let a = work % n as u64;
+    if q == 0 {
+        return vec![seg(end - n, end, 1)];
+    }
+    if a == 0 {
+        return vec![seg(end - n, end, q)];
+    }
+    if a < l && n >= 2 * lease {
+        return vec![seg(end - n, end - lease, q), seg(end - lease, end, q + 1)];
+    }
+    vec![seg(end - n, end, q + 1)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn total(segs: &[Seg]) -> u64 {
+        segs.iter().map(|s| (s.end - s.start) as u64 * s.gangs).sum()
+    }
+
+    #[test]
+    fn tail_is_exact_with_a_unit_lease() {
+        for work in 1..60u64 {
+            for max in 1..6u64 {
+                let len = work.div_ceil(max) as usize + 3;
+                let segs = tail(work, max, 100, 100 + len, 1);
+                assert_eq!(total(&segs), work, "work {work} max {max}");
+                assert!(segs.iter().all(|s| s.gangs >= 1 && s.gangs <= max));
+                assert!(segs.iter().all(|s| s.start >= 100 && s.end == 100 + len || s.end < 100 + len));
+            }
+        }
+    }
+
+    #[test]
+    fn tail_holds_the_lease_with_small_excess() {
+        for work in 1..80u64 {
+            for max in 1..5u64 {
+                for lease in 1..7usize {
+                    let len = (work.div_ceil(max) as usize).max(lease) + 2;
+                    let segs = tail(work, max, 0, len, lease);
+                    let t = total(&segs);
+                    assert!(t >= work);
+                    assert!(t - work < 2 * lease as u64, "work {work} max {max} lease {lease}");
+                    assert!(segs.iter().all(|s| s.end - s.start >= lease));
+                    assert!(segs.iter().all(|s| s.gangs >= 1 && s.gangs <= max));
+                }
+            }
+        }
+    }
+}

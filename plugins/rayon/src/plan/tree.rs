@@ -1,0 +1,255 @@
+//! A segment tree over steps with range add and min / max queries, for one resource dimension.
+//!
+//! Adds are not pushed down: a node's `add` applies to its whole subtree, and its `min` / `max`
+//! already include it, so a query adds up the `add`s on the way down. Three `i64` per node,
+//! `2 × next_power_of_two(steps)` nodes: 6 MiB for a day at one-second steps.
+
+/// Padding leaves: never the minimum, never the maximum.
+const BIG: i64 = i64::MAX / 4;
+
+#[derive(Debug, Clone)]
+pub(crate) struct Tree {
+    /// Number of real leaves.
+    n: usize,
+    /// Leaves in the padded tree (a power of two).
+    size: usize,
+    min: Vec<i64>,
+    max: Vec<i64>,
+    add: Vec<i64>,
+}
+
+impl Tree {
+    /// A tree of `n` steps, all at `value`.
+    pub(crate) fn new(n: usize, value: i64) -> Self {
+        let size = n.max(1).next_power_of_two();
+        let mut min = vec![BIG; 2 * size];
+        let mut max = vec![-BIG; 2 * size];
+        for i in 0..n {
+            min[size + i] = value;
+            max[size + i] = value;
+        }
+        for v in (1..size).rev() {
+            min[v] = min[2 * v].min(min[2 * v + 1]);
+            max[v] = max[2 * v].max(max[2 * v + 1]);
+        }
+        Tree { n, size, min, max, add: vec![0; 2 * size] }
+    }
+
+    pub(crate) fn memory_bytes(&self) -> usize {
+        (self.min.capacity() + self.max.capacity() + self.add.capacity()) * size_of::<i64>()
+    }
+
+    /// Adds `delta` to every step of `[l, r)`.
+    pub(crate) fn range_add(&mut self, l: usize, r: usize, delta: i64) {
+        let r = r.min(self.n);
+        if l >= r || delta == 0 {
+            return;
+        }
+        self.add_rec(1, 0, self.size, l, r, delta);
+    }
+
+    fn add_rec(&mut self, v: usize, lo: usize, hi: usize, l: usize, r: usize, delta: i64) {
+        if r <= lo || hi <= l {
+            return;
+        }
+        if l <= lo && hi <= r {
+            self.add[v] += delta;
+            self.min[v] += delta;
+            self.max[v] += delta;
+            return;
+        }
+        let mid = (lo + hi) / 2;
+        self.add_rec(2 * v, lo, mid, l, r, delta);
+        self.add_rec(2 * v + 1, mid, hi, l, r, delta);
+        self.min[v] = self.min[2 * v].min(self.min[2 * v + 1]) + self.add[v];
+        self.max[v] = self.max[2 * v].max(self.max[2 * v + 1]) + self.add[v];
+    }
+
+    /// The value at step `i`.
+    pub(crate) fn get(&self, i: usize) -> i64 {
+        let mut v = self.size + i;
+        let mut total = self.min[v];
+        v /= 2;
+        while v >= 1 {
+            total += self.add[v];
+            v /= 2;
+        }
+        total
+    }
+
+    /// Minimum over `[l, r)` (`BIG` if empty).
+    pub(crate) fn range_min(&self, l: usize, r: usize) -> i64 {
+        let r = r.min(self.n);
+        if l >= r {
+            return BIG;
+        }
+        self.min_rec(1, 0, self.size, l, r)
+    }
+
+    fn min_rec(&self, v: usize, lo: usize, hi: usize, l: usize, r: usize) -> i64 {
+        if l <= lo && hi <= r {
+            return self.min[v];
+        }
+        let mid = (lo + hi) / 2;
+        let mut best = BIG;
+        if l < mid {
+            best = best.min(self.min_rec(2 * v, lo, mid, l, r));
+        }
+        if mid < r {
+            best = best.min(self.min_rec(2 * v + 1, mid, hi, l, r));
+        }
+        best + self.add[v]
+    }
+
+    /// Maximum over `[l, r)` (`-BIG` if empty).
+    pub(crate) fn range_max(&self, l: usize, r: usize) -> i64 {
+        let r = r.min(self.n);
+        if l >= r {
+            return -BIG;
+        }
+        self.max_rec(1, 0, self.size, l, r)
+    }
+
+    fn max_rec(&self, v: usize, lo: usize, hi: usize, l: usize, r: usize) -> i64 {
+        if l <= lo && hi <= r {
+            return self.max[v];
+        }
+        let mid = (lo + hi) / 2;
+        let mut best = -BIG;
+        if l < mid {
+            best = best.max(self.max_rec(2 * v, lo, mid, l, r));
+        }
+        if mid < r {
+            best = best.max(self.max_rec(2 * v + 1, mid, hi, l, r));
+        }
+        best + self.add[v]
+    }
+
+    /// The last step of `[l, r)` whose value is below `thr`.
+    pub(crate) fn last_below(&self, l: usize, r: usize, thr: i64) -> Option<usize> {
+        let r = r.min(self.n);
+        if l >= r {
+            return None;
+        }
+        self.last_rec(1, 0, self.size, l, r, thr, 0, true)
+    }
+
+    /// The last step of `[l, r)` whose value is at least `thr`.
+    pub(crate) fn last_at_least(&self, l: usize, r: usize, thr: i64) -> Option<usize> {
+        let r = r.min(self.n);
+        if l >= r {
+            return None;
+        }
+        self.last_rec(1, 0, self.size, l, r, thr, 0, false)
+    }
+
+    /// The first step of `[l, r)` whose value is below `thr`.
+    pub(crate) fn first_below(&self, l: usize, r: usize, thr: i64) -> Option<usize> {
+        let r = r.min(self.n);
+        if l >= r {
+            return None;
+        }
+        self.first_rec(1, 0, self.size, l, r, thr, 0, true)
+    }
+
+    /// The first step of `[l, r)` whose value is at least `thr`.
+    pub(crate) fn first_at_least(&self, l: usize, r: usize, thr: i64) -> Option<usize> {
+        let r = r.min(self.n);
+        if l >= r {
+            return None;
+        }
+        self.first_rec(1, 0, self.size, l, r, thr, 0, false)
+    }
+
+    /// Whether the subtree at `v` (with `above` added by its ancestors) can hold a match.
+    fn may_hold(&self, v: usize, above: i64, thr: i64, below: bool) -> bool {
+        if below { self.min[v] + above < thr } else { self.max[v] + above >= thr }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn last_rec(
+        &self,
+        v: usize,
+        lo: usize,
+        hi: usize,
+        l: usize,
+        r: usize,
+        thr: i64,
+        above: i64,
+        below: bool,
+    ) -> Option<usize> {
+        if r <= lo || hi <= l || !self.may_hold(v, above, thr, below) {
+            return None;
+        }
+        if hi - lo == 1 {
+            return Some(lo);
+        }
+        let mid = (lo + hi) / 2;
+        let inner = above + self.add[v];
+        self.last_rec(2 * v + 1, mid, hi, l, r, thr, inner, below)
+            .or_else(|| self.last_rec(2 * v, lo, mid, l, r, thr, inner, below))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn first_rec(
+        &self,
+        v: usize,
+        lo: usize,
+        hi: usize,
+        l: usize,
+        r: usize,
+        thr: i64,
+        above: i64,
+        below: bool,
+    ) -> Option<usize> {
+        if r <= lo || hi <= l || !self.may_hold(v, above, thr, below) {
+            return None;
+        }
+        if hi - lo == 1 {
+            return Some(lo);
+        }
+        let mid = (lo + hi) / 2;
+        let inner = above + self.add[v];
+        self.first_rec(2 * v, lo, mid, l, r, thr, inner, below)
+            .or_else(|| self.first_rec(2 * v + 1, mid, hi, l, r, thr, inner, below))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_a_plain_array() {
+        let n = 37;
+        let mut t = Tree::new(n, 10);
+        let mut a = vec![10i64; n];
+        let ops = [(3, 20, -4), (0, 37, 2), (10, 11, -9), (30, 37, 5), (5, 6, -1)];
+        for &(l, r, d) in &ops {
+            t.range_add(l, r, d);
+            for x in &mut a[l..r] {
+                *x += d;
+            }
+            for (i, &x) in a.iter().enumerate() {
+                assert_eq!(t.get(i), x);
+            }
+            for l in 0..n {
+                for r in l + 1..=n {
+                    let s = &a[l..r];
+                    assert_eq!(t.range_min(l, r), *s.iter().min().unwrap_or(&BIG));
+                    assert_eq!(t.range_max(l, r), *s.iter().max().unwrap_or(&-BIG));
+                    for thr in [0, 7, 8, 12, 13] {
+                        let lb = (l..r).rev().find(|&i| a[i] < thr);
+                        let la = (l..r).rev().find(|&i| a[i] >= thr);
+                        let fb = (l..r).find(|&i| a[i] < thr);
+                        let fa = (l..r).find(|&i| a[i] >= thr);
+                        assert_eq!(t.last_below(l, r, thr), lb);
+                        assert_eq!(t.last_at_least(l, r, thr), la);
+                        assert_eq!(t.first_below(l, r, thr), fb);
+                        assert_eq!(t.first_at_least(l, r, thr), fa);
+                    }
+                }
+            }
+        }
+    }
+}
