@@ -12,10 +12,11 @@
 //!
 //! - **GREE** procrastinates: from the end of the window backwards, it takes at the latest step
 //!   where a gang fits as many gangs as fit there (up to `⌊h/g⌋`), holds that height back to
-//!   where it stops fitting, and goes on before it: tallest and rightmost. A run shorter than the
-//!   lease is tried at a lower height (the tallest whose run is long enough), or skipped.
-//!   Heights are decided per run, at its latest step: a step inside a run where more would fit
-//!   is not used taller.
+//!   where it stops fitting or a taller one fits again (but at least a lease), and goes on before
+//!   it: tallest and rightmost, step by step. A run shorter than the lease is tried at a lower
+//!   height (the tallest whose run is long enough), or skipped. The last piece is the full height
+//!   for whole steps and the rest just before it (a piece of at least a lease), or, where that
+//!   cannot hold the lease, the balanced shape below.
 //! - **GREE-L** is as flat as possible: the lowest height `k` gangs (from `⌈work / window⌉`
 //!   upwards; the first 16 heights one by one, then 25 % apart) for which a contiguous span of
 //!   `⌈work / k⌉` steps (at least the lease) fits inside the window, the latest such span. If
@@ -405,9 +406,17 @@ fn gree(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Result<Vec<Seg>, u6
             k = ok;
             len = run(k);
         }
-        let start = x + 1 - len;
+        let mut start = x + 1 - len;
+        if k < shape.max_gangs {
+            // Tallest per step: the height holds back only to where a taller one fits again
+            // (but at least a lease).
+            if let Some(y) = plan.latest_fit(&shape.demand(k + 1), start, x + 1) {
+                start = start.max((y + 1).min(x + 1 - lease));
+            }
+        }
+        let len = x + 1 - start;
         if u128::from(k) * (len as u128) >= u128::from(left) {
-            segs.extend(tail(left, k, start, x + 1, lease));
+            segs.extend(tall_tail(left, k, start, x + 1, lease));
             left = 0;
         } else {
             segs.push(Seg { start, end: x + 1, gangs: k });
@@ -437,6 +446,26 @@ fn flat(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Option<Vec<Seg>> {
         k = if tried < 16 { k + 1 } else { (k + k / 4).max(k + 1) };
     }
     None
+}
+
+/// GREE's last piece: `k` gangs back from `end` for as many whole steps as the work needs,
+/// the rest before them in a piece of at least a lease; else [`tail`]'s balanced shape.
+fn tall_tail(work: u64, k: u64, start: usize, end: usize, lease: usize) -> Vec<Seg> {
+    let m = (work / k) as usize;
+    let r = work % k;
+    let seg = |s: usize, e: usize, gangs: u64| Seg { start: s, end: e, gangs };
+    if m >= lease && m <= end - start {
+        if r == 0 {
+            return vec![seg(end - m, end, k)];
+        }
+        let limit = (r as usize).min(4 * lease + 16);
+        for p in lease..=limit {
+            if end - start >= m + p && r % p as u64 == 0 {
+                return vec![seg(end - m - p, end - m, r / p as u64), seg(end - m, end, k)];
+            }
+        }
+    }
+    tail(work, k, start, end, lease)
 }
 
 /// Covers `work` gang-steps with at most `max` gangs, ending at `end`, within `[start, end)`:

@@ -1,0 +1,168 @@
+//! GREE and GREE-L on small plans whose shapes are computed by hand (1 s steps, CPU only).
+
+use gantry_rayon::agents::{Agent, Allocation, Interval, admit};
+use gantry_rayon::plan::{Piece, Plan};
+use gantry_rayon::rdl::{Atom, Expr, Window};
+use gantry_sdk::abi::GantryResources;
+
+fn cpu(c: u64) -> GantryResources {
+    GantryResources { cpu_millis: c, ..Default::default() }
+}
+
+/// `atom(c cpu, g, h, lease, work)`; work in bundle-ms.
+fn atom(c: u64, g: u32, h: u32, lease_ms: u64, work: u64) -> Expr {
+    Expr::Atom(Atom { bundle: cpu(c), min_parallel: g, max_parallel: h, min_lease_ms: lease_ms, work })
+}
+
+fn window(start_ms: u64, end_ms: u64, inner: Expr) -> Expr {
+    Expr::Window(Window { start_ms, end_ms, inner: Box::new(inner) })
+}
+
+fn iv(start_ms: u64, end_ms: u64, bundles: u64) -> Interval {
+    Interval { start_ms, end_ms, bundles }
+}
+
+/// Ten one-second steps of 10 CPU units.
+fn plan10() -> Plan {
+    Plan::new(1000, 10, &cpu(10)).expect("plan")
+}
+
+fn block(plan: &mut Plan, id: u64, start: usize, end: usize, c: i64) {
+    plan.add(id, vec![Piece { start, end, demand: [c, 0, 0] }]).expect("room for the blocker");
+}
+
+fn used(plan: &Plan) -> Vec<i64> {
+    (0..plan.steps()).map(|i| plan.used_at(i).expect("step")[0]).collect()
+}
+
+fn ok(r: Result<Allocation, gantry_rayon::agents::Rejection>) -> Allocation {
+    r.unwrap_or_else(|e| panic!("rejected: {e}"))
+}
+
+#[test]
+fn gree_is_tallest_rightmost() {
+    let mut plan = plan10();
+    // 10 bundle-steps, at most 4 at a time: 4, 4 at the end, 2 before.
+    let a = ok(admit(&mut plan, &atom(1, 1, 4, 0, 10_000), Agent::Gree, 1));
+    assert_eq!(a.atoms, vec![vec![iv(7000, 8000, 2), iv(8000, 10_000, 4)]]);
+    assert_eq!(used(&plan), vec![0, 0, 0, 0, 0, 0, 0, 2, 4, 4]);
+}
+
+#[test]
+fn gree_goes_taller_where_more_fits() {
+    let mut plan = plan10();
+    block(&mut plan, 100, 8, 10, 8);
+    // Two fit at the end, four before: 2, 2 | 4 | 2.
+    let a = ok(admit(&mut plan, &atom(1, 1, 4, 0, 10_000), Agent::Gree, 1));
+    assert_eq!(a.atoms, vec![vec![iv(6000, 7000, 2), iv(7000, 8000, 4), iv(8000, 10_000, 2)]]);
+}
+
+#[test]
+fn gree_keeps_gangs_and_lease() {
+    let mut plan = plan10();
+    // g = 2, h = 4, lease 3 s, 12 bundle-steps = 6 gang-steps: two gangs for 3 s.
+    let a = ok(admit(&mut plan, &atom(1, 2, 4, 3000, 12_000), Agent::Gree, 1));
+    assert_eq!(a.atoms, vec![vec![iv(7000, 10_000, 4)]]);
+    // Lease 3 s with only 2 free steps at the end: the run is skipped.
+    let mut plan = plan10();
+    block(&mut plan, 100, 7, 8, 10);
+    let a = ok(admit(&mut plan, &atom(1, 1, 2, 3000, 6000), Agent::Gree, 1));
+    assert_eq!(a.atoms, vec![vec![iv(4000, 7000, 2)]]);
+}
+
+#[test]
+fn gree_l_is_flat() {
+    let mut plan = plan10();
+    let a = ok(admit(&mut plan, &atom(1, 1, 4, 0, 10_000), Agent::GreeL, 1));
+    assert_eq!(a.atoms, vec![vec![iv(0, 10_000, 1)]]);
+
+    // The first three steps full: one bundle over 7 steps cannot do 10, two over 5 can.
+    let mut plan = plan10();
+    block(&mut plan, 100, 0, 3, 10);
+    let a = ok(admit(&mut plan, &atom(1, 1, 4, 0, 10_000), Agent::GreeL, 1));
+    assert_eq!(a.atoms, vec![vec![iv(5000, 10_000, 2)]]);
+
+    // Step 5 full: 9 bundle-steps at height 2 over [0, 5): 1 then 2, 2, 2, 2.
+    let mut plan = plan10();
+    block(&mut plan, 100, 5, 6, 10);
+    let a = ok(admit(&mut plan, &atom(1, 1, 2, 0, 9000), Agent::GreeL, 1));
+    assert_eq!(a.atoms, vec![vec![iv(0, 1000, 1), iv(1000, 5000, 2)]]);
+}
+
+#[test]
+fn gree_l_falls_back_to_gree() {
+    // h = 1 and step 5 full: no flat span of 9 steps, so GREE's shape on both sides.
+    let mut plan = plan10();
+    block(&mut plan, 100, 5, 6, 10);
+    let a = ok(admit(&mut plan, &atom(1, 1, 1, 0, 9000), Agent::GreeL, 1));
+    assert_eq!(a.atoms, vec![vec![iv(0, 5000, 1), iv(6000, 10_000, 1)]]);
+}
+
+#[test]
+fn order_chains_stages_last_first() {
+    let mut plan = plan10();
+    let e = Expr::Order(vec![atom(1, 1, 2, 0, 4000), atom(1, 1, 2, 0, 4000)]);
+    let a = ok(admit(&mut plan, &e, Agent::Gree, 1));
+    assert_eq!(a.atoms, vec![vec![iv(6000, 8000, 2)], vec![iv(8000, 10_000, 2)]]);
+    let mut plan = plan10();
+    let a = ok(admit(&mut plan, &e, Agent::GreeL, 1));
+    // Flat: the second stage one bundle over [6, 10), the first over [2, 6).
+    assert_eq!(a.atoms, vec![vec![iv(2000, 6000, 1)], vec![iv(6000, 10_000, 1)]]);
+}
+
+#[test]
+fn window_narrows() {
+    let mut plan = plan10();
+    // [2.5 s, 6.5 s) holds whole steps 3..6 only.
+    let e = window(2500, 6500, atom(1, 1, 1, 0, 3000));
+    let a = ok(admit(&mut plan, &e, Agent::Gree, 1));
+    assert_eq!(a.atoms, vec![vec![iv(3000, 6000, 1)]]);
+    let e = window(2500, 6500, atom(1, 1, 1, 0, 4000));
+    let r = admit(&mut plan, &e, Agent::Gree, 2).expect_err("only three whole steps");
+    assert_eq!(r.atom, Some(0));
+    assert!(r.reason.contains("too short"), "{r}");
+}
+
+#[test]
+fn any_takes_the_first_that_fits() {
+    let mut plan = plan10();
+    let e = Expr::Any(vec![
+        atom(20, 1, 1, 0, 1000), // a bundle larger than the cluster
+        atom(1, 1, 1, 0, 2000),
+        atom(1, 1, 1, 0, 1000),
+    ]);
+    let a = ok(admit(&mut plan, &e, Agent::Gree, 1));
+    assert_eq!(a.atoms, vec![vec![], vec![iv(8000, 10_000, 1)], vec![]]);
+}
+
+#[test]
+fn all_is_all_or_nothing() {
+    let mut plan = plan10();
+    block(&mut plan, 100, 0, 10, 5);
+    let before = used(&plan);
+    let e = Expr::All(vec![
+        window(0, 5000, atom(1, 1, 5, 0, 5000)),
+        window(0, 5000, atom(1, 1, 5, 0, 25_000)), // fits alone, not after the first
+    ]);
+    for agent in [Agent::Gree, Agent::GreeL] {
+        let r = admit(&mut plan, &e, agent, 1).expect_err("the second part does not fit");
+        assert_eq!(r.atom, Some(1), "{r}");
+        assert!(r.reason.contains("no room"), "{r}");
+        assert_eq!(used(&plan), before);
+        assert!(plan.pieces(1).is_none());
+    }
+    // Without the first part the second fits.
+    let e = window(0, 5000, atom(1, 1, 5, 0, 25_000));
+    ok(admit(&mut plan, &e, Agent::Gree, 1));
+    assert_eq!(used(&plan), vec![10, 10, 10, 10, 10, 5, 5, 5, 5, 5]);
+    plan.remove(1).expect("reservation 1");
+    assert_eq!(used(&plan), before);
+}
+
+#[test]
+fn duplicate_ids_are_refused() {
+    let mut plan = plan10();
+    ok(admit(&mut plan, &atom(1, 1, 1, 0, 1000), Agent::Gree, 7));
+    let r = admit(&mut plan, &atom(1, 1, 1, 0, 1000), Agent::Gree, 7).expect_err("dup");
+    assert!(r.reason.contains("already"));
+}
