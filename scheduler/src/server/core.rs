@@ -67,8 +67,9 @@ pub enum Request {
         node: String,
         /// Drain (true) or undrain.
         drained: bool,
-        /// The acknowledgement to await (none without a store), or why not.
-        reply: oneshot::Sender<Result<Option<crate::store::Ack>, SubmitError>>,
+        /// The change's sequence number and the acknowledgement to await (none without a
+        /// store), or why not.
+        reply: oneshot::Sender<Result<(u64, Option<crate::store::Ack>), SubmitError>>,
     },
     /// Second step: the change is stored; apply it and answer the node's state.
     ApplyNodeDrain {
@@ -76,6 +77,9 @@ pub enum Request {
         node: String,
         /// Drain (true) or undrain.
         drained: bool,
+        /// Its sequence number from the first step: a change stored later for the same node and
+        /// already applied wins (the store commits in sequence order).
+        seq: u64,
         /// The node's state afterwards (`GANTRY_NODE_*`).
         reply: oneshot::Sender<Result<u32, EngineError>>,
     },
@@ -253,17 +257,18 @@ impl CoreHandle {
     ) -> Result<Result<u32, SubmitError>, CoreGone> {
         let (reply, rx) = oneshot::channel();
         self.send(Request::StoreNodeDrain { node: node.clone(), drained, reply }).await?;
-        match rx.await.map_err(|_| CoreGone)? {
+        let seq = match rx.await.map_err(|_| CoreGone)? {
             Err(e) => return Ok(Err(e)),
-            Ok(Some(ack)) => {
+            Ok((seq, Some(ack))) => {
                 if let Err(e) = ack.await {
                     return Ok(Err(SubmitError::Store(e)));
                 }
+                seq
             }
-            Ok(None) => {}
-        }
+            Ok((seq, None)) => seq,
+        };
         let (reply, rx) = oneshot::channel();
-        self.send(Request::ApplyNodeDrain { node, drained, reply }).await?;
+        self.send(Request::ApplyNodeDrain { node, drained, seq, reply }).await?;
         Ok(rx.await.map_err(|_| CoreGone)?.map_err(SubmitError::Engine))
     }
 
@@ -376,6 +381,11 @@ pub struct Core {
     /// Nodes an operator drained (stored): applied again whenever such a node (re-)registers,
     /// since a lost node comes back RUNNING in the engine.
     drained: HashSet<String>,
+    /// The last drain change's sequence number, and per node the latest one applied: two
+    /// changes of one node in flight at once end as the store ends, whatever order their
+    /// commits are answered in.
+    drain_seq: u64,
+    drain_applied: HashMap<String, u64>,
 }
 
 impl std::fmt::Debug for Core {
@@ -428,6 +438,8 @@ impl Core {
             log_slots: HashMap::new(),
             metrics: None,
             drained: HashSet::new(),
+            drain_seq: 0,
+            drain_applied: HashMap::new(),
         }
     }
 
@@ -445,25 +457,33 @@ impl Core {
         &mut self,
         node: String,
         drained: bool,
-    ) -> Result<Option<crate::store::Ack>, SubmitError> {
+    ) -> Result<(u64, Option<crate::store::Ack>), SubmitError> {
         if self.engine.state().node_by_name(&node).is_none() {
             return Err(SubmitError::Engine(EngineError::UnknownNode(node)));
         }
-        let Some(store) = &self.store else { return Ok(None) };
+        self.drain_seq += 1;
+        let seq = self.drain_seq;
+        let Some(store) = &self.store else { return Ok((seq, None)) };
         store
             .submit(vec![crate::store::Write::NodeDrain { node, drained, at_ms: now_ms() }])
-            .map(Some)
+            .map(|ack| (seq, Some(ack)))
             .map_err(SubmitError::Store)
     }
 
     /// Applies a stored drain or undrain. A lost node only remembers it (it is applied when the
     /// node registers again); undraining a node that is not draining changes nothing.
-    fn apply_node_drain(&mut self, node: &str, drained: bool) -> Result<u32, EngineError> {
+    fn apply_node_drain(&mut self, node: &str, drained: bool, seq: u64) -> Result<u32, EngineError> {
         let idx = self
             .engine
             .state()
             .node_by_name(node)
             .ok_or_else(|| EngineError::UnknownNode(node.to_owned()))?;
+        let applied = self.drain_applied.entry(node.to_owned()).or_default();
+        if seq <= *applied {
+            // A change stored after this one is already in force.
+            return Ok(self.engine.state().nodes()[idx.0 as usize].state);
+        }
+        *applied = seq;
         if drained {
             self.drained.insert(node.to_owned());
         } else {
@@ -926,8 +946,8 @@ impl Core {
             Request::StoreNodeDrain { node, drained, reply } => {
                 let _ = reply.send(self.store_node_drain(node, drained));
             }
-            Request::ApplyNodeDrain { node, drained, reply } => {
-                let _ = reply.send(self.apply_node_drain(&node, drained));
+            Request::ApplyNodeDrain { node, drained, seq, reply } => {
+                let _ = reply.send(self.apply_node_drain(&node, drained, seq));
             }
             Request::Read(f) => f(self),
             Request::AgentConnected { register, tx, stream, reply } => {
