@@ -123,8 +123,9 @@ pub use units::{
 pub const MAX_INPUT_BYTES: usize = 1 << 20;
 
 /// How deep expressions may nest (the root is depth 1): enough for any real reservation, and a
-/// bound that keeps a hostile input from exhausting the stack.
-pub const MAX_NESTING: usize = 16;
+/// bound that keeps a hostile input from exhausting the stack. (The SDK's JSON reader stops at 32
+/// levels of JSON; an expression 15 deep is 31 levels of JSON with its bundle.)
+pub const MAX_NESTING: usize = 15;
 
 /// Parses either form: JSON when the first non-blank character is `{`, else the text form.
 pub fn parse(src: &str) -> Result<Expr, RdlError> {
