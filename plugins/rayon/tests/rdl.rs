@@ -152,6 +152,8 @@ fn text_atom_values() {
 fn text_bundles_and_units() {
     use ErrorKind::*;
     check(&text_err("atom(1x, 1, 1, 1s, 1s)"), 1, 6, Unknown, "atom.bundle", "unknown bundle unit `x`");
+    check(&text_err("atom(1c/500m, 1, 1, 1s, 1s)"), 1, 9, Unknown, "atom.bundle", "millicores are `mc` here");
+    check(&text_err("atom(2G, 1, 1, 1s, 1s)"), 1, 6, Unknown, "atom.bundle", "memory units end in B here");
     check(&text_err("atom(1c/2c, 1, 1, 1s, 1s)"), 1, 9, Value, "atom.bundle", "names its CPU twice");
     check(&text_err("atom(1c/2GiB/3MiB, 1, 1, 1s, 1s)"), 1, 14, Value, "atom.bundle", "memory twice");
     check(&text_err("atom(1c/2, 1, 1, 1s, 1s)"), 1, 9, Value, "atom.bundle", "`2` needs a unit");
@@ -647,6 +649,38 @@ mod props {
         })
     }
 
+    /// Any atom the printers can write, sense or not.
+    fn arb_raw_atom() -> impl Strategy<Value = Expr> {
+        (0u64..3, 0u64..3, 0u32..2, 0u32..5, 0u32..5, 0u64..4, 0u64..13)
+            .prop_map(|(c, m, gpus, g, h, l, w)| atom(c * 500, m * GIB, gpus, g, h, l * 60_000, w * 300_000))
+    }
+
+    /// Any tree the printers can write, with windows anywhere in the first few hours.
+    fn arb_raw_expr() -> impl Strategy<Value = Expr> {
+        arb_raw_atom().prop_recursive(4, 24, 3, |inner| {
+            prop_oneof![
+                (0u64..4, 0u64..4, inner.clone()).prop_map(|(s, e, x)| window(
+                    s * 1_800_000,
+                    e * 1_800_000,
+                    x
+                )),
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Expr::Order),
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Expr::All),
+                prop::collection::vec(inner, 0..3).prop_map(Expr::Any),
+            ]
+        })
+    }
+
+    /// The token at an error's line and column: up to a delimiter, quotes dropped.
+    fn token_at(src: &str, e: &RdlError) -> String {
+        let line = src.split('\n').nth(e.line - 1).unwrap_or("");
+        let rest: String = line.chars().skip(e.column - 1).collect();
+        rest.trim_start_matches('"')
+            .chars()
+            .take_while(|c| !matches!(c, ',' | ')' | '"' | '}' | ' '))
+            .collect()
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
@@ -658,6 +692,35 @@ mod props {
             prop_assert_eq!(parse_text(&text), Ok(e.clone()), "{}", text);
             prop_assert_eq!(parse_json(&json), Ok(e.clone()), "{}", json);
             prop_assert_eq!(parse(&text), parse(&json));
+        }
+
+        #[test]
+        fn both_forms_refuse_alike_and_point_at_the_value(e in arb_raw_expr()) {
+            let (text, json) = (to_text(&e), to_json(&e));
+            match e.validate() {
+                Ok(()) => {
+                    prop_assert_eq!(parse_text(&text), Ok(e.clone()));
+                    prop_assert_eq!(parse_json(&json), Ok(e.clone()));
+                }
+                Err(want) => {
+                    let (t, j) = (parse_text(&text).unwrap_err(), parse_json(&json).unwrap_err());
+                    for got in [&t, &j] {
+                        prop_assert_eq!(
+                            (&got.path, got.kind, &got.reason),
+                            (&want.path, want.kind, &want.reason)
+                        );
+                    }
+                    let leaf = want.path.rsplit('.').next().unwrap_or("");
+                    if matches!(leaf, "g" | "h" | "lease" | "work" | "start" | "end") {
+                        let tok = token_at(&text, &t);
+                        prop_assert!(!tok.is_empty(), "{} in {}", t, text);
+                        prop_assert_eq!(&tok, &token_at(&json, &j), "{} / {}", text, json);
+                    }
+                    if leaf == "bundle" {
+                        prop_assert!(json[j.column - 1..].starts_with('{'), "{} in {}", j, json);
+                    }
+                }
+            }
         }
 
         #[test]

@@ -244,7 +244,14 @@ impl<'a> Parser<'a> {
                         self,
                         ErrorKind::Unknown,
                         format!(
-                            "unknown bundle unit `{u}` (use c or mc for CPU, B/KiB/MiB/GiB/TiB/PiB for memory, gpu)"
+                            "unknown bundle unit `{u}` (use c or mc for CPU, B/KiB/MiB/GiB/TiB/PiB for memory, gpu){}",
+                            match u {
+                                "m" => "; millicores are `mc` here, mebibytes `MiB`",
+                                "k" | "K" | "M" | "G" | "T" | "P" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" => {
+                                    "; memory units end in B here"
+                                }
+                                _ => "",
+                            }
                         ),
                     ));
                 }
