@@ -776,3 +776,44 @@ fn every_prefix_of_the_example_is_refused() {
         }
     }
 }
+
+#[test]
+fn crlf_tabs_and_leading_blanks() {
+    let src = "order(\r\n\tatom(1c, 1, 1, 1s, 1s),\r\n\tatom(1c, 1, 1, 1s, 0s))";
+    check(&text_err(src), 3, 21, ErrorKind::Invalid, "order[1].atom.work", "the work must be more than zero");
+    let json = format!("\r\n  \t{A}");
+    assert_eq!(parse(&json), parse_text("atom(1c, 1, 1, 1s, 1s)"));
+    let err = json_err(&format!("\r\n{}", A.replace("\"g\": 1", "\"g\": 0")));
+    check(&err, 2, 40, ErrorKind::Invalid, "atom.g", "must be at least 1");
+    assert_eq!(err.to_string(), "line 2, column 40: g (the gang size) must be at least 1 (at atom.g)");
+}
+
+#[test]
+fn validate_bounds_the_depth_of_code_built_trees() {
+    let mut e = atom(1000, 0, 0, 1, 1, 1000, 1000);
+    for _ in 0..10_000 {
+        e = Expr::All(vec![e]);
+    }
+    let err = e.validate().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::TooDeep);
+    assert_eq!(err.path, "all[0].".repeat(MAX_NESTING).trim_end_matches('.'));
+    // Dropping it must not overflow the stack either: unwrap it level by level.
+    while let Expr::All(mut parts) = e {
+        e = parts.pop().unwrap_or_else(|| atom(1, 0, 0, 1, 1, 1, 1));
+    }
+}
+
+#[test]
+fn a_reserved_bundle_field_is_refused_in_code() {
+    let mut a = Atom {
+        bundle: GantryResources { cpu_millis: 1000, memory_bytes: 0, gpus: 0, reserved: 7 },
+        min_parallel: 1,
+        max_parallel: 1,
+        min_lease_ms: 1000,
+        work: 1000,
+    };
+    assert_eq!(Expr::Atom(a).validate().unwrap_err().path, "atom.bundle");
+    a.bundle.reserved = 0;
+    assert_eq!(Expr::Atom(a).validate(), Ok(()));
+    assert_eq!(a.max_running(), 1);
+}
