@@ -22,7 +22,8 @@
 //!
 //! - **Times and leases**: a number and a unit, `ms`, `s`, `m` (minutes) or `h`, decimals
 //!   allowed where they come out to whole milliseconds (`1.5h`, `250ms`, `0s`). Window times are
-//!   on the plan's clock from 0. At most ten years ([`MAX_TIME_MS`]).
+//!   on the plan's clock (ms, up to [`MAX_INSTANT_MS`]); a lease is at most ten years
+//!   ([`MAX_TIME_MS`]).
 //! - **Work**: bundle-time in the same units: `50h` is fifty bundle-hours, 180,000,000
 //!   bundle-ms. At most [`MAX_WORK`] bundle-ms.
 //! - **CPU**: cores, up to three decimals, or millicores. In JSON as on gantry's command line:
@@ -72,7 +73,7 @@
 //! resource = decimal "c" | digits "mc"                 (* CPU: cores or millicores *)
 //!          | decimal memunit                           (* memory *)
 //!          | digits ( "gpu" | "gpus" ) ;
-//! memunit  = "B" | ( "K" | "M" | "G" | "T" | "P" ) [ "i" ] "B" ;
+//! memunit  = "B" | ( "K" | "M" | "G" | "T" | "P" ) [ "i" ] "B" ;    (* any case *)
 //! count    = digits ;
 //! duration = decimal ( "ms" | "s" | "m" | "h" ) ;
 //! decimal  = digits [ "." digits ] ;
@@ -115,8 +116,8 @@ pub use error::{ErrorKind, RdlError};
 pub use json::{parse_json, to_json};
 pub use text::{parse_text, to_text};
 pub use units::{
-    MAX_CPU_MILLIS, MAX_GPUS, MAX_PARALLEL, MAX_TIME_MS, MAX_WORK, format_cpu, format_duration,
-    format_memory, parse_cpu, parse_duration, parse_memory,
+    MAX_CPU_MILLIS, MAX_GPUS, MAX_INSTANT_MS, MAX_PARALLEL, MAX_TIME_MS, MAX_WORK, format_cpu,
+    format_duration, format_memory, parse_cpu, parse_duration, parse_memory,
 };
 
 /// The largest document either parser reads: 1 MiB.

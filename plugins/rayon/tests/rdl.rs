@@ -166,7 +166,7 @@ fn text_bundles_and_units() {
     check(&text_err("atom(1c, 1, 1, 1.0001s, 2s)"), 1, 16, Value, "atom.lease", "not a whole number");
     check(&text_err("atom(1c, 1, 1, 1s, 1..5s)"), 1, 20, Value, "atom.work", "not a number");
     check(
-        &text_err("window(0s, 99999h, atom(1c, 1, 1, 1s, 1s))"),
+        &text_err("window(0s, 9999999999h, atom(1c, 1, 1, 1s, 1s))"),
         1,
         12,
         Value,
@@ -174,6 +174,11 @@ fn text_bundles_and_units() {
         "more than the limit",
     );
     assert!(parse_text("atom( 1c / 2GiB ,1,1 , 1s,1s )").is_ok());
+    check(&text_err("atom(1c, 1, 1, 99999h, 99999h)"), 1, 16, Value, "atom.lease", "more than the limit");
+    // Windows on a plan clock that counts from the Unix epoch.
+    let e = parse_text("window(1764000000s, 1764007200s, atom(1c, 1, 1, 1h, 1h))")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(parse_json(&to_json(&e)), Ok(e));
 }
 
 #[test]

@@ -8,7 +8,7 @@ use gantry_sdk::abi::GantryResources;
 use gantry_sdk::config::Json;
 
 use super::error::{RdlError, at};
-use super::units::{self, MAX_GPUS, MAX_PARALLEL, MAX_TIME_MS, MAX_WORK};
+use super::units::{self, MAX_GPUS, MAX_INSTANT_MS, MAX_PARALLEL, MAX_TIME_MS, MAX_WORK};
 use super::validate::{self, child, item};
 use super::{Atom, ErrorKind, Expr, MAX_INPUT_BYTES, MAX_NESTING, Window};
 
@@ -141,8 +141,8 @@ impl Reader<'_> {
                 let f = self.object(body, &p, "a window", &["start", "end", "expr"], &[])?;
                 let get = |i: usize| f[i].unwrap_or(&Json::Null);
                 Ok(Expr::Window(Window {
-                    start_ms: self.duration(get(0), &child(&p, "start"), "the start", MAX_TIME_MS)?,
-                    end_ms: self.duration(get(1), &child(&p, "end"), "the end", MAX_TIME_MS)?,
+                    start_ms: self.duration(get(0), &child(&p, "start"), "the start", MAX_INSTANT_MS)?,
+                    end_ms: self.duration(get(1), &child(&p, "end"), "the end", MAX_INSTANT_MS)?,
                     inner: Box::new(self.expr(get(2), &child(&p, "expr"), depth + 1)?),
                 }))
             }

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use gantry_sdk::abi::GantryResources;
 
 use super::error::{RdlError, at};
-use super::units::{self, MAX_GPUS, MAX_PARALLEL, MAX_TIME_MS, MAX_WORK};
+use super::units::{self, MAX_GPUS, MAX_INSTANT_MS, MAX_PARALLEL, MAX_TIME_MS, MAX_WORK};
 use super::validate::{self, child, item};
 use super::{Atom, ErrorKind, Expr, MAX_INPUT_BYTES, MAX_NESTING, Window};
 
@@ -317,9 +317,9 @@ impl<'a> Parser<'a> {
             }
             "window" => {
                 const SIG: &str = "(start, end, expr)";
-                let s = self.duration(&child(&p, "start"), "a start time such as 0s", MAX_TIME_MS)?;
+                let s = self.duration(&child(&p, "start"), "a start time such as 0s", MAX_INSTANT_MS)?;
                 self.comma(op, 1, 3, SIG)?;
-                let e = self.duration(&child(&p, "end"), "an end time such as 2h", MAX_TIME_MS)?;
+                let e = self.duration(&child(&p, "end"), "an end time such as 2h", MAX_INSTANT_MS)?;
                 self.comma(op, 2, 3, SIG)?;
                 let inner = self.expr(&child(&p, "expr"), depth + 1)?;
                 self.close(op, 3, SIG)?;

@@ -1,8 +1,11 @@
 //! Quantities with units, read and written exactly (no floating point): durations and work,
 //! CPU, memory, GPUs.
 
-/// The longest time or lease an expression may name: ten years, in ms.
+/// The longest lease an expression may name: ten years, in ms.
 pub const MAX_TIME_MS: u64 = 10 * 365 * 24 * 3_600_000;
+/// The latest instant a window may name, ms: 2^53, so plan clocks that count from the Unix epoch
+/// fit, and sums of instants and durations stay far from overflow.
+pub const MAX_INSTANT_MS: u64 = 1 << 53;
 /// The most work one atom may name, bundle-ms (about 36,000 bundle-years).
 pub const MAX_WORK: u64 = 1 << 60;
 /// The most bundles an atom may run at once (`g` and `h`).
