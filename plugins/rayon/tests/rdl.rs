@@ -822,3 +822,21 @@ fn a_reserved_bundle_field_is_refused_in_code() {
     assert_eq!(Expr::Atom(a).validate(), Ok(()));
     assert_eq!(a.max_running(), 1);
 }
+
+#[test]
+fn a_document_near_the_size_limit_parses() {
+    let one = atom(1500, 3 * GIB, 1, 2, 8, 60_000, 4 * H);
+    let parts: Vec<Expr> = (0..20_000).map(|_| one.clone()).collect();
+    let e = window(0, 24 * H, Expr::All(parts));
+    let text = to_text(&e);
+    let json = to_json(&e);
+    assert!(text.len() < MAX_INPUT_BYTES && json.len() > MAX_INPUT_BYTES, "{} {}", text.len(), json.len());
+    let started = std::time::Instant::now();
+    assert_eq!(parse_text(&text), Ok(e.clone()));
+    assert_eq!(json_err(&json).kind, ErrorKind::TooLarge);
+    let Expr::Window(w) = &e else { unreachable!() };
+    let Expr::All(parts) = w.inner.as_ref() else { unreachable!() };
+    let smaller = window(0, 24 * H, Expr::All(parts[..8_000].to_vec()));
+    assert_eq!(parse_json(&to_json(&smaller)), Ok(smaller));
+    assert!(started.elapsed().as_secs() < 20, "{:?}", started.elapsed());
+}
