@@ -15,7 +15,7 @@
 //!
 //! The same expressions are written in JSON (for the API) or in a compact text form (for people
 //! and the CLI); [`parse_json`] / [`to_json`] and [`parse_text`] / [`to_text`] read and write
-//! them, and either printer's output parses back to an equal [`Expr`]. [`parse`] takes either
+//! them ([`to_text_pretty`] over several lines), and either printer's output parses back to an equal [`Expr`]. [`parse`] takes either
 //! (JSON when the first non-blank character is `{`).
 //!
 //! ## Quantities
@@ -114,7 +114,7 @@ mod validate;
 
 pub use error::{ErrorKind, RdlError};
 pub use json::{parse_json, to_json};
-pub use text::{parse_text, to_text};
+pub use text::{parse_text, to_text, to_text_pretty};
 pub use units::{
     MAX_CPU_MILLIS, MAX_GPUS, MAX_INSTANT_MS, MAX_PARALLEL, MAX_TIME_MS, MAX_WORK, format_cpu,
     format_duration, format_memory, parse_cpu, parse_duration, parse_memory,

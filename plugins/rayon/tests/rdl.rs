@@ -2,7 +2,7 @@
 
 use gantry_rayon::rdl::{
     Atom, ErrorKind, Expr, MAX_INPUT_BYTES, MAX_NESTING, RdlError, Window, parse, parse_json, parse_text,
-    to_json, to_text,
+    to_json, to_text, to_text_pretty,
 };
 use gantry_sdk::abi::GantryResources;
 
@@ -697,6 +697,8 @@ mod props {
             prop_assert_eq!(parse_text(&text), Ok(e.clone()), "{}", text);
             prop_assert_eq!(parse_json(&json), Ok(e.clone()), "{}", json);
             prop_assert_eq!(parse(&text), parse(&json));
+            let pretty = to_text_pretty(&e);
+            prop_assert_eq!(parse_text(&pretty), Ok(e.clone()), "{}", pretty);
         }
 
         #[test]
@@ -839,4 +841,19 @@ fn a_document_near_the_size_limit_parses() {
     let smaller = window(0, 24 * H, Expr::All(parts[..8_000].to_vec()));
     assert_eq!(parse_json(&to_json(&smaller)), Ok(smaller));
     assert!(started.elapsed().as_secs() < 20, "{:?}", started.elapsed());
+}
+
+#[test]
+fn the_pretty_printer() {
+    let a = "atom(2c/4GiB/1gpu, 4, 4, 30m, 2h)";
+    let src = format!("window(0s, 2h, order(atom(1c/2GiB, 1, 100, 1m, 50h), all({a}, {a}, {a})))");
+    let e = parse_text(&src).unwrap_or_else(|e| panic!("{e}"));
+    let pretty = to_text_pretty(&e);
+    assert_eq!(
+        pretty,
+        format!(
+            "window(0s, 2h,\n  order(\n    atom(1c/2GiB, 1, 100, 1m, 50h),\n    all(\n      {a},\n      {a},\n      {a}\n    )\n  ))\n"
+        )
+    );
+    assert_eq!(parse_text(&pretty), Ok(e));
 }

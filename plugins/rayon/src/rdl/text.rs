@@ -398,6 +398,50 @@ pub fn to_text(e: &Expr) -> String {
     out
 }
 
+/// Writes the text form over several lines, two spaces an indent, keeping any part that fits
+/// in 100 columns on one line. It parses back to the same expression as [`to_text`]'s.
+pub fn to_text_pretty(e: &Expr) -> String {
+    let mut out = String::new();
+    write_pretty(&mut out, e, 0);
+    out.push('\n');
+    out
+}
+
+fn write_pretty(out: &mut String, e: &Expr, indent: usize) {
+    const WIDTH: usize = 100;
+    let flat = to_text(e);
+    if indent + flat.len() <= WIDTH || matches!(e, Expr::Atom(_)) {
+        out.push_str(&flat);
+        return;
+    }
+    let pad = " ".repeat(indent + 2);
+    match e {
+        Expr::Atom(_) => {}
+        Expr::Window(w) => {
+            let _ = write!(
+                out,
+                "window({}, {},\n{pad}",
+                units::format_duration(w.start_ms),
+                units::format_duration(w.end_ms)
+            );
+            write_pretty(out, &w.inner, indent + 2);
+            out.push(')');
+        }
+        Expr::Order(parts) | Expr::All(parts) | Expr::Any(parts) => {
+            out.push_str(validate::op_name(e));
+            out.push('(');
+            for (i, part) in parts.iter().enumerate() {
+                out.push_str(if i > 0 { ",\n" } else { "\n" });
+                out.push_str(&pad);
+                write_pretty(out, part, indent + 2);
+            }
+            out.push('\n');
+            out.push_str(&" ".repeat(indent));
+            out.push(')');
+        }
+    }
+}
+
 fn write_expr(out: &mut String, e: &Expr) {
     match e {
         Expr::Atom(a) => {
