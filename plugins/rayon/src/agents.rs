@@ -20,7 +20,11 @@
 //! - **GREE-L** is as flat as possible: the lowest height `k` gangs (from `⌈work / window⌉`
 //!   upwards; the first 16 heights one by one, then 25 % apart) for which a contiguous span of
 //!   `⌈work / k⌉` steps (at least the lease) fits inside the window, the latest such span. If
-//!   none does, it falls back to GREE's shape.
+//!   none does, it falls back to GREE's shape. The search is bounded so admission stays fast on
+//!   a fragmented plan: it looks at no more than 24 runs of free capacity per height (from the
+//!   end of the window backwards) and 160 per atom, and treats a height whose budget ran out as
+//!   not fitting; so on a very fragmented plan a flat span far from the deadline can be missed
+//!   and GREE's shape used instead.
 //!
 //! ## Work, lease and excess
 //!
@@ -347,6 +351,18 @@ impl Ctx<'_> {
                 shape.work, shape.max_gangs
             )));
         }
+        // A necessary condition from the trees' sums: the window's free capacity must hold the
+        // work, dimension by dimension, however it is cut up.
+        let free = self.plan.free_sum(lo, hi);
+        for (d, &free) in free.iter().enumerate() {
+            let need = i128::from(shape.gang[d]) * i128::from(shape.work);
+            if need > free {
+                return Err(reject(format!(
+                    "not enough free capacity in {window}: {} needs {need} step-units in all, {free} are free",
+                    plan::DIM_NAMES[d],
+                )));
+            }
+        }
         let segs = match self.agent {
             Agent::Gree => gree(self.plan, &shape, lo, hi),
             Agent::GreeL => match flat(self.plan, &shape, lo, hi) {
@@ -379,6 +395,15 @@ fn gree(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Result<Vec<Seg>, u6
     let mut segs = Vec::new();
     let lease = shape.lease;
     while left > 0 {
+        // Give up as soon as what is left before the cursor cannot hold the rest of the work, at
+        // the most gangs at a time or by the free capacity summed over those steps.
+        if u128::from(shape.max_gangs) * (cursor.saturating_sub(lo) as u128) < u128::from(left) {
+            return Err(left);
+        }
+        let free = plan.free_sum(lo, cursor);
+        if (0..plan::DIMS).any(|d| i128::from(shape.gang[d]) * i128::from(left) > free[d]) {
+            return Err(left);
+        }
         let Some(x) = plan.latest_fit(&shape.gang, lo, cursor) else {
             return Err(left);
         };
@@ -427,6 +452,11 @@ fn gree(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Result<Vec<Seg>, u6
     Ok(segs)
 }
 
+/// Runs GREE-L looks at per height before it tries the next height.
+const FLAT_PROBES_PER_HEIGHT: usize = 24;
+/// Runs GREE-L looks at per atom before it falls back to GREE.
+const FLAT_PROBES: usize = 48;
+
 /// GREE-L: the lowest height with a contiguous span inside the window, latest span first.
 fn flat(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Option<Vec<Seg>> {
     let len = (hi - lo) as u64;
@@ -435,10 +465,15 @@ fn flat(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Option<Vec<Seg>> {
     let top = plan::count(&max_free, &shape.gang).min(shape.max_gangs);
     let mut k = shape.work.div_ceil(len).max(1);
     let mut tried = 0u32;
-    while k <= top {
+    let mut budget = FLAT_PROBES;
+    while k <= top && budget > 0 {
         let n = (shape.work.div_ceil(k) as usize).max(shape.lease);
         if n as u64 <= len {
-            if let Some((s, e)) = plan.latest_run(&shape.demand(k), lo, hi, n) {
+            let mut probes = budget.min(FLAT_PROBES_PER_HEIGHT);
+            let before = probes;
+            let found = plan.latest_run_probing(&shape.demand(k), lo, hi, n, &mut probes);
+            budget -= before - probes;
+            if let Some((s, e)) = found {
                 return Some(tail(shape.work, k, s, e, shape.lease));
             }
         }

@@ -9,8 +9,10 @@
 //! subtree, so a reservation's piece is added or removed in `O(log steps)` and window questions —
 //! the least free over a window, the latest step or run where a demand fits — are answered in
 //! `O(log steps)` per step found, whatever the number of nodes or reservations. The size depends
-//! only on the number of steps: for 24 h at 1 s (86,400 steps) about 21 MB (three trees of
-//! 6 MiB and the per-step capacity).
+//! only on the number of steps: for 24 h at 1 s (86,400 steps) about 27 MB (three trees of
+//! 8 MiB and the per-step capacity). Each tree also keeps exact sums, so the free capacity of a
+//! window in all ([`Plan::free_sum`]) is one query: a necessary condition that rejects work too
+//! large for a window without looking at its gaps.
 //!
 //! Every reservation's pieces are kept by id, so [`Plan::remove`] subtracts exactly what
 //! [`Plan::add`] (or an admission agent) added.
@@ -228,6 +230,15 @@ impl Plan {
         })
     }
 
+    /// The total free capacity over `[start, end)` (step × amount), per dimension.
+    pub fn free_sum(&self, start: usize, end: usize) -> [i128; DIMS] {
+        [
+            self.free[0].range_sum(start, end),
+            self.free[1].range_sum(start, end),
+            self.free[2].range_sum(start, end),
+        ]
+    }
+
     /// The most free capacity over `[start, end)`, per dimension; `None` for an empty range.
     pub fn max_free(&self, start: usize, end: usize) -> Option<Vector> {
         let end = end.min(self.steps);
@@ -246,6 +257,12 @@ impl Plan {
             Some(m) => (0..DIMS).all(|d| demand[d] <= 0 || m[d] >= demand[d]),
             None => false,
         }
+    }
+
+    /// Whether `demand` fits at step `i` (a point query per dimension).
+    pub fn fits_at(&self, demand: &Vector, step: usize) -> bool {
+        step < self.steps
+            && self.free.iter().enumerate().all(|(d, t)| demand[d] <= 0 || t.get(step) >= demand[d])
     }
 
     /// How many times `bundle` fits at step `i` (`u64::MAX` for an all-zero bundle).
@@ -270,7 +287,7 @@ impl Plan {
                 }
             }
             // `x` is the latest step no dimension rules out; check them all there.
-            if self.fits(demand, x, x + 1) {
+            if self.fits_at(demand, x) {
                 return Some(x);
             }
             hi = x;
@@ -291,7 +308,7 @@ impl Plan {
                     x = x.max(tree.first_at_least(x, hi, demand[d])?);
                 }
             }
-            if self.fits(demand, x, x + 1) {
+            if self.fits_at(demand, x) {
                 return Some(x);
             }
             lo = x + 1;
@@ -330,9 +347,27 @@ impl Plan {
     /// The latest run of at least `len` steps within `[lo, hi)` where `demand` fits at every
     /// step, as the maximal run `[start, end)` containing it (`end` as late as possible).
     pub fn latest_run(&self, demand: &Vector, lo: usize, hi: usize, len: usize) -> Option<(usize, usize)> {
+        let mut unlimited = usize::MAX;
+        self.latest_run_probing(demand, lo, hi, len, &mut unlimited)
+    }
+
+    /// [`Plan::latest_run`] looking at no more than `probes` runs (decremented per run looked
+    /// at): `None` also when the budget runs out first.
+    pub fn latest_run_probing(
+        &self,
+        demand: &Vector,
+        lo: usize,
+        hi: usize,
+        len: usize,
+        probes: &mut usize,
+    ) -> Option<(usize, usize)> {
         let len = len.max(1);
         let mut hi = hi.min(self.steps);
         while hi >= lo + len {
+            if *probes == 0 {
+                return None;
+            }
+            *probes -= 1;
             let x = self.latest_fit(demand, lo, hi)?;
             let start = self.run_start(demand, lo, x);
             if x + 1 - start >= len {

@@ -144,10 +144,15 @@ fn all_is_all_or_nothing() {
         window(0, 5000, atom(1, 1, 5, 0, 5000)),
         window(0, 5000, atom(1, 1, 5, 0, 25_000)), // fits alone, not after the first
     ]);
-    for agent in [Agent::Gree, Agent::GreeL] {
-        let r = admit(&mut plan, &e, agent, 1).expect_err("the second part does not fit");
+    // Free in total but not in time: the second part fits only in steps the first one took.
+    let e2 = Expr::All(vec![
+        window(0, 5000, atom(5, 1, 1, 0, 3000)), // the last three steps
+        window(0, 5000, atom(1, 1, 1, 0, 3000)), // one at a time: two steps left
+    ]);
+    for (agent, e) in [(Agent::Gree, &e), (Agent::GreeL, &e), (Agent::Gree, &e2), (Agent::GreeL, &e2)] {
+        let r = admit(&mut plan, e, agent, 1).expect_err("the second part does not fit");
         assert_eq!(r.atom, Some(1), "{r}");
-        assert!(r.reason.contains("no room"), "{r}");
+        assert!(r.reason.contains("no room") || r.reason.contains("not enough free"), "{r}");
         assert_eq!(used(&plan), before);
         assert!(plan.pieces(1).is_none());
     }

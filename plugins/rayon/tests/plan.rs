@@ -164,7 +164,7 @@ fn a_day_at_one_second_is_small() {
     let plan = Plan::with_horizon(1000, 24 * 3600 * 1000, &res([320_000_000, 1 << 50, 0])).expect("plan");
     assert_eq!(plan.steps(), 86_400);
     let mb = plan.memory_bytes() as f64 / 1e6;
-    assert!(mb < 25.0, "{mb} MB");
+    assert!(mb < 30.0, "{mb} MB");
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //!
 //! Adds are not pushed down: a node's `add` applies to its whole subtree, and its `min` / `max`
 //! already include it, so a query adds up the `add`s on the way down. Three `i64` per node,
-//! `2 × next_power_of_two(steps)` nodes: 6 MiB for a day at one-second steps.
+//! `2 × next_power_of_two(steps)` nodes, and an `i128` sum per inner node: 8 MiB for a day at
+//! one-second steps.
 
 /// Padding leaves: never the minimum, never the maximum.
 const BIG: i64 = i64::MAX / 4;
@@ -16,6 +17,9 @@ pub(crate) struct Tree {
     min: Vec<i64>,
     max: Vec<i64>,
     add: Vec<i64>,
+    /// Sums of the inner nodes (index `1..size`; a leaf's sum is its `min`), including their
+    /// own `add`; exact in `i128`.
+    sum: Vec<i128>,
 }
 
 impl Tree {
@@ -32,11 +36,50 @@ impl Tree {
             min[v] = min[2 * v].min(min[2 * v + 1]);
             max[v] = max[2 * v].max(max[2 * v + 1]);
         }
-        Tree { n, size, min, max, add: vec![0; 2 * size] }
+        let mut tree = Tree { n, size, min, max, add: vec![0; 2 * size], sum: vec![0; size] };
+        for v in (1..size).rev() {
+            tree.sum[v] = tree.child_sum(2 * v) + tree.child_sum(2 * v + 1);
+        }
+        tree
+    }
+
+    /// The sum of node `v`'s subtree (padding leaves count 0).
+    fn child_sum(&self, v: usize) -> i128 {
+        if v >= self.size {
+            if v - self.size < self.n { i128::from(self.min[v]) } else { 0 }
+        } else {
+            self.sum[v]
+        }
+    }
+
+    /// Sum over `[l, r)`.
+    pub(crate) fn range_sum(&self, l: usize, r: usize) -> i128 {
+        let r = r.min(self.n);
+        if l >= r {
+            return 0;
+        }
+        self.sum_rec(1, 0, self.size, l, r)
+    }
+
+    fn sum_rec(&self, v: usize, lo: usize, hi: usize, l: usize, r: usize) -> i128 {
+        if l <= lo && hi <= r {
+            return self.child_sum(v);
+        }
+        let mid = (lo + hi) / 2;
+        let mut total = 0;
+        if l < mid {
+            total += self.sum_rec(2 * v, lo, mid, l, r);
+        }
+        if mid < r {
+            total += self.sum_rec(2 * v + 1, mid, hi, l, r);
+        }
+        let overlap = r.min(hi) - l.max(lo);
+        total + i128::from(self.add[v]) * overlap as i128
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
         (self.min.capacity() + self.max.capacity() + self.add.capacity()) * size_of::<i64>()
+            + self.sum.capacity() * size_of::<i128>()
     }
 
     /// Adds `delta` to every step of `[l, r)`.
@@ -56,6 +99,9 @@ impl Tree {
             self.add[v] += delta;
             self.min[v] += delta;
             self.max[v] += delta;
+            if v < self.size {
+                self.sum[v] += i128::from(delta) * (hi - lo) as i128;
+            }
             return;
         }
         let mid = (lo + hi) / 2;
@@ -63,6 +109,8 @@ impl Tree {
         self.add_rec(2 * v + 1, mid, hi, l, r, delta);
         self.min[v] = self.min[2 * v].min(self.min[2 * v + 1]) + self.add[v];
         self.max[v] = self.max[2 * v].max(self.max[2 * v + 1]) + self.add[v];
+        self.sum[v] =
+            self.child_sum(2 * v) + self.child_sum(2 * v + 1) + i128::from(self.add[v]) * (hi - lo) as i128;
     }
 
     /// The value at step `i`.
@@ -238,6 +286,7 @@ mod tests {
                     let s = &a[l..r];
                     assert_eq!(t.range_min(l, r), *s.iter().min().unwrap_or(&BIG));
                     assert_eq!(t.range_max(l, r), *s.iter().max().unwrap_or(&-BIG));
+                    assert_eq!(t.range_sum(l, r), s.iter().map(|&x| i128::from(x)).sum::<i128>());
                     for thr in [0, 7, 8, 12, 13] {
                         let lb = (l..r).rev().find(|&i| a[i] < thr);
                         let la = (l..r).rev().find(|&i| a[i] >= thr);

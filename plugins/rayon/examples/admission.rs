@@ -1,0 +1,204 @@
+//! Admission latency of GREE and GREE-L on a large plan.
+//!
+//! ```text
+//! cargo run --release -p gantry-rayon --example admission -- [RESERVATIONS] [SEED] [gree|gree-l]
+//! ```
+//!
+//! A 10,000-node cluster (32 cores and 128 GiB each; 1,000 of them also with 8 GPUs), a 24-hour
+//! plan at 1 s steps, and RESERVATIONS (default 10,000) random reservations whose total work is
+//! about 1.2 times what the cluster can run in the day, so some are rejected. Each is a window of
+//! 1 to 8 hours around an atom (55 %), an `order` of 2–3 stages (15 %), an `all` of 2–3 parts
+//! (15 %) or an `any` of a large and a smaller alternative (15 %); atoms are malleable (g = 1,
+//! no lease) or gangs (g = h, the lease the whole run). They are admitted one by one, first all
+//! with GREE into an empty plan, then all with GREE-L into another, timing each admission.
+
+use std::time::{Duration, Instant};
+
+use gantry_rayon::agents::{Agent, admit};
+use gantry_rayon::plan::{DEFAULT_STEP_MS, Plan};
+use gantry_rayon::rdl::{Atom, Expr, Window};
+use gantry_sdk::abi::GantryResources;
+
+const NODES: u64 = 10_000;
+const GPU_NODES: u64 = 1_000;
+const CORES: u64 = 32;
+const GIB: u64 = 1 << 30;
+const DAY_MS: u64 = 24 * 3600 * 1000;
+const HOUR_MS: u64 = 3600 * 1000;
+
+/// SplitMix64: a small seeded generator, so the example needs no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `[lo, hi)`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo).max(1)
+    }
+    /// Uniform in `[0, 1)`.
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
+        v[(self.next() % v.len() as u64) as usize]
+    }
+}
+
+/// One atom of about `core_ms` core-milliseconds that can run in `window_ms`.
+fn atom(rng: &mut Rng, core_ms: f64, window_ms: u64) -> (Expr, f64) {
+    let gpu = rng.unit() < 0.05;
+    let cores = rng.pick(&[1u64, 2, 4, 8]);
+    let bundle = GantryResources {
+        cpu_millis: cores * 1000,
+        memory_bytes: cores * rng.pick(&[2u64, 4, 4, 6]) * GIB,
+        gpus: u32::from(gpu),
+        reserved: 0,
+    };
+    let bundle_ms = (core_ms / cores as f64).max(1000.0);
+    let gang = rng.unit() < 0.3;
+    let (g, h, lease, work) = if gang {
+        // g = h: an MPI-like job of `h` bundles for its whole run.
+        let h = rng.pick(&[16u64, 32, 64, 128, 256]);
+        let run_ms = ((bundle_ms / h as f64) as u64).clamp(60_000, window_ms * 3 / 4);
+        let run_ms = run_ms / 1000 * 1000;
+        (h, h, run_ms, h * run_ms)
+    } else {
+        let h = rng.range(50, 3000);
+        (1, h, 0, bundle_ms as u64)
+    };
+    let expr = Expr::Atom(Atom {
+        bundle,
+        min_parallel: g as u32,
+        max_parallel: h as u32,
+        min_lease_ms: lease,
+        work,
+    });
+    (expr, work as f64 * cores as f64)
+}
+
+/// One reservation of about `core_ms` core-milliseconds; returns it and its real demand.
+fn reservation(rng: &mut Rng, core_ms: f64) -> (Expr, f64) {
+    let len = rng.range(HOUR_MS, 8 * HOUR_MS);
+    let start = rng.range(0, DAY_MS - len);
+    let kind = rng.unit();
+    let (inner, demand) = if kind < 0.55 {
+        atom(rng, core_ms, len)
+    } else if kind < 0.85 {
+        let n = rng.range(2, 4);
+        let per = core_ms / n as f64;
+        let stage_len = if kind < 0.70 { len / n } else { len };
+        let mut parts = Vec::new();
+        let mut total = 0.0;
+        for _ in 0..n {
+            let (e, d) = atom(rng, per, stage_len);
+            parts.push(e);
+            total += d;
+        }
+        (if kind < 0.70 { Expr::Order(parts) } else { Expr::All(parts) }, total)
+    } else {
+        // The large alternative first; if it does not fit, two thirds of it.
+        let (big, d) = atom(rng, core_ms * 1.5, len);
+        let (small, _) = atom(rng, core_ms, len);
+        (Expr::Any(vec![big, small]), d)
+    };
+    let expr = Expr::Window(Window { start_ms: start, end_ms: start + len, inner: Box::new(inner) });
+    (expr, demand)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let count: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let seed: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
+    let capacity = GantryResources {
+        cpu_millis: NODES * CORES * 1000,
+        memory_bytes: NODES * 128 * GIB,
+        gpus: (GPU_NODES * 8) as u32,
+        reserved: 0,
+    };
+    let day_core_ms = (NODES * CORES) as f64 * DAY_MS as f64;
+    let per_res = 1.29 * day_core_ms / count.max(1) as f64;
+    let mut rng = Rng(seed);
+    let mut total = 0.0;
+    let reservations: Vec<Expr> = (0..count)
+        .map(|_| {
+            // Sizes vary tenfold around the mean.
+            let size = per_res * (0.1 + 1.8 * rng.unit());
+            let (e, d) = reservation(&mut rng, size);
+            total += d;
+            e
+        })
+        .collect();
+    println!(
+        "{NODES} nodes ({} cores, {} TiB, {} GPUs), 24 h at {DEFAULT_STEP_MS} ms steps, {count} reservations (seed {seed}), demand {:.2} x the day's CPU",
+        NODES * CORES,
+        NODES * 128 / 1024,
+        GPU_NODES * 8,
+        total / day_core_ms
+    );
+    let agents = match args.next().as_deref() {
+        Some("gree") => vec![Agent::Gree],
+        Some("gree-l") => vec![Agent::GreeL],
+        _ => vec![Agent::Gree, Agent::GreeL],
+    };
+    for agent in agents {
+        let Ok(mut plan) = Plan::with_horizon(DEFAULT_STEP_MS, DAY_MS, &capacity) else {
+            eprintln!("cannot build the plan");
+            std::process::exit(1);
+        };
+        let mut times = Vec::with_capacity(reservations.len());
+        let mut rejected_times = Vec::new();
+        let mut accepted = 0u64;
+        let mut intervals = 0usize;
+        let started = Instant::now();
+        for (id, e) in reservations.iter().enumerate() {
+            let t = Instant::now();
+            let r = admit(&mut plan, e, agent, id as u64);
+            times.push(t.elapsed());
+            if r.is_err() {
+                rejected_times.push(t.elapsed());
+            }
+            if let Ok(a) = r {
+                accepted += 1;
+                intervals += a.atoms.iter().map(Vec::len).sum::<usize>();
+            }
+        }
+        let wall = started.elapsed();
+        // Reserved core-hours, from the plan.
+        let reserved: f64 =
+            (0..plan.steps()).filter_map(|i| plan.used_at(i)).map(|u| u[0] as f64 / 1000.0).sum::<f64>()
+                * DEFAULT_STEP_MS as f64
+                / HOUR_MS as f64;
+        times.sort();
+        rejected_times.sort();
+        println!(
+            "{:7} accepted {accepted}/{count}, {:.1} intervals each, reserved {:.0} % of the day's CPU; admission p50 {:.1} us, p99 {:.1} us, max {:.1} us, total {:.2} s; plan memory {:.1} MB",
+            agent.name(),
+            intervals as f64 / accepted.max(1) as f64,
+            100.0 * reserved / ((NODES * CORES) as f64 * 24.0),
+            percentile(&times, 0.50).as_secs_f64() * 1e6,
+            percentile(&times, 0.99).as_secs_f64() * 1e6,
+            times.last().copied().unwrap_or_default().as_secs_f64() * 1e6,
+            wall.as_secs_f64(),
+            plan.memory_bytes() as f64 / 1e6,
+        );
+        println!(
+            "        rejections alone: p50 {:.1} us, p99 {:.1} us",
+            percentile(&rejected_times, 0.50).as_secs_f64() * 1e6,
+            percentile(&rejected_times, 0.99).as_secs_f64() * 1e6,
+        );
+    }
+}
