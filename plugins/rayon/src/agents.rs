@@ -22,7 +22,7 @@
 //!   `⌈work / k⌉` steps (at least the lease) fits inside the window, the latest such span. If
 //!   none does, it falls back to GREE's shape. The search is bounded so admission stays fast on
 //!   a fragmented plan: it looks at no more than 24 runs of free capacity per height (from the
-//!   end of the window backwards) and 160 per atom, and treats a height whose budget ran out as
+//!   end of the window backwards) and 48 per atom, and treats a height whose budget ran out as
 //!   not fitting; so on a very fragmented plan a flat span far from the deadline can be missed
 //!   and GREE's shape used instead.
 //!
@@ -394,16 +394,20 @@ fn gree(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Result<Vec<Seg>, u6
     let mut cursor = hi;
     let mut segs = Vec::new();
     let lease = shape.lease;
+    let mut rounds = 0u32;
     while left > 0 {
         // Give up as soon as what is left before the cursor cannot hold the rest of the work, at
         // the most gangs at a time or by the free capacity summed over those steps.
         if u128::from(shape.max_gangs) * (cursor.saturating_sub(lo) as u128) < u128::from(left) {
             return Err(left);
         }
-        let free = plan.free_sum(lo, cursor);
-        if (0..plan::DIMS).any(|d| i128::from(shape.gang[d]) * i128::from(left) > free[d]) {
-            return Err(left);
+        if rounds % 4 == 0 {
+            let free = plan.free_sum(lo, cursor);
+            if (0..plan::DIMS).any(|d| i128::from(shape.gang[d]) * i128::from(left) > free[d]) {
+                return Err(left);
+            }
         }
+        rounds += 1;
         let Some(x) = plan.latest_fit(&shape.gang, lo, cursor) else {
             return Err(left);
         };

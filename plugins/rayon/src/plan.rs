@@ -362,18 +362,37 @@ impl Plan {
         probes: &mut usize,
     ) -> Option<(usize, usize)> {
         let len = len.max(1);
-        let mut hi = hi.min(self.steps);
-        while hi >= lo + len {
+        // `end` is the candidate end: the steps after it are ruled out.
+        let mut end = hi.min(self.steps);
+        while end >= lo + len {
             if *probes == 0 {
                 return None;
             }
             *probes -= 1;
-            let x = self.latest_fit(demand, lo, hi)?;
-            let start = self.run_start(demand, lo, x);
-            if x + 1 - start >= len {
-                return Some((start, x + 1));
+            // Skip the steps one dimension rules out (one pass: a step another dimension rules
+            // out is found as a blocker below).
+            let mut x = end - 1;
+            for (d, tree) in self.free.iter().enumerate() {
+                if demand[d] > 0 {
+                    x = x.min(tree.last_at_least(lo, x + 1, demand[d])?);
+                }
             }
-            hi = start;
+            end = x + 1;
+            if end < lo + len {
+                return None;
+            }
+            // The latest step of the last `len` that some dimension rules out, if any.
+            let blocker = self
+                .free
+                .iter()
+                .enumerate()
+                .filter(|&(d, _)| demand[d] > 0)
+                .filter_map(|(d, tree)| tree.last_below(end - len, end, demand[d]))
+                .max();
+            match blocker {
+                None => return Some((self.run_start(demand, lo, end - 1), end)),
+                Some(b) => end = b,
+            }
         }
         None
     }
