@@ -71,6 +71,36 @@ fn gree_keeps_gangs_and_lease() {
 }
 
 #[test]
+fn gree_splits_the_rest_to_hold_the_lease() {
+    // h = 3, lease 2 s, 7 bundle-steps: 3, 3 then 1 would leave a one-step piece; the balanced
+    // shape holds the lease exactly: one bundle for 3 s, then two for 2 s.
+    let mut plan = plan10();
+    let a = ok(admit(&mut plan, &atom(1, 1, 3, 2000, 7000), Agent::Gree, 1));
+    assert_eq!(a.atoms, vec![vec![iv(5000, 8000, 1), iv(8000, 10_000, 2)]]);
+}
+
+#[test]
+fn capacity_lost_is_respected() {
+    // Steps 5..10 down to 2 CPUs (nodes lost): two at a time there.
+    let mut plan = plan10();
+    plan.set_capacity(5, 10, &cpu(2)).expect("range");
+    let a = ok(admit(&mut plan, &atom(1, 1, 4, 0, 8000), Agent::Gree, 1));
+    assert_eq!(a.atoms, vec![vec![iv(6000, 10_000, 2)]]);
+    assert_eq!(plan.overcommitted(), None);
+    // Losing more now overcommits the plan, which says where.
+    plan.set_capacity(8, 9, &cpu(1)).expect("range");
+    assert_eq!(plan.overcommitted(), Some(8));
+}
+
+#[test]
+fn gree_l_keeps_gangs_and_lease() {
+    // g = 2, h = 4, lease 3 s, 16 bundle-steps = 8 gang-steps: one gang for 8 s.
+    let mut plan = plan10();
+    let a = ok(admit(&mut plan, &atom(1, 2, 4, 3000, 16_000), Agent::GreeL, 1));
+    assert_eq!(a.atoms, vec![vec![iv(2000, 10_000, 2)]]);
+}
+
+#[test]
 fn gree_l_is_flat() {
     let mut plan = plan10();
     let a = ok(admit(&mut plan, &atom(1, 1, 4, 0, 10_000), Agent::GreeL, 1));
