@@ -394,20 +394,12 @@ fn gree(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Result<Vec<Seg>, u6
     let mut cursor = hi;
     let mut segs = Vec::new();
     let lease = shape.lease;
-    let mut rounds = 0u32;
     while left > 0 {
-        // Give up as soon as what is left before the cursor cannot hold the rest of the work, at
-        // the most gangs at a time or by the free capacity summed over those steps.
+        // Give up as soon as the steps left before the cursor cannot hold the rest of the work
+        // at the most gangs at a time.
         if u128::from(shape.max_gangs) * (cursor.saturating_sub(lo) as u128) < u128::from(left) {
             return Err(left);
         }
-        if rounds % 4 == 0 {
-            let free = plan.free_sum(lo, cursor);
-            if (0..plan::DIMS).any(|d| i128::from(shape.gang[d]) * i128::from(left) > free[d]) {
-                return Err(left);
-            }
-        }
-        rounds += 1;
         let Some(x) = plan.latest_fit(&shape.gang, lo, cursor) else {
             return Err(left);
         };
