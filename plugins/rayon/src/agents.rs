@@ -390,6 +390,15 @@ impl Ctx<'_> {
 
 /// GREE: tallest rightmost. Err carries the gang-steps left unplaced.
 fn gree(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Result<Vec<Seg>, u64> {
+    if shape.max_gangs == 1 && shape.lease as u64 >= shape.work {
+        // A rigid gang (one piece of one gang): the walk below would end in the latest run at
+        // least a lease long; find it directly.
+        let n = shape.lease;
+        return match plan.latest_run(&shape.gang, lo, hi, n) {
+            Some((_, end)) => Ok(tail(shape.work, 1, end - n, end, shape.lease)),
+            None => Err(shape.work),
+        };
+    }
     let mut left = shape.work;
     let mut cursor = hi;
     let mut segs = Vec::new();

@@ -93,6 +93,17 @@ fn capacity_lost_is_respected() {
 }
 
 #[test]
+fn a_rigid_gang_takes_the_latest_run_long_enough() {
+    // g = h = 2 for 3 s (MPI-like); step 8 full, so step 9 alone is too short.
+    for agent in [Agent::Gree, Agent::GreeL] {
+        let mut plan = plan10();
+        block(&mut plan, 100, 8, 9, 10);
+        let a = ok(admit(&mut plan, &atom(1, 2, 2, 3000, 6000), agent, 1));
+        assert_eq!(a.atoms, vec![vec![iv(5000, 8000, 2)]], "{agent:?}");
+    }
+}
+
+#[test]
 fn gree_l_keeps_gangs_and_lease() {
     // g = 2, h = 4, lease 3 s, 16 bundle-steps = 8 gang-steps: one gang for 8 s.
     let mut plan = plan10();
