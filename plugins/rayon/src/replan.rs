@@ -1,0 +1,1 @@
+//! Adaptive replanning after capacity loss. (Being written.)
