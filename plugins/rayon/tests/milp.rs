@@ -1,0 +1,185 @@
+//! The offline optimiser on tiny plans: optima computed by hand, random plans that stay
+//! feasible and covered, the model-size bound. Kept tiny: microlp's branch and bound is slow in
+//! debug builds.
+
+use std::time::Duration;
+
+use gantry_rayon::agents::{Agent, admit};
+use gantry_rayon::milp::{self, Options, Request};
+use gantry_rayon::plan::{Piece, Plan};
+use gantry_rayon::rdl::{Atom, Expr, Window};
+use gantry_sdk::abi::GantryResources;
+use proptest::prelude::*;
+
+fn cpu(c: u64) -> GantryResources {
+    GantryResources { cpu_millis: c, ..Default::default() }
+}
+
+/// `atom(c cpu, g, h, lease, work)`; work in bundle-ms.
+fn atom(c: u64, g: u32, h: u32, lease_ms: u64, work: u64) -> Expr {
+    Expr::Atom(Atom { bundle: cpu(c), min_parallel: g, max_parallel: h, min_lease_ms: lease_ms, work })
+}
+
+fn window(start_ms: u64, end_ms: u64, inner: Expr) -> Expr {
+    Expr::Window(Window { start_ms, end_ms, inner: Box::new(inner) })
+}
+
+fn piece(start: usize, end: usize, c: i64) -> Piece {
+    Piece { start, end, demand: [c, 0, 0] }
+}
+
+fn opts() -> Options {
+    Options { time_limit: Duration::from_secs(20), ..Options::default() }
+}
+
+fn admitted(plan: &mut Plan, id: u64, expr: Expr) -> Request {
+    admit(plan, &expr, Agent::Gree, id).unwrap_or_else(|e| panic!("reservation {id} rejected: {e}"));
+    Request { id, expr }
+}
+
+/// Alone on a 4-step plan of two bundles, a malleable atom of 2 bundle-steps: GREE holds both
+/// bundles at the last step; the optimum is one bundle over the last two steps. Allocation
+/// cost `c · ((1 + ε/2) + (1 + ε/4))` with `c = 1/2` (a bundle is half the CPU) against
+/// `c · 2 · (1 + ε/4)` for GREE's shape; smoothness `c · (1 + 1)` (start, stop) against
+/// `c · (2 + 2)`: the flat shape wins, and it is the latest flat one.
+#[test]
+fn flat_and_late_beats_tall() {
+    let mut plan = Plan::new(1000, 4, &cpu(2000)).expect("plan");
+    let r = admitted(&mut plan, 1, window(0, 4000, atom(1000, 1, 2, 0, 2000)));
+    assert_eq!(plan.pieces(1).expect("held"), &[piece(3, 4, 2000)][..]);
+    let out = milp::optimize(&plan, &[r], &opts()).expect("optimise");
+    assert_eq!(out.stats.kept_input, None);
+    assert!(out.stats.optimal);
+    assert_eq!(out.stats.slot_steps, 1);
+    assert_eq!(out.stats.cells, 4);
+    assert_eq!(out.stats.rejections, 0);
+    assert_eq!(out.pieces, vec![(1, vec![piece(2, 4, 1000)])]);
+    let eps = 0.01;
+    let want = 0.5 * ((1.0 + eps * 0.5) + (1.0 + eps * 0.25)) + 0.5 * 2.0;
+    assert!((out.stats.objective - want).abs() < 1e-6, "objective {} want {want}", out.stats.objective);
+    assert_eq!((out.stats.changes_before, out.stats.changes_after), (2, 2));
+    out.apply(&mut plan).expect("apply");
+    assert_eq!(plan.pieces(1).expect("held"), &[piece(2, 4, 1000)][..]);
+    assert_eq!(plan.overcommitted(), None);
+}
+
+/// Reservation 1 fills the first two steps; reservation 2 is `any` of the same work in the first
+/// half or in the second: only the second fits, flat (one bundle over steps 2 and 3). An
+/// `order` of two stages of one bundle-step each: fixed halves, each stage at the end of its
+/// half.
+#[test]
+fn any_takes_the_alternative_that_fits_and_order_keeps_stages_apart() {
+    let mut plan = Plan::new(1000, 4, &cpu(2000)).expect("plan");
+    let a = admitted(&mut plan, 1, window(0, 2000, atom(1000, 1, 2, 0, 4000)));
+    let b = admitted(
+        &mut plan,
+        2,
+        Expr::Any(vec![
+            window(0, 2000, atom(1000, 1, 2, 0, 2000)),
+            window(2000, 4000, atom(1000, 1, 2, 0, 2000)),
+        ]),
+    );
+    let out = milp::optimize(&plan, &[a, b], &opts()).expect("optimise");
+    assert_eq!(out.stats.kept_input, None);
+    assert_eq!(out.stats.rejections, 0);
+    assert_eq!(out.pieces, vec![(1, vec![piece(0, 2, 2000)]), (2, vec![piece(2, 4, 1000)])]);
+
+    let mut plan = Plan::new(1000, 4, &cpu(2000)).expect("plan");
+    let c = admitted(
+        &mut plan,
+        3,
+        window(0, 4000, Expr::Order(vec![atom(1000, 1, 1, 0, 1000), atom(1000, 1, 1, 0, 1000)])),
+    );
+    let out = milp::optimize(&plan, &[c], &opts()).expect("optimise");
+    assert_eq!(out.stats.kept_input, None);
+    assert_eq!(out.pieces, vec![(3, vec![piece(1, 2, 1000), piece(3, 4, 1000)])]);
+}
+
+/// With slots of two steps, a window `[1, 3)` holds no whole slot: the model rejects the
+/// reservation and it keeps its old pieces.
+#[test]
+fn coarse_slots_reject_and_keep_the_old_pieces() {
+    let mut plan = Plan::new(1000, 4, &cpu(2000)).expect("plan");
+    let r = admitted(&mut plan, 1, window(1000, 3000, atom(1000, 1, 2, 0, 2000)));
+    let old = plan.pieces(1).expect("held").to_vec();
+    let o = Options { slot_steps: Some(2), ..opts() };
+    let out = milp::optimize(&plan, &[r], &o).expect("optimise");
+    assert_eq!(out.stats.rejections, 1);
+    assert_eq!(out.pieces, vec![(1, old)]);
+}
+
+#[test]
+fn unknown_and_duplicate_requests_are_errors() {
+    let mut plan = Plan::new(1000, 4, &cpu(2000)).expect("plan");
+    let r = admitted(&mut plan, 1, window(0, 4000, atom(1000, 1, 2, 0, 2000)));
+    let unknown = Request { id: 9, expr: r.expr.clone() };
+    assert!(milp::optimize(&plan, &[unknown], &opts()).is_err());
+    assert!(milp::optimize(&plan, &[r.clone(), r], &opts()).is_err());
+}
+
+/// An hour of one-second steps and ten reservations over all of it would be 36,000 cells at
+/// one step a slot: the slots coarsen to stay within the bound.
+#[test]
+fn model_size_is_bounded() {
+    let mut plan = Plan::new(1000, 3600, &cpu(100_000)).expect("plan");
+    let requests: Vec<Request> =
+        (0..10).map(|i| admitted(&mut plan, i, window(0, 3_600_000, atom(1000, 1, 4, 0, 600_000)))).collect();
+    let o = Options::default();
+    let (slot, cells) = milp::model_size(&plan, &requests, &o);
+    assert!(cells <= o.max_cells, "{cells} cells");
+    assert!(slot >= 24, "slot {slot}");
+    let (slot1, cells1) = milp::model_size(&plan, &requests, &Options { slot_steps: Some(1), ..o });
+    assert_eq!((slot1, cells1), (1, 36_000));
+}
+
+fn reservation() -> impl Strategy<Value = Expr> {
+    (1u64..=3, 1u32..=2, 1u32..=2, 1u64..=6, 0usize..6, 2usize..=8).prop_map(
+        |(c, g, k, gang_steps, s, len)| {
+            let end = (s + len).min(8);
+            let s = s.min(end.saturating_sub(2));
+            window(
+                s as u64 * 1000,
+                end as u64 * 1000,
+                atom(c * 1000, g, g * k, 0, gang_steps * u64::from(g) * 1000),
+            )
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Whatever GREE accepted on an 8-step plan, the optimiser's answer fits the plan, keeps
+    /// each reservation inside its window and covers its work.
+    #[test]
+    fn random_plans_stay_feasible_and_covered(exprs in prop::collection::vec(reservation(), 1..4)) {
+        let mut plan = Plan::new(1000, 8, &cpu(6000)).expect("plan");
+        let mut requests = Vec::new();
+        for (id, e) in exprs.into_iter().enumerate() {
+            if admit(&mut plan, &e, Agent::Gree, id as u64).is_ok() {
+                requests.push(Request { id: id as u64, expr: e });
+            }
+        }
+        prop_assume!(!requests.is_empty());
+        let out = milp::optimize(&plan, &requests, &opts()).expect("optimise");
+        prop_assert_eq!(out.stats.rejections, 0);
+        for (r, (id, pieces)) in requests.iter().zip(&out.pieces) {
+            prop_assert_eq!(r.id, *id);
+            let Expr::Window(w) = &r.expr else { panic!("a window") };
+            let Expr::Atom(a) = *w.inner else { panic!("an atom") };
+            let lo = (w.start_ms / 1000) as usize;
+            let hi = (w.end_ms / 1000) as usize;
+            let mut gang_steps = 0i64;
+            for p in pieces {
+                prop_assert!(p.start >= lo && p.end <= hi, "{:?} outside [{lo}, {hi})", p);
+                let gang = a.bundle.cpu_millis as i64 * i64::from(a.min_parallel);
+                prop_assert_eq!(p.demand[0] % gang, 0);
+                prop_assert!(p.demand[0] / gang <= i64::from(a.max_parallel / a.min_parallel));
+                gang_steps += (p.demand[0] / gang) * (p.end - p.start) as i64;
+            }
+            prop_assert!(gang_steps as u64 * u64::from(a.min_parallel) * 1000 >= a.work);
+        }
+        out.apply(&mut plan).expect("apply");
+        prop_assert_eq!(plan.overcommitted(), None);
+    }
+}
