@@ -4,63 +4,77 @@
 //! [`optimize`] takes the plan and some of its reservations (id and RDL expression), takes them
 //! out of a copy of the plan, and lays them out again with a mixed-integer linear program solved
 //! by [good_lp](https://docs.rs/good_lp): the pure-Rust `microlp` solver by default, HiGHS with
-//! the cargo feature `highs` (not compiled nor tested on the machine this was written on: it
-//! needs cmake and a C++ compiler; with it enabled, the model is still handed to microlp — the
-//! feature only makes HiGHS available to the crate). The plan itself is not changed; the answer
-//! is per reservation new pieces, which [`Outcome::apply`] puts in the plan.
+//! the cargo feature `highs`. **The `highs` feature was not compiled nor tested where this was
+//! written** (it needs cmake and a C++ compiler); the code path only swaps the solver, whose
+//! good_lp model implements the same traits. The plan itself is not changed: the answer is new
+//! pieces per reservation, which [`Outcome::apply`] puts in the plan.
 //!
 //! ## Model
 //!
-//! - **Slots.** Time is cut into slots of `slot` plan steps (the last one may be shorter). The
-//!   slot length is the least for which the model has at most [`Options::max_cells`] integer
-//!   cells (an atom × a slot inside its window); a slot a window only partly covers is not used
-//!   by that atom. Coarser slots lose placements the plan's steps would allow: a reservation
-//!   that then fits no more is "rejected" by the model and keeps its old pieces (see below).
-//! - **Variables.** `x[a][k]`: gangs of atom `a` running in slot `k`, integer `0..=⌊h/g⌋`;
-//!   `r[j]`: binary slack of reservation `j` (1 = rejected), shared by all its atoms; one binary
-//!   per alternative of an `any`; continuous `d[a][k] ≥ |x[a][k+1] − x[a][k]|`.
-//! - **Activity.** A reservation's root is active `1 − r[j]`; `window`, `all` and `order` pass
-//!   their activity to every part (all or nothing); `any` splits it over one binary per
-//!   alternative summing to it (exactly one alternative when accepted). An atom with activity
+//! - **Slots.** Time is cut into slots of `slot` plan steps from step 0 (the last one may be
+//!   shorter). The slot length is the least for which the model has at most
+//!   [`Options::max_cells`] integer cells (an atom × a slot inside its window; 1,500 by default)
+//!   or [`Options::slot_steps`]. A slot a window only partly covers is not used by that atom,
+//!   and a slot's capacity is the least free over its steps: coarse slots lose placements the
+//!   plan's steps allow, so a reservation may then only be kept as it is (below).
+//! - **Variables.** `x[a][k]`: gangs of atom `a` running in slot `k`, integer `0..=⌊h/g⌋`. Per
+//!   reservation `j` two binaries shared by all its atoms: `r[j]` (rejected, the paper's slack)
+//!   and `keep[j]` (left exactly as it is in the input), at most one of them. One binary per
+//!   alternative of an `any`; continuous `d[a][k] ≥ |x[a][k+1] − x[a][k]|`.
+//! - **Activity.** A reservation's root is active `1 − r[j] − keep[j]`; `window`, `all` and
+//!   `order` pass their activity to every part (all or nothing); `any` splits it over one binary
+//!   per alternative summing to it (exactly one alternative when moved). An atom with activity
 //!   `y` covers its work, `Σ_k len_k · x[a][k] ≥ W_a · y` (`W_a` in gang-steps, as the agents
 //!   count it), and runs nothing when inactive, `x[a][k] ≤ ⌊h/g⌋ · y`.
-//! - **Capacity.** Per slot and dimension, `Σ_a gang_a · x[a][k]` is at most the least free
-//!   capacity over the slot's steps of the plan without the reservations being optimised.
+//! - **Capacity.** Per slot and dimension, `Σ_a gang_a · x[a][k] + Σ_j keep[j] · old_j(k)` is
+//!   at most the least free capacity over the slot's steps of the plan without the optimised
+//!   reservations (`old_j(k)`: the most reservation `j` held in the slot in the input).
 //! - **Order.** Stage boundaries are fixed: an `order`'s window is split between its stages in
-//!   proportion to their least durations, so stages cannot overlap and keep their order. The
-//!   real boundaries could move; this is weaker than the paper's start/end integer variables.
+//!   proportion to their least durations, so stages cannot overlap and keep their order. This
+//!   is weaker than the paper's start/end variables: a tight input may only be kept.
 //! - **Objective.** `Σ cost(gang_a) · len_k · x[a][k] · (1 + ε · (K − k) / K)` (the cost of the
 //!   allocation, `ε` a small surcharge on earlier slots so it leans late like GREE) `+ λ ·
-//!   Σ cost(gang_a) · d[a][k]` (smoothness: height changes, including starting at the first
-//!   and stopping after the last slot of the window, so fewer preemptions) `+ M · Σ r[j]`, with
-//!   `M` above the cost of any acceptance so the model rejects only what it cannot place.
-//!   `cost(v)` is the gang's share of the largest capacity, summed over dimensions.
+//!   Σ cost(gang_a) · d[a][k]` (smoothness: height changes, including the start at the first
+//!   and the stop after the last slot of the window, so fewer preemptions) `+ Σ_j keep[j] ·
+//!   C_j` (`C_j`: the input's cost in the same terms, its height changes counted on the
+//!   reservation's total) `+ M · Σ r[j]`, with `M` above the cost of any placement, so the
+//!   model rejects only what it cannot place. `cost(v)` is `v`'s share of the largest capacity,
+//!   summed over dimensions.
 //!
 //! ## What comes back
 //!
-//! The solver runs under [`Options::time_limit`]. Its answer (rounded) is checked: every
-//! accepted reservation's new pieces are added to the plan without the optimised reservations
-//! with [`Plan::add`], which checks capacity at every step; a reservation the model rejected
-//! keeps its old pieces if they still fit. If the solver fails (time out before a feasible
-//! answer, numerical trouble) or anything does not fit, the input is returned unchanged, so
-//! the answer is always a feasible plan and never rejects more than the input did.
+//! The solver starts from the input (every `keep[j] = 1`, a feasible start whenever the input
+//! plan fits its capacity) and runs under [`Options::time_limit`]. Its answer (rounded) is
+//! checked: moved reservations' pieces, then kept ones, are added to the plan without the
+//! optimised reservations with [`Plan::add`], which checks capacity at every step; one the
+//! model rejected keeps its old pieces if they still fit, else it is in
+//! [`Outcome::rejected`]. If the solver fails (time out before a feasible answer, numerical
+//! trouble) or a moved or kept reservation does not fit, the input comes back unchanged
+//! ([`Stats::kept_input`] says why). So on a plan within capacity nothing is ever rejected;
+//! after a capacity loss the model moves what it can and rejects the rest.
 //!
 //! ## Not done yet
 //!
 //! - The minimum lease is not modelled: it holds when the slot is at least the lease (every
 //!   constant-height run is at least one slot), except for a shorter last slot of the horizon.
-//! - No warm start from the current allocation (the plan's pieces are not split by atom); the
-//!   fallback to the input is what guarantees a feasible answer.
 //! - `order` stage boundaries are fixed (above); the paper's movable boundaries are not built.
+//! - Rejection does not weigh priority or age (every reservation's slack weighs the same).
+//! - Reservations not optimised stay where they are (they only take capacity away).
 
 use std::collections::HashMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use good_lp::{
-    Expression, ProblemVariables, Solution, SolutionStatus, SolverModel, Variable, WithTimeLimit, constraint,
-    microlp, variable,
+    Expression, ProblemVariables, Solution, SolutionStatus, SolverModel, Variable, WithInitialSolution,
+    WithTimeLimit, constraint, variable,
 };
+
+/// The solver: HiGHS with the `highs` feature, else microlp.
+#[cfg(feature = "highs")]
+use good_lp::highs as solver;
+#[cfg(not(feature = "highs"))]
+use good_lp::microlp as solver;
 
 use crate::plan::{self, DIMS, Piece, Plan, Vector};
 use crate::rdl::{Atom, Expr};
@@ -135,8 +149,11 @@ pub struct Stats {
     pub objective: f64,
     /// Whether the solver proved its answer optimal.
     pub optimal: bool,
-    /// Reservations the model rejected (they kept their old pieces).
+    /// Reservations placed nowhere (see [`Outcome::rejected`]).
     pub rejections: usize,
+    /// Reservations that kept their old pieces (the model chose to, or rejected them and the
+    /// old pieces still fit).
+    pub kept: usize,
     /// Height changes (steps where a reservation's total demand differs from the step before,
     /// counting its start and end) over all optimised reservations, before.
     pub changes_before: usize,
@@ -151,8 +168,11 @@ pub struct Stats {
 /// The optimiser's answer: new pieces per reservation (in request order) and statistics.
 #[derive(Debug, Clone)]
 pub struct Outcome {
-    /// `(id, pieces)` per request.
+    /// `(id, pieces)` per request placed (moved or kept), in request order.
     pub pieces: Vec<(u64, Vec<Piece>)>,
+    /// Requests that could not be placed at all (only when the input plan no longer fits, e.g.
+    /// after a capacity loss): [`Outcome::apply`] takes them out of the plan.
+    pub rejected: Vec<u64>,
     /// What happened.
     pub stats: Stats,
 }
@@ -162,7 +182,7 @@ impl Outcome {
     /// the plan is as it was.
     pub fn apply(&self, plan: &mut Plan) -> Result<(), plan::PlanError> {
         let mut old = Vec::with_capacity(self.pieces.len());
-        for (id, _) in &self.pieces {
+        for id in self.pieces.iter().map(|(id, _)| id).chain(&self.rejected) {
             if let Some(p) = plan.remove(*id) {
                 old.push((*id, p));
             }
@@ -221,16 +241,27 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
     let changes_before: usize = input.iter().map(|(_, p)| changes(p, steps)).sum();
 
     let mut vars = ProblemVariables::new();
-    let (rejected, flat, any_rows) = layout(plan, requests, &mut vars);
+    let Layout { rejected, kept, flat, any_rows } = layout(plan, requests, &mut vars);
     let slot = choose_slot(&flat, steps, opts);
     let n_slots = steps.div_ceil(slot);
     let slot_range = |k: usize| (k * slot, ((k + 1) * slot).min(steps));
 
     let largest = [0usize, 1, 2]
         .map(|d| (0..steps).filter_map(|i| plan.capacity_at(i)).map(|c| c[d]).max().unwrap_or(0));
-    let cost = |v: &Vector| -> f64 {
-        (0..DIMS).filter(|&d| largest[d] > 0).map(|d| v[d] as f64 / largest[d] as f64).sum::<f64>().max(1e-6)
+    let lin = |v: &Vector| -> f64 {
+        (0..DIMS).filter(|&d| largest[d] > 0).map(|d| v[d] as f64 / largest[d] as f64).sum::<f64>()
     };
+    let cost = |v: &Vector| -> f64 { lin(v).max(1e-6) };
+    let late = |k: usize| (n_slots - k) as f64 / n_slots as f64;
+
+    // The input's pieces: most held per slot, and their cost in the objective's terms.
+    let mut old_slots: Vec<HashMap<usize, Vector>> = Vec::with_capacity(input.len());
+    let mut old_cost: Vec<f64> = Vec::with_capacity(input.len());
+    for (_, pieces) in &input {
+        let (per_slot, c) = old_shape(pieces, steps, slot, &lin, &late, opts);
+        old_slots.push(per_slot);
+        old_cost.push(c);
+    }
 
     let mut atoms = Vec::with_capacity(flat.len());
     for f in flat {
@@ -271,8 +302,7 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
             + 2.0 * opts.smoothness * c * a.max_gangs as f64 * a.cells.len() as f64;
         for (n, &(k, x)) in a.cells.iter().enumerate() {
             let (s, e) = slot_range(k);
-            let late = (n_slots - k) as f64 / n_slots as f64;
-            alloc_cost += c * (e - s) as f64 * (1.0 + opts.early_surcharge * late) * x;
+            alloc_cost += c * (e - s) as f64 * (1.0 + opts.early_surcharge * late(k)) * x;
             if n == 0 {
                 smooth += opts.smoothness * c * x;
             }
@@ -290,12 +320,25 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
         }
     }
     let mut objective = alloc_cost + smooth;
-    for r in &rejected {
-        objective += big_m * *r;
+    for (r, (k, c)) in rejected.iter().zip(kept.iter().zip(&old_cost)) {
+        objective += big_m * *r + *c * *k;
     }
 
-    let mut model =
-        vars.minimise(objective.clone()).using(microlp).with_time_limit(opts.time_limit.as_secs_f64());
+    // Warm start: every reservation kept as it is (feasible whenever the input plan is).
+    let mut hint: Vec<(Variable, f64)> = Vec::new();
+    hint.extend(kept.iter().map(|k| (*k, 1.0)));
+    hint.extend(rejected.iter().map(|r| (*r, 0.0)));
+    hint.extend(atoms.iter().flat_map(|a| a.cells.iter().map(|&(_, x)| (x, 0.0))));
+    hint.extend(smooth_rows.iter().map(|&(d, _, _)| (d, 0.0)));
+    hint.extend(any_rows.iter().flat_map(|(alts, _)| alts.iter().map(|v| (*v, 0.0))));
+    let mut model = vars
+        .minimise(objective.clone())
+        .using(solver)
+        .with_time_limit(opts.time_limit.as_secs_f64())
+        .with_initial_solution(hint);
+    for (r, k) in rejected.iter().zip(&kept) {
+        model = model.with(constraint!(*r + *k <= 1));
+    }
     for (d, x, x2) in smooth_rows {
         model = model.with(constraint!(d >= x2 - x)).with(constraint!(d >= x - x2));
     }
@@ -316,24 +359,29 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
         model = model.with(constraint!(covered >= a.work as f64 * a.active.clone()));
     }
     // Capacity per slot and dimension, scaled by the largest gang in that dimension.
-    let mut by_slot: HashMap<usize, Vec<(usize, Variable)>> = HashMap::new();
-    for (i, a) in atoms.iter().enumerate() {
+    // A term is a variable and its demand per unit.
+    let mut by_slot: HashMap<usize, Vec<(Variable, Vector)>> = HashMap::new();
+    for a in &atoms {
         for &(k, x) in &a.cells {
-            by_slot.entry(k).or_default().push((i, x));
+            by_slot.entry(k).or_default().push((x, a.gang));
+        }
+    }
+    for (j, per_slot) in old_slots.iter().enumerate() {
+        for (&k, v) in per_slot {
+            by_slot.entry(k).or_default().push((kept[j], *v));
         }
     }
     let mut slots: Vec<_> = by_slot.into_iter().collect();
     slots.sort_by_key(|(k, _)| *k);
-    for (k, cells) in &slots {
+    for (k, terms) in &slots {
         let (s, e) = slot_range(*k);
         let free = base.min_free(s, e).unwrap_or([0; DIMS]);
         for (d, &room_d) in free.iter().enumerate() {
-            let scale = cells.iter().map(|&(i, _)| atoms[i].gang[d]).max().unwrap_or(0);
+            let scale = terms.iter().map(|(_, v)| v[d]).max().unwrap_or(0);
             if scale <= 0 {
                 continue;
             }
-            let used: Expression =
-                cells.iter().map(|&(i, x)| (atoms[i].gang[d] as f64 / scale as f64) * x).sum();
+            let used: Expression = terms.iter().map(|&(x, v)| (v[d] as f64 / scale as f64) * x).sum();
             let room_d = room_d.max(0);
             let room = (room_d / scale) as f64 + (room_d % scale) as f64 / scale as f64;
             model = model.with(constraint!(used <= room));
@@ -348,7 +396,7 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
     let keep = |mut stats: Stats, why: String| {
         stats.kept_input = Some(why);
         stats.changes_after = stats.changes_before;
-        Outcome { pieces: input.clone(), stats }
+        Outcome { pieces: input.clone(), rejected: Vec::new(), stats }
     };
     let sol = match solved {
         Ok(s) => s,
@@ -358,8 +406,11 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
     stats.objective = sol.eval(&objective);
 
     // New pieces per reservation, checked against capacity.
-    let mut new: Vec<Option<Vec<Piece>>> =
-        rejected.iter().map(|r| (sol.value(*r) < 0.5).then(Vec::new)).collect();
+    let mut new: Vec<Option<Vec<Piece>>> = rejected
+        .iter()
+        .zip(&kept)
+        .map(|(r, k)| (sol.value(*r) < 0.5 && sol.value(*k) < 0.5).then(Vec::new))
+        .collect();
     for a in &atoms {
         let Some(pieces) = new[a.req].as_mut() else { continue };
         let mut run: Option<Piece> = None;
@@ -382,52 +433,107 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
         }
         let got: u64 = pieces_of_atom_work(a, &sol, slot, steps);
         if got < a.work && sol.eval(&a.active) > 0.5 {
-            return Ok(keep(
-                stats,
-                format!("reservation {}: an atom's work is not covered", requests[a.req].id),
-            ));
+            let why = format!("reservation {}: an atom's work is not covered", requests[a.req].id);
+            return Ok(keep(stats, why));
         }
     }
+    // Moved ones first, then kept ones; those the model rejected keep their old pieces if these
+    // still fit.
     let mut check = base;
-    let mut out = Vec::with_capacity(requests.len());
+    let mut placed: Vec<Option<Vec<Piece>>> = vec![None; requests.len()];
     for (j, r) in requests.iter().enumerate() {
-        if let Some(p) = &new[j] {
+        if let Some(p) = new[j].take() {
             if let Err(e) = check.add(r.id, p.clone()) {
                 return Ok(keep(stats, format!("reservation {}: {e}", r.id)));
             }
+            placed[j] = Some(p);
         }
-        out.push((r.id, new[j].take()));
     }
-    let mut final_pieces = Vec::with_capacity(out.len());
-    for ((id, p), (_, old)) in out.into_iter().zip(&input) {
-        match p {
-            Some(p) => final_pieces.push((id, p)),
-            None => {
-                stats.rejections += 1;
-                if let Err(e) = check.add(id, old.clone()) {
-                    return Ok(keep(
-                        stats,
-                        format!(
-                            "reservation {id} rejected by the model and its old pieces no longer fit: {e}"
-                        ),
-                    ));
+    for pass in [true, false] {
+        for (j, (id, old)) in input.iter().enumerate() {
+            let is_kept = sol.value(kept[j]) >= 0.5;
+            if placed[j].is_some() || is_kept != pass {
+                continue;
+            }
+            match check.add(*id, old.clone()) {
+                Ok(()) => {
+                    stats.kept += 1;
+                    placed[j] = Some(old.clone());
                 }
-                final_pieces.push((id, old.clone()));
+                Err(e) if pass => {
+                    return Ok(keep(stats, format!("reservation {id} kept but no longer fits: {e}")));
+                }
+                Err(_) => {}
             }
         }
     }
     if check.overcommitted().is_some() && plan.overcommitted().is_none() {
         return Ok(keep(stats, "the new plan is overcommitted".into()));
     }
-    stats.changes_after = final_pieces.iter().map(|(_, p)| changes(p, steps)).sum();
-    Ok(Outcome { pieces: final_pieces, stats })
+    let mut pieces = Vec::with_capacity(requests.len());
+    let mut rejected_ids = Vec::new();
+    for (r, p) in requests.iter().zip(placed) {
+        match p {
+            Some(p) => pieces.push((r.id, p)),
+            None => rejected_ids.push(r.id),
+        }
+    }
+    stats.rejections = rejected_ids.len();
+    stats.changes_after = pieces.iter().map(|(_, p)| changes(p, steps)).sum();
+    Ok(Outcome { pieces, rejected: rejected_ids, stats })
+}
+
+/// The most `pieces` hold per slot (slots where they hold something), and their cost in the
+/// objective's terms: allocation with the early surcharge, and height changes (of the
+/// reservation's total, where the model counts them per atom).
+fn old_shape(
+    pieces: &[Piece],
+    steps: usize,
+    slot: usize,
+    lin: &dyn Fn(&Vector) -> f64,
+    late: &dyn Fn(usize) -> f64,
+    opts: &Options,
+) -> (HashMap<usize, Vector>, f64) {
+    let mut per_slot: HashMap<usize, Vector> = HashMap::new();
+    let (Some(lo), Some(hi)) =
+        (pieces.iter().map(|p| p.start).min(), pieces.iter().map(|p| p.end.min(steps)).max())
+    else {
+        return (per_slot, 0.0);
+    };
+    let mut diff = vec![[0i64; DIMS]; hi.saturating_sub(lo) + 1];
+    for p in pieces {
+        let s = p.start.saturating_sub(lo).min(diff.len() - 1);
+        let e = p.end.min(steps).saturating_sub(lo).min(diff.len() - 1);
+        for (d, &v) in p.demand.iter().enumerate() {
+            diff[s][d] += v;
+            diff[e][d] -= v;
+        }
+    }
+    let mut cur = [0i64; DIMS];
+    let mut cost = 0.0;
+    for (i, dv) in diff.iter().enumerate() {
+        cost += opts.smoothness * lin(&dv.map(i64::abs));
+        for (c, v) in cur.iter_mut().zip(dv) {
+            *c += v;
+        }
+        let step = lo + i;
+        if step < hi && cur != [0; DIMS] {
+            let k = step / slot;
+            cost += lin(&cur) * (1.0 + opts.early_surcharge * late(k));
+            let m = per_slot.entry(k).or_insert([0; DIMS]);
+            for (m, c) in m.iter_mut().zip(&cur) {
+                *m = (*m).max(*c);
+            }
+        }
+    }
+    (per_slot, cost)
 }
 
 /// The slot length (steps) and the number of integer cells the model of `requests` would have,
 /// without solving it.
 pub fn model_size(plan: &Plan, requests: &[Request], opts: &Options) -> (usize, usize) {
     let mut vars = ProblemVariables::new();
-    let (_, flat, _) = layout(plan, requests, &mut vars);
+    let flat = layout(plan, requests, &mut vars).flat;
     let steps = plan.steps();
     let slot = choose_slot(&flat, steps, opts);
     let cells =
@@ -438,21 +544,26 @@ pub fn model_size(plan: &Plan, requests: &[Request], opts: &Options) -> (usize, 
 /// Rows of `any`: its alternatives' binaries and the activity they share.
 type AnyRows = Vec<(Vec<Variable>, Expression)>;
 
-/// Each request's rejection binary, its atoms with windows and activities, and the `any` rows.
-fn layout(
-    plan: &Plan,
-    requests: &[Request],
-    vars: &mut ProblemVariables,
-) -> (Vec<Variable>, Vec<FlatAtom>, AnyRows) {
+/// Each request's rejection and keep binaries, its atoms with windows and activities, and the `any` rows.
+fn layout(plan: &Plan, requests: &[Request], vars: &mut ProblemVariables) -> Layout {
     let rejected: Vec<Variable> = requests.iter().map(|_| vars.add(variable().binary())).collect();
+    let kept: Vec<Variable> = requests.iter().map(|_| vars.add(variable().binary())).collect();
     let mut flat = Vec::new();
     let mut any_rows = Vec::new();
     for (j, r) in requests.iter().enumerate() {
-        let root = Expression::from(1.0) - rejected[j];
+        let root = Expression::from(1.0) - rejected[j] - kept[j];
         let mut walk = Walk { plan, vars, req: j, flat: &mut flat, any_rows: &mut any_rows };
         walk.expr(&r.expr, 0, plan.steps(), root);
     }
-    (rejected, flat, any_rows)
+    Layout { rejected, kept, flat, any_rows }
+}
+
+/// What [`layout`] builds.
+struct Layout {
+    rejected: Vec<Variable>,
+    kept: Vec<Variable>,
+    flat: Vec<FlatAtom>,
+    any_rows: AnyRows,
 }
 
 /// The least slot length (steps) for which the atoms have at most `max_cells` cells, or the

@@ -64,9 +64,13 @@ fn flat_and_late_beats_tall() {
 }
 
 /// Reservation 1 fills the first two steps; reservation 2 is `any` of the same work in the first
-/// half or in the second: only the second fits, flat (one bundle over steps 2 and 3). An
-/// `order` of two stages of one bundle-step each: fixed halves, each stage at the end of its
-/// half.
+/// half or in the second: only the second fits, flat (one bundle over steps 2 and 3; GREE held
+/// two bundles at step 3).
+///
+/// An `order` of two stages of one bundle-step each, GREE's shape back to back at steps 2 and
+/// 3: the model's fixed halves (`[0, 2)` and `[2, 4)`) allow at best steps 1 and 3, costing
+/// `0.5 · (1.0075 + 1.0025) + 0.5 · 4` (two starts and stops) against GREE's
+/// `0.5 · (1.005 + 1.0025) + 0.5 · 2` (one start and stop of the reservation's total): kept.
 #[test]
 fn any_takes_the_alternative_that_fits_and_order_keeps_stages_apart() {
     let mut plan = Plan::new(1000, 4, &cpu(2000)).expect("plan");
@@ -83,6 +87,7 @@ fn any_takes_the_alternative_that_fits_and_order_keeps_stages_apart() {
     assert_eq!(out.stats.kept_input, None);
     assert_eq!(out.stats.rejections, 0);
     assert_eq!(out.pieces, vec![(1, vec![piece(0, 2, 2000)]), (2, vec![piece(2, 4, 1000)])]);
+    assert_eq!((out.stats.changes_before, out.stats.changes_after), (4, 4));
 
     let mut plan = Plan::new(1000, 4, &cpu(2000)).expect("plan");
     let c = admitted(
@@ -92,20 +97,57 @@ fn any_takes_the_alternative_that_fits_and_order_keeps_stages_apart() {
     );
     let out = milp::optimize(&plan, &[c], &opts()).expect("optimise");
     assert_eq!(out.stats.kept_input, None);
-    assert_eq!(out.pieces, vec![(3, vec![piece(1, 2, 1000), piece(3, 4, 1000)])]);
+    assert_eq!(out.stats.kept, 1);
+    assert_eq!(out.pieces, vec![(3, vec![piece(3, 4, 1000), piece(2, 3, 1000)])]);
+    let want = 0.5 * (1.005 + 1.0025) + 0.5 * 2.0;
+    assert!((out.stats.objective - want).abs() < 1e-6, "objective {} want {want}", out.stats.objective);
 }
 
-/// With slots of two steps, a window `[1, 3)` holds no whole slot: the model rejects the
-/// reservation and it keeps its old pieces.
+/// With slots of two steps, a window `[1, 3)` holds no whole slot: the model cannot move the
+/// reservation, so it keeps its old pieces.
 #[test]
-fn coarse_slots_reject_and_keep_the_old_pieces() {
+fn coarse_slots_keep_the_old_pieces() {
     let mut plan = Plan::new(1000, 4, &cpu(2000)).expect("plan");
     let r = admitted(&mut plan, 1, window(1000, 3000, atom(1000, 1, 2, 0, 2000)));
     let old = plan.pieces(1).expect("held").to_vec();
     let o = Options { slot_steps: Some(2), ..opts() };
     let out = milp::optimize(&plan, &[r], &o).expect("optimise");
-    assert_eq!(out.stats.rejections, 1);
+    assert_eq!(out.stats.kept_input, None);
+    assert_eq!((out.stats.rejections, out.stats.kept), (0, 1));
     assert_eq!(out.pieces, vec![(1, old)]);
+}
+
+/// Capacity lost at the last step, where GREE held two bundles: keeping the input no longer
+/// fits, the model moves the reservation to one bundle over steps 2 and 3.
+#[test]
+fn capacity_loss_moves_what_no_longer_fits() {
+    let mut plan = Plan::new(1000, 4, &cpu(2000)).expect("plan");
+    let r = admitted(&mut plan, 1, window(0, 4000, atom(1000, 1, 2, 0, 2000)));
+    plan.set_capacity(3, 4, &cpu(1000)).expect("capacity");
+    assert_eq!(plan.overcommitted(), Some(3));
+    let out = milp::optimize(&plan, &[r], &opts()).expect("optimise");
+    assert_eq!(out.stats.kept_input, None);
+    assert_eq!((out.stats.rejections, out.stats.kept), (0, 0));
+    assert_eq!(out.pieces, vec![(1, vec![piece(2, 4, 1000)])]);
+    out.apply(&mut plan).expect("apply");
+    assert_eq!(plan.overcommitted(), None);
+}
+
+/// All capacity lost inside the window: the reservation is rejected and taken out of the plan.
+#[test]
+fn capacity_loss_rejects_what_cannot_fit_anywhere() {
+    let mut plan = Plan::new(1000, 4, &cpu(2000)).expect("plan");
+    let keep = admitted(&mut plan, 1, window(0, 2000, atom(1000, 1, 1, 0, 1000)));
+    let lost = admitted(&mut plan, 2, window(2000, 4000, atom(1000, 1, 2, 0, 2000)));
+    plan.set_capacity(2, 4, &cpu(0)).expect("capacity");
+    let out = milp::optimize(&plan, &[keep, lost], &opts()).expect("optimise");
+    assert_eq!(out.stats.kept_input, None);
+    assert_eq!(out.stats.rejections, 1);
+    assert_eq!(out.rejected, vec![2]);
+    assert_eq!(out.pieces, vec![(1, vec![piece(1, 2, 1000)])]);
+    out.apply(&mut plan).expect("apply");
+    assert_eq!(plan.pieces(2), None);
+    assert_eq!(plan.overcommitted(), None);
 }
 
 #[test]
