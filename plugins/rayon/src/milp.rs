@@ -359,32 +359,54 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
         model = model.with(constraint!(covered >= a.work as f64 * a.active.clone()));
     }
     // Capacity per slot and dimension, scaled by the largest gang in that dimension.
-    // A term is a variable and its demand per unit.
-    let mut by_slot: HashMap<usize, Vec<(Variable, Vector)>> = HashMap::new();
+    // Per slot: the cells' terms (a variable and its demand per unit), and the reservations
+    // that held something there in the input. Within a slot, capacity is checked on each
+    // segment between the input pieces' ends, so keeping every reservation as it is stays
+    // feasible whatever the slot length.
+    let mut cell_terms: HashMap<usize, Vec<(Variable, Vector)>> = HashMap::new();
     for a in &atoms {
         for &(k, x) in &a.cells {
-            by_slot.entry(k).or_default().push((x, a.gang));
+            cell_terms.entry(k).or_default().push((x, a.gang));
         }
     }
+    let mut held_in: HashMap<usize, Vec<usize>> = HashMap::new();
     for (j, per_slot) in old_slots.iter().enumerate() {
-        for (&k, v) in per_slot {
-            by_slot.entry(k).or_default().push((kept[j], *v));
+        for &k in per_slot.keys() {
+            held_in.entry(k).or_default().push(j);
         }
     }
-    let mut slots: Vec<_> = by_slot.into_iter().collect();
-    slots.sort_by_key(|(k, _)| *k);
-    for (k, terms) in &slots {
-        let (s, e) = slot_range(*k);
-        let free = base.min_free(s, e).unwrap_or([0; DIMS]);
-        for (d, &room_d) in free.iter().enumerate() {
-            let scale = terms.iter().map(|(_, v)| v[d]).max().unwrap_or(0);
-            if scale <= 0 {
-                continue;
+    let mut cuts: Vec<usize> =
+        input.iter().flat_map(|(_, p)| p.iter().flat_map(|q| [q.start, q.end])).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut slots: Vec<usize> = cell_terms.keys().chain(held_in.keys()).copied().collect();
+    slots.sort_unstable();
+    slots.dedup();
+    for k in slots {
+        let (s, e) = slot_range(k);
+        let mut bounds = vec![s];
+        bounds.extend_from_slice(&cuts[cuts.partition_point(|&c| c <= s)..cuts.partition_point(|&c| c < e)]);
+        bounds.push(e);
+        for w in bounds.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            let mut terms: Vec<(Variable, Vector)> = cell_terms.get(&k).cloned().unwrap_or_default();
+            for &j in held_in.get(&k).map_or(&[][..], Vec::as_slice) {
+                let v = demand_at(&input[j].1, a);
+                if v != [0; DIMS] {
+                    terms.push((kept[j], v));
+                }
             }
-            let used: Expression = terms.iter().map(|&(x, v)| (v[d] as f64 / scale as f64) * x).sum();
-            let room_d = room_d.max(0);
-            let room = (room_d / scale) as f64 + (room_d % scale) as f64 / scale as f64;
-            model = model.with(constraint!(used <= room));
+            let free = base.min_free(a, b).unwrap_or([0; DIMS]);
+            for (d, &room_d) in free.iter().enumerate() {
+                let scale = terms.iter().map(|(_, v)| v[d]).max().unwrap_or(0);
+                if scale <= 0 {
+                    continue;
+                }
+                let used: Expression = terms.iter().map(|&(x, v)| (v[d] as f64 / scale as f64) * x).sum();
+                let room_d = room_d.max(0);
+                let room = (room_d / scale) as f64 + (room_d % scale) as f64 / scale as f64;
+                model = model.with(constraint!(used <= room));
+            }
         }
     }
 
@@ -481,6 +503,17 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
     stats.rejections = rejected_ids.len();
     stats.changes_after = pieces.iter().map(|(_, p)| changes(p, steps)).sum();
     Ok(Outcome { pieces, rejected: rejected_ids, stats })
+}
+
+/// What `pieces` hold together at `step`.
+fn demand_at(pieces: &[Piece], step: usize) -> Vector {
+    let mut v = [0i64; DIMS];
+    for p in pieces.iter().filter(|p| p.start <= step && step < p.end) {
+        for (v, d) in v.iter_mut().zip(&p.demand) {
+            *v += d;
+        }
+    }
+    v
 }
 
 /// The most `pieces` hold per slot (slots where they hold something), and their cost in the

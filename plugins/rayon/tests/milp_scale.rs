@@ -1,0 +1,67 @@
+//! The optimiser on a plan the size it is meant for (about 1,500 cells), under a time limit.
+//! Ignored by default (seconds in a debug build); run with
+//! `cargo test -p gantry-rayon --release --test milp_scale -- --ignored --nocapture`.
+
+use std::time::{Duration, Instant};
+
+use gantry_rayon::agents::{Agent, admit};
+use gantry_rayon::milp::{self, Options, Request};
+use gantry_rayon::plan::Plan;
+use gantry_rayon::rdl::{Atom, Expr, Window};
+use gantry_sdk::abi::GantryResources;
+
+fn cpu(c: u64) -> GantryResources {
+    GantryResources { cpu_millis: c, ..Default::default() }
+}
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+#[ignore = "seconds in a debug build"]
+fn forty_reservations_on_ten_minutes() {
+    let steps = 600;
+    let mut plan = Plan::new(1000, steps, &cpu(64_000)).expect("plan");
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut requests = Vec::new();
+    for id in 0..40u64 {
+        let start = rng.next(400);
+        let len = 60 + rng.next(steps as u64 - start - 60 + 1);
+        let g = 1 + rng.next(2) as u32;
+        let h = g * (1 + rng.next(4) as u32);
+        let work = (5 + rng.next(40)) * u64::from(g) * 1000;
+        let expr = Expr::Window(Window {
+            start_ms: start * 1000,
+            end_ms: (start + len).min(steps as u64) * 1000,
+            inner: Box::new(Expr::Atom(Atom {
+                bundle: cpu(1000 * (1 + rng.next(4))),
+                min_parallel: g,
+                max_parallel: h,
+                min_lease_ms: 0,
+                work,
+            })),
+        });
+        let agent = if id % 2 == 0 { Agent::Gree } else { Agent::GreeL };
+        if admit(&mut plan, &expr, agent, id).is_ok() {
+            requests.push(Request { id, expr });
+        }
+    }
+    let opts = Options { time_limit: Duration::from_secs(20), ..Options::default() };
+    let t = Instant::now();
+    let out = milp::optimize(&plan, &requests, &opts).expect("optimise");
+    let wall = t.elapsed();
+    println!("{} reservations: {:?} (wall {wall:?})", requests.len(), out.stats);
+    assert!(out.stats.cells <= opts.max_cells);
+    assert_eq!(out.stats.rejections, 0);
+    out.apply(&mut plan).expect("apply");
+    assert_eq!(plan.overcommitted(), None);
+}
