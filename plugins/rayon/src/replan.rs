@@ -196,17 +196,36 @@ fn place_all(
             failed.push(info.id);
             continue;
         }
-        match admit(plan, &info.expr, agent, info.id) {
-            Ok(allocation) => {
-                let same = plan.pieces(info.id).is_some_and(|p| canonical(p) == canonical(before));
-                if !same {
-                    moved.push(Moved { id: info.id, allocation });
-                }
-            }
-            Err(_) => failed.push(info.id),
+        match readmit(plan, info, before, agent) {
+            Some(Some(allocation)) => moved.push(Moved { id: info.id, allocation }),
+            Some(None) => {}
+            None => failed.push(info.id),
         }
     }
     (moved, failed)
+}
+
+/// Re-admits `info` (out of `plan`) with `agent`: `None` if it does not fit, `Some(None)` if
+/// the agent found exactly the pieces it held `before` (they are then restored in their old
+/// order, so the reservation is kept as it was), else its new allocation.
+fn readmit(
+    plan: &mut Plan,
+    info: &ReservationInfo,
+    before: &[Piece],
+    agent: Agent,
+) -> Option<Option<Allocation>> {
+    let allocation = admit(plan, &info.expr, agent, info.id).ok()?;
+    let same = plan.pieces(info.id).is_some_and(|p| canonical(p) == canonical(before));
+    if !same {
+        return Some(Some(allocation));
+    }
+    // The same holding: give it back and put the old pieces in again (they fit: the same sums).
+    plan.remove(info.id);
+    match plan.add(info.id, before.to_vec()) {
+        Ok(()) => Some(None),
+        // Cannot happen (the same demand per step was just held); re-admit to stay consistent.
+        Err(_) => admit(plan, &info.expr, agent, info.id).ok().map(Some),
+    }
 }
 
 /// Takes `ids` out of a copy of `plan`.
@@ -366,9 +385,10 @@ fn delete_then_rescue(
             rejected.push(info.id);
             continue;
         }
-        match admit(&mut p, &info.expr, agent, info.id) {
-            Ok(allocation) => moved.push(Moved { id: info.id, allocation }),
-            Err(_) => rejected.push(info.id),
+        match readmit(&mut p, info, before, agent) {
+            Some(Some(allocation)) => moved.push(Moved { id: info.id, allocation }),
+            Some(None) => {}
+            None => rejected.push(info.id),
         }
     }
     Outcome { name: "delete newest, then rescue", plan: p, moved, rejected }
