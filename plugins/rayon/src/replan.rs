@@ -400,7 +400,17 @@ fn delete_then_rescue(
 /// age is unknown); where they alone overcommit a step the report says so.
 pub fn replan_yarn_simple(plan: &mut Plan, infos: &[ReservationInfo]) -> Replan {
     let affected_ids = affected(plan);
-    let mut newest_first: Vec<&ReservationInfo> = infos.iter().collect();
+    // Deleting only frees capacity, so every step overcommitted on the way is overcommitted
+    // now: only reservations active at one of those steps can be deleted.
+    let cells = over_cells(plan);
+    let any_dim: BTreeSet<usize> = cells.iter().flatten().copied().collect();
+    let active_somewhere = |id: u64| {
+        plan.pieces(id).is_some_and(|ps| {
+            ps.iter()
+                .any(|q| q.demand.iter().any(|&x| x > 0) && any_dim.range(q.start..q.end).next().is_some())
+        })
+    };
+    let mut newest_first: Vec<&ReservationInfo> = infos.iter().filter(|i| active_somewhere(i.id)).collect();
     newest_first.sort_by_key(|i| (Reverse(i.submitted), Reverse(i.id)));
     let mut rejected = Vec::new();
     let mut from = 0;
