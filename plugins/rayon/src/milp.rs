@@ -43,8 +43,9 @@
 //!
 //! ## What comes back
 //!
-//! The solver starts from the input (every `keep[j] = 1`, a feasible start whenever the input
-//! plan fits its capacity) and runs under [`Options::time_limit`]. Its answer (rounded) is
+//! The solver starts from the input (every `keep[j] = 1`, except `r[j] = 1` for reservations
+//! holding something where the input plan is overcommitted: a feasible start whenever the
+//! reservations not optimised fit by themselves) and runs under [`Options::time_limit`]. Its answer (rounded) is
 //! checked: moved reservations' pieces, then kept ones, are added to the plan without the
 //! optimised reservations with [`Plan::add`], which checks capacity at every step; one the
 //! model rejected keeps its old pieces if they still fit, else it is in
@@ -324,10 +325,20 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
         objective += big_m * *r + *c * *k;
     }
 
-    // Warm start: every reservation kept as it is (feasible whenever the input plan is).
+    // Warm start: every reservation kept as it is, except those holding something where the
+    // input plan is overcommitted (after a capacity loss), rejected. Feasible whenever the
+    // reservations not optimised fit by themselves.
+    let overcommitted: Vec<bool> = input
+        .iter()
+        .map(|(_, pieces)| {
+            pieces.iter().any(|p| plan.min_free(p.start, p.end).is_some_and(|f| f.iter().any(|&v| v < 0)))
+        })
+        .collect();
     let mut hint: Vec<(Variable, f64)> = Vec::new();
-    hint.extend(kept.iter().map(|k| (*k, 1.0)));
-    hint.extend(rejected.iter().map(|r| (*r, 0.0)));
+    for ((k, r), &over) in kept.iter().zip(&rejected).zip(&overcommitted) {
+        hint.push((*k, if over { 0.0 } else { 1.0 }));
+        hint.push((*r, if over { 1.0 } else { 0.0 }));
+    }
     hint.extend(atoms.iter().flat_map(|a| a.cells.iter().map(|&(_, x)| (x, 0.0))));
     hint.extend(smooth_rows.iter().map(|&(d, _, _)| (d, 0.0)));
     hint.extend(any_rows.iter().flat_map(|(alts, _)| alts.iter().map(|v| (*v, 0.0))));

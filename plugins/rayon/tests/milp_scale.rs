@@ -1,6 +1,7 @@
 //! The optimiser on a plan the size it is meant for (about 1,500 cells), under a time limit.
 //! Ignored by default (seconds in a debug build); run with
-//! `cargo test -p gantry-rayon --release --test milp_scale -- --ignored --nocapture`.
+//! `cargo test -p gantry-rayon --release --test milp_scale -- --ignored --nocapture` (`MILP_N`
+//! reservations, 40 by default, and `MILP_CELLS` the cell bound, 1,500 by default).
 
 use std::time::{Duration, Instant};
 
@@ -26,14 +27,13 @@ impl Rng {
     }
 }
 
-#[test]
-#[ignore = "seconds in a debug build"]
-fn forty_reservations_on_ten_minutes() {
+/// `n` reservations (GREE and GREE-L alternately) on a 600-step plan of 64 CPUs.
+fn scenario(n: u64) -> (Plan, Vec<Request>) {
     let steps = 600;
     let mut plan = Plan::new(1000, steps, &cpu(64_000)).expect("plan");
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut requests = Vec::new();
-    for id in 0..40u64 {
+    for id in 0..n {
         let start = rng.next(400);
         let len = 60 + rng.next(steps as u64 - start - 60 + 1);
         let g = 1 + rng.next(2) as u32;
@@ -55,7 +55,20 @@ fn forty_reservations_on_ten_minutes() {
             requests.push(Request { id, expr });
         }
     }
-    let opts = Options { time_limit: Duration::from_secs(20), ..Options::default() };
+    (plan, requests)
+}
+
+fn knobs() -> (u64, Options) {
+    let n: u64 = std::env::var("MILP_N").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    let max_cells: usize = std::env::var("MILP_CELLS").ok().and_then(|v| v.parse().ok()).unwrap_or(1500);
+    (n, Options { time_limit: Duration::from_secs(20), max_cells, ..Options::default() })
+}
+
+#[test]
+#[ignore = "seconds in a debug build"]
+fn reservations_on_ten_minutes() {
+    let (n, opts) = knobs();
+    let (mut plan, requests) = scenario(n);
     let t = Instant::now();
     let out = milp::optimize(&plan, &requests, &opts).expect("optimise");
     let wall = t.elapsed();
@@ -64,4 +77,21 @@ fn forty_reservations_on_ten_minutes() {
     assert_eq!(out.stats.rejections, 0);
     out.apply(&mut plan).expect("apply");
     assert_eq!(plan.overcommitted(), None);
+}
+
+/// The last 100 steps lose half the capacity: keeping everything no longer fits, so the solver
+/// has no feasible start; what it returns must fit (or be the input, with the reason).
+#[test]
+#[ignore = "seconds in a debug build"]
+fn capacity_loss_at_scale() {
+    let (n, opts) = knobs();
+    let (mut plan, requests) = scenario(n);
+    plan.set_capacity(500, 600, &cpu(32_000)).expect("capacity");
+    let t = Instant::now();
+    let out = milp::optimize(&plan, &requests, &opts).expect("optimise");
+    println!("capacity loss, {} reservations: {:?} (wall {:?})", requests.len(), out.stats, t.elapsed());
+    if out.stats.kept_input.is_none() {
+        out.apply(&mut plan).expect("apply");
+        assert_eq!(plan.overcommitted(), None);
+    }
 }
