@@ -12,9 +12,11 @@
 //! ## Model
 //!
 //! - **Slots.** Time is cut into slots of `slot` plan steps from step 0 (the last one may be
-//!   shorter). The slot length is the least for which the model has at most
-//!   [`Options::max_cells`] integer cells (an atom × a slot inside its window; 1,500 by default)
-//!   or [`Options::slot_steps`]. A slot a window only partly covers is not used by that atom,
+//!   shorter). The slot length is the least, and at least the longest lease of the atoms, for
+//!   which the model has at most [`Options::max_cells`] integer cells (an atom × a slot inside
+//!   its window; 1,500 by default), or [`Options::slot_steps`]. So the minimum lease holds:
+//!   every constant-height run is a slot or more, and an atom does not use a last slot of the
+//!   horizon shorter than its lease. A slot a window only partly covers is not used by that atom,
 //!   and a slot's capacity is the least free over its steps: coarse slots lose placements the
 //!   plan's steps allow, so a reservation may then only be kept as it is (below).
 //! - **Variables.** `x[a][k]`: gangs of atom `a` running in slot `k`, integer `0..=⌊h/g⌋`. Per
@@ -56,8 +58,8 @@
 //!
 //! ## Not done yet
 //!
-//! - The minimum lease is not modelled: it holds when the slot is at least the lease (every
-//!   constant-height run is at least one slot), except for a shorter last slot of the horizon.
+//! - The minimum lease is enforced only through the slot length (above): long leases make
+//!   slots coarse. A fixed [`Options::slot_steps`] below a lease does not respect it.
 //! - `order` stage boundaries are fixed (above); the paper's movable boundaries are not built.
 //! - Rejection does not weigh priority or age (every reservation's slack weighs the same).
 //! - Reservations not optimised stay where they are (they only take capacity away).
@@ -223,7 +225,19 @@ struct FlatAtom {
     atom: Atom,
     lo: usize,
     hi: usize,
+    /// Least steps per constant-height run.
+    lease: usize,
     active: Expression,
+}
+
+impl FlatAtom {
+    /// The slots the atom may use: inside its window and, where the last slot of the horizon is
+    /// shorter, at least its lease long.
+    fn slots(&self, slot: usize, steps: usize) -> Vec<usize> {
+        let mut out = slots_in(self.lo, self.hi, slot, steps);
+        out.retain(|&k| ((k + 1) * slot).min(steps) - k * slot >= self.lease);
+        out
+    }
 }
 
 /// Re-organises the reservations `requests` of `plan` (see the [module documentation](self)).
@@ -276,7 +290,7 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
         let cells = if work == 0 {
             Vec::new()
         } else {
-            slots_in(f.lo, f.hi, slot, steps)
+            f.slots(slot, steps)
                 .into_iter()
                 .map(|k| (k, vars.add(variable().integer().min(0).max(max_gangs as f64))))
                 .collect()
@@ -580,8 +594,7 @@ pub fn model_size(plan: &Plan, requests: &[Request], opts: &Options) -> (usize, 
     let flat = layout(plan, requests, &mut vars).flat;
     let steps = plan.steps();
     let slot = choose_slot(&flat, steps, opts);
-    let cells =
-        flat.iter().filter(|a| a.atom.work > 0).map(|a| slots_in(a.lo, a.hi, slot, steps).len()).sum();
+    let cells = flat.iter().filter(|a| a.atom.work > 0).map(|a| a.slots(slot, steps).len()).sum();
     (slot, cells)
 }
 
@@ -610,17 +623,19 @@ struct Layout {
     any_rows: AnyRows,
 }
 
-/// The least slot length (steps) for which the atoms have at most `max_cells` cells, or the
-/// fixed one.
+/// The least slot length (steps), at least the longest lease, for which the atoms have at most
+/// `max_cells` cells, or the fixed one.
 fn choose_slot(flat: &[FlatAtom], steps: usize, opts: &Options) -> usize {
     if let Some(s) = opts.slot_steps {
         return s.max(1);
     }
     let cells_for = |s: usize| -> usize {
-        flat.iter().filter(|a| a.atom.work > 0).map(|a| slots_in(a.lo, a.hi, s, steps).len()).sum()
+        flat.iter().filter(|a| a.atom.work > 0).map(|a| a.slots(s, steps).len()).sum()
     };
     let limit = opts.max_cells.max(1);
-    let mut s = 1usize;
+    // At least the longest lease, so every constant-height run (a slot or more) holds it.
+    let mut s =
+        flat.iter().filter(|a| a.atom.work > 0).map(|a| a.lease).max().unwrap_or(1).clamp(1, steps.max(1));
     loop {
         let c = cells_for(s);
         if c <= limit || s >= steps {
@@ -694,7 +709,11 @@ struct Walk<'a> {
 impl Walk<'_> {
     fn expr(&mut self, e: &Expr, lo: usize, hi: usize, active: Expression) {
         match e {
-            Expr::Atom(a) => self.flat.push(FlatAtom { req: self.req, atom: *a, lo, hi, active }),
+            Expr::Atom(a) => {
+                let step_ms = self.plan.step_ms();
+                let lease = usize::try_from(a.min_lease_ms.div_ceil(step_ms).max(1)).unwrap_or(usize::MAX);
+                self.flat.push(FlatAtom { req: self.req, atom: *a, lo, hi, lease, active });
+            }
             Expr::Window(w) => {
                 let lo = lo.max(self.plan.step_at_or_after(w.start_ms));
                 let hi = hi.min(self.plan.step_before(w.end_ms));

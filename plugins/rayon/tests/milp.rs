@@ -150,6 +150,22 @@ fn capacity_loss_rejects_what_cannot_fit_anywhere() {
     assert_eq!(plan.overcommitted(), None);
 }
 
+/// A lease of two steps makes slots of two steps, and the 7-step horizon's last slot (one
+/// step) is not used: three cells; every piece lasts at least the lease.
+#[test]
+fn slots_are_at_least_the_lease() {
+    let mut plan = Plan::new(1000, 7, &cpu(2000)).expect("plan");
+    let r = admitted(&mut plan, 1, window(0, 7000, atom(1000, 1, 2, 2000, 2000)));
+    let out = milp::optimize(&plan, std::slice::from_ref(&r), &opts()).expect("optimise");
+    assert_eq!(out.stats.kept_input, None);
+    assert_eq!((out.stats.slot_steps, out.stats.cells), (2, 3));
+    assert_eq!(milp::model_size(&plan, &[r], &opts()), (2, 3));
+    assert_eq!(out.pieces.len(), 1);
+    assert!(out.pieces[0].1.iter().all(|p| p.end - p.start >= 2), "{:?}", out.pieces);
+    out.apply(&mut plan).expect("apply");
+    assert_eq!(plan.overcommitted(), None);
+}
+
 #[test]
 fn unknown_and_duplicate_requests_are_errors() {
     let mut plan = Plan::new(1000, 4, &cpu(2000)).expect("plan");
