@@ -204,6 +204,37 @@ fn reservation() -> impl Strategy<Value = Expr> {
     )
 }
 
+/// `pieces` lie in the request's window (a window around one atom), in whole gangs, at most
+/// `h`, and cover its work.
+fn covered(r: &Request, pieces: &[Piece]) -> Result<(), TestCaseError> {
+    let Expr::Window(w) = &r.expr else { panic!("a window") };
+    let Expr::Atom(a) = *w.inner else { panic!("an atom") };
+    let lo = (w.start_ms / 1000) as usize;
+    let hi = (w.end_ms / 1000) as usize;
+    let gang = a.bundle.cpu_millis as i64 * i64::from(a.min_parallel);
+    let mut gang_steps = 0i64;
+    for p in pieces {
+        prop_assert!(p.start >= lo && p.end <= hi, "{:?} outside [{lo}, {hi})", p);
+        prop_assert_eq!(p.demand[0] % gang, 0);
+        prop_assert!(p.demand[0] / gang <= i64::from(a.max_parallel / a.min_parallel));
+        gang_steps += (p.demand[0] / gang) * (p.end - p.start) as i64;
+    }
+    prop_assert!(gang_steps as u64 * u64::from(a.min_parallel) * 1000 >= a.work);
+    Ok(())
+}
+
+/// Admits what GREE accepts of `exprs` on an 8-step plan of 6 CPUs.
+fn admitted_all(exprs: Vec<Expr>) -> (Plan, Vec<Request>) {
+    let mut plan = Plan::new(1000, 8, &cpu(6000)).expect("plan");
+    let mut requests = Vec::new();
+    for (id, e) in exprs.into_iter().enumerate() {
+        if admit(&mut plan, &e, Agent::Gree, id as u64).is_ok() {
+            requests.push(Request { id: id as u64, expr: e });
+        }
+    }
+    (plan, requests)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
@@ -211,33 +242,42 @@ proptest! {
     /// each reservation inside its window and covers its work.
     #[test]
     fn random_plans_stay_feasible_and_covered(exprs in prop::collection::vec(reservation(), 1..4)) {
-        let mut plan = Plan::new(1000, 8, &cpu(6000)).expect("plan");
-        let mut requests = Vec::new();
-        for (id, e) in exprs.into_iter().enumerate() {
-            if admit(&mut plan, &e, Agent::Gree, id as u64).is_ok() {
-                requests.push(Request { id: id as u64, expr: e });
-            }
-        }
+        let (mut plan, requests) = admitted_all(exprs);
         prop_assume!(!requests.is_empty());
         let out = milp::optimize(&plan, &requests, &opts()).expect("optimise");
+        prop_assert_eq!(&out.stats.kept_input, &None);
         prop_assert_eq!(out.stats.rejections, 0);
         for (r, (id, pieces)) in requests.iter().zip(&out.pieces) {
             prop_assert_eq!(r.id, *id);
-            let Expr::Window(w) = &r.expr else { panic!("a window") };
-            let Expr::Atom(a) = *w.inner else { panic!("an atom") };
-            let lo = (w.start_ms / 1000) as usize;
-            let hi = (w.end_ms / 1000) as usize;
-            let mut gang_steps = 0i64;
-            for p in pieces {
-                prop_assert!(p.start >= lo && p.end <= hi, "{:?} outside [{lo}, {hi})", p);
-                let gang = a.bundle.cpu_millis as i64 * i64::from(a.min_parallel);
-                prop_assert_eq!(p.demand[0] % gang, 0);
-                prop_assert!(p.demand[0] / gang <= i64::from(a.max_parallel / a.min_parallel));
-                gang_steps += (p.demand[0] / gang) * (p.end - p.start) as i64;
-            }
-            prop_assert!(gang_steps as u64 * u64::from(a.min_parallel) * 1000 >= a.work);
+            covered(r, pieces)?;
         }
         out.apply(&mut plan).expect("apply");
         prop_assert_eq!(plan.overcommitted(), None);
+    }
+
+    /// After losing capacity over a random range, the answer fits: the placed reservations are
+    /// covered, the rejected ones are out, and the plan is no longer overcommitted.
+    #[test]
+    fn capacity_loss_ends_within_capacity(
+        exprs in prop::collection::vec(reservation(), 1..4),
+        start in 0usize..8,
+        len in 1usize..=8,
+        left in 0u64..=5,
+    ) {
+        let (mut plan, requests) = admitted_all(exprs);
+        prop_assume!(!requests.is_empty());
+        plan.set_capacity(start, (start + len).min(8), &cpu(left * 1000)).expect("capacity");
+        let out = milp::optimize(&plan, &requests, &opts()).expect("optimise");
+        prop_assert_eq!(&out.stats.kept_input, &None);
+        prop_assert_eq!(out.pieces.len() + out.rejected.len(), requests.len());
+        for (id, pieces) in &out.pieces {
+            let r = requests.iter().find(|r| r.id == *id).expect("requested");
+            covered(r, pieces)?;
+        }
+        out.apply(&mut plan).expect("apply");
+        prop_assert_eq!(plan.overcommitted(), None);
+        for id in &out.rejected {
+            prop_assert_eq!(plan.pieces(*id), None);
+        }
     }
 }
