@@ -13,7 +13,8 @@
 //!     by the plan's agent (moved and reshaped), else rejected;
 //!   - *move all*: every affected reservation is taken out and re-admitted, most important first;
 //!   - *reject the least important*: the `k` least important (lowest priority, then newest) are
-//!     rejected and the rest placed as above, for the smallest `k` that places all the rest;
+//!     rejected and the rest placed as above, for the smallest `k` (found by binary search, at
+//!     most the other strategies' rejections) that places all the rest;
 //!   - *delete newest, then rescue*: YARN's order of deletion restricted to reservations that
 //!     hold an overcommitted dimension, after which the deleted ones are re-admitted where they
 //!     still fit.
@@ -272,23 +273,33 @@ pub fn replan(plan: &mut Plan, infos: &[ReservationInfo], agent: Agent) -> Repla
         let (moved, rejected) = place_all(&mut p, &touchable, &old, agent, how);
         outcomes.push(Outcome { name, plan: p, moved, rejected });
     }
-    // Reject the k least important, for the smallest k that places all the rest (bounded: each
-    // try re-admits every affected reservation).
-    let least_first: Vec<&ReservationInfo> = touchable.iter().rev().copied().collect();
-    if outcomes.iter().all(|o| !o.rejected.is_empty()) {
-        for k in 1..=least_first.len().min(MAX_REJECT_TRIES) {
-            let rest: Vec<&ReservationInfo> = touchable
-                .iter()
-                .filter(|i| !least_first[..k].iter().any(|r| r.id == i.id))
-                .copied()
-                .collect();
-            let mut p = base.clone();
-            let (moved, failed) = place_all(&mut p, &rest, &old, agent, Place::KeepFirst);
-            if failed.is_empty() {
-                let rejected = least_first[..k].iter().map(|i| i.id).collect();
-                outcomes.push(Outcome { name: "reject the least important", plan: p, moved, rejected });
-                break;
+    // Reject the k least important and place the rest, for the smallest k that places them
+    // all: only a k no larger than the greedy strategies' rejections can do better, and k is
+    // found by binary search (a few re-placements of every affected reservation, not one per
+    // k; where more rejections do not always make room, the k found may not be the least).
+    let fewest = outcomes.iter().map(|o| o.rejected.len()).min().unwrap_or(0);
+    let n = touchable.len();
+    let try_k = |k: usize| {
+        let mut p = base.clone();
+        let (moved, failed) = place_all(&mut p, &touchable[..n - k], &old, agent, Place::KeepFirst);
+        let rejected: Vec<u64> = touchable[n - k..].iter().rev().map(|i| i.id).collect();
+        failed.is_empty().then_some(Outcome { name: "reject the least important", plan: p, moved, rejected })
+    };
+    if fewest > 0 {
+        let hi = fewest.min(n);
+        if let Some(mut found) = try_k(hi) {
+            let (mut lo, mut hi) = (1, hi);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                match try_k(mid) {
+                    Some(o) => {
+                        found = o;
+                        hi = mid;
+                    }
+                    None => lo = mid + 1,
+                }
             }
+            outcomes.push(found);
         }
     }
     outcomes.push(delete_then_rescue(plan, &touchable, &old, agent));
@@ -321,9 +332,6 @@ pub fn replan(plan: &mut Plan, infos: &[ReservationInfo], agent: Agent) -> Repla
         overcommitted: plan.overcommitted(),
     }
 }
-
-/// At most this many rejection sets are tried by "reject the least important".
-const MAX_REJECT_TRIES: usize = 64;
 
 /// `Less` when `a` is better: fewer rejections, then less important ones (compared most
 /// important first), then fewer changes.
