@@ -32,6 +32,11 @@ fn opts() -> Options {
     Options { time_limit: Duration::from_secs(20), ..Options::default() }
 }
 
+/// For random plans: a short limit (an answer cut short is still the warm start or better).
+fn quick() -> Options {
+    Options { time_limit: Duration::from_millis(500), ..Options::default() }
+}
+
 fn admitted(plan: &mut Plan, id: u64, expr: Expr) -> Request {
     admit(plan, &expr, Agent::Gree, id).unwrap_or_else(|e| panic!("reservation {id} rejected: {e}"));
     Request { id, expr }
@@ -204,6 +209,19 @@ fn reservation() -> impl Strategy<Value = Expr> {
     )
 }
 
+/// `all`, `any` or `order` of two or three small atoms in a window.
+fn composite() -> impl Strategy<Value = Expr> {
+    let part = (1u64..=2, 1u32..=2, 1u64..=3).prop_map(|(c, h, steps)| atom(c * 1000, 1, h, 0, steps * 1000));
+    (0u8..3, prop::collection::vec(part, 2..=3), 0usize..3, 5usize..=8).prop_map(|(op, parts, s, e)| {
+        let inner = match op {
+            0 => Expr::All(parts),
+            1 => Expr::Any(parts),
+            _ => Expr::Order(parts),
+        };
+        window(s as u64 * 1000, e as u64 * 1000, inner)
+    })
+}
+
 /// `pieces` lie in the request's window (a window around one atom), in whole gangs, at most
 /// `h`, and cover its work.
 fn covered(r: &Request, pieces: &[Piece]) -> Result<(), TestCaseError> {
@@ -244,7 +262,7 @@ proptest! {
     fn random_plans_stay_feasible_and_covered(exprs in prop::collection::vec(reservation(), 1..4)) {
         let (mut plan, requests) = admitted_all(exprs);
         prop_assume!(!requests.is_empty());
-        let out = milp::optimize(&plan, &requests, &opts()).expect("optimise");
+        let out = milp::optimize(&plan, &requests, &quick()).expect("optimise");
         prop_assert_eq!(&out.stats.kept_input, &None);
         prop_assert_eq!(out.stats.rejections, 0);
         for (r, (id, pieces)) in requests.iter().zip(&out.pieces) {
@@ -267,7 +285,7 @@ proptest! {
         let (mut plan, requests) = admitted_all(exprs);
         prop_assume!(!requests.is_empty());
         plan.set_capacity(start, (start + len).min(8), &cpu(left * 1000)).expect("capacity");
-        let out = milp::optimize(&plan, &requests, &opts()).expect("optimise");
+        let out = milp::optimize(&plan, &requests, &quick()).expect("optimise");
         prop_assert_eq!(&out.stats.kept_input, &None);
         prop_assert_eq!(out.pieces.len() + out.rejected.len(), requests.len());
         for (id, pieces) in &out.pieces {
@@ -279,5 +297,23 @@ proptest! {
         for id in &out.rejected {
             prop_assert_eq!(plan.pieces(*id), None);
         }
+    }
+
+    /// Operators: the answer stays in each reservation's window and within capacity, and
+    /// nothing is rejected.
+    #[test]
+    fn random_operators_stay_feasible(exprs in prop::collection::vec(composite(), 1..4)) {
+        let (mut plan, requests) = admitted_all(exprs);
+        prop_assume!(!requests.is_empty());
+        let out = milp::optimize(&plan, &requests, &quick()).expect("optimise");
+        prop_assert_eq!(&out.stats.kept_input, &None);
+        prop_assert_eq!(out.stats.rejections, 0);
+        for (r, (_, pieces)) in requests.iter().zip(&out.pieces) {
+            let Expr::Window(w) = &r.expr else { panic!("a window") };
+            let (lo, hi) = ((w.start_ms / 1000) as usize, (w.end_ms / 1000) as usize);
+            prop_assert!(pieces.iter().all(|p| p.start >= lo && p.end <= hi), "{:?}", pieces);
+        }
+        out.apply(&mut plan).expect("apply");
+        prop_assert_eq!(plan.overcommitted(), None);
     }
 }
