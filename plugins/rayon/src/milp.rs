@@ -253,6 +253,9 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
     }
     let steps = plan.steps();
     let step_ms = plan.step_ms();
+    if requests.is_empty() {
+        return Ok(Outcome { pieces: Vec::new(), rejected: Vec::new(), stats: Stats::default() });
+    }
     let changes_before: usize = input.iter().map(|(_, p)| changes(p, steps)).sum();
 
     let mut vars = ProblemVariables::new();
@@ -310,7 +313,9 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
     let mut alloc_cost = Expression::from(0.0);
     let mut smooth = Expression::from(0.0);
     let mut smooth_rows = Vec::new();
-    let mut big_m = 1.0;
+    // Above any placement: every atom's work at most a slot over, its height changing at
+    // every slot, and every reservation kept as it is.
+    let mut big_m = 1.0 + old_cost.iter().sum::<f64>();
     for a in &atoms {
         let c = cost(&a.gang);
         big_m += 2.0 * c * (a.work as f64 + slot as f64 * a.max_gangs as f64)

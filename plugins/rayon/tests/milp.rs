@@ -178,6 +178,8 @@ fn unknown_and_duplicate_requests_are_errors() {
     let unknown = Request { id: 9, expr: r.expr.clone() };
     assert!(milp::optimize(&plan, &[unknown], &opts()).is_err());
     assert!(milp::optimize(&plan, &[r.clone(), r], &opts()).is_err());
+    let none = milp::optimize(&plan, &[], &opts()).expect("nothing to do");
+    assert!(none.pieces.is_empty() && none.rejected.is_empty());
 }
 
 /// An hour of one-second steps and ten reservations over all of it would be 36,000 cells at
