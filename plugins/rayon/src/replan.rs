@@ -12,6 +12,8 @@
 //!     oldest), keep their pieces if those fit again, else are re-admitted within their windows
 //!     by the plan's agent (moved and reshaped), else rejected;
 //!   - *move all*: every affected reservation is taken out and re-admitted, most important first;
+//!   - *unmovable first, then move*: as *keep, then move*, but the reservations that may not
+//!     move are put back first (an unmovable one can only stay, a movable one can go elsewhere);
 //!   - *reject the least important*: the `k` least important (lowest priority, then newest) are
 //!     rejected and the rest placed as above, for the smallest `k` (found by binary search, at
 //!     most the other strategies' rejections) that places all the rest;
@@ -272,6 +274,19 @@ pub fn replan(plan: &mut Plan, infos: &[ReservationInfo], agent: Agent) -> Repla
         let mut p = base.clone();
         let (moved, rejected) = place_all(&mut p, &touchable, &old, agent, how);
         outcomes.push(Outcome { name, plan: p, moved, rejected });
+    }
+    // Reservations that may not move first (they can only stay where they are), then the rest:
+    // a movable one may find room elsewhere, an unmovable one only in its place.
+    if touchable.iter().any(|i| !i.movable) {
+        let order: Vec<&ReservationInfo> = touchable
+            .iter()
+            .filter(|i| !i.movable)
+            .chain(touchable.iter().filter(|i| i.movable))
+            .copied()
+            .collect();
+        let mut p = base.clone();
+        let (moved, rejected) = place_all(&mut p, &order, &old, agent, Place::KeepFirst);
+        outcomes.push(Outcome { name: "unmovable first, then move", plan: p, moved, rejected });
     }
     // Reject the k least important and place the rest, for the smallest k that places them
     // all: only a k no larger than the greedy strategies' rejections can do better, and k is

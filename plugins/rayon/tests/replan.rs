@@ -204,3 +204,27 @@ fn an_unmovable_reservation_stays_or_goes() {
     assert_eq!(r.rejected, vec![1]);
     assert_eq!(plan.overcommitted(), None);
 }
+
+#[test]
+fn unmovable_ones_go_back_first() {
+    let mut plan = Plan::new(1000, 10, &res(10, 0)).expect("plan");
+    // The important one is older; the unmovable one newer and less important: both at the end.
+    let mut running = ReservationInfo::new(2, job(res(1, 0), 1, 5, 0, 10, 10), 0, 2);
+    running.movable = false;
+    let infos = vec![ReservationInfo::new(1, job(res(1, 0), 1, 5, 0, 10, 10), 5, 1), running];
+    admit_all(&mut plan, &infos);
+    let before = pieces(&plan, 2);
+    plan.set_capacity(8, 10, &res(5, 0)).expect("range");
+
+    // YARN deletes the newest, the unmovable one.
+    let mut yarn = plan.clone();
+    assert_eq!(replan_yarn_simple(&mut yarn, &infos).rejected, vec![2]);
+
+    // The unmovable one stays; the important one moves earlier in its window.
+    let r = replan(&mut plan, &infos, Agent::Gree);
+    assert!(r.rejected.is_empty(), "{r:?}");
+    assert_eq!(r.strategy, "unmovable first, then move");
+    assert_eq!(pieces(&plan, 2), before);
+    assert_eq!(r.moved.iter().map(|m| m.id).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(used_cpu(&plan), vec![0, 0, 0, 0, 0, 0, 5, 5, 5, 5]);
+}
