@@ -1,5 +1,5 @@
-//! The replanner at scale (ignored by default; run in release with
-//! `cargo test --release -p gantry-rayon --test replan_scale -- --ignored --nocapture`):
+//! The replanner at scale (`cargo run --release -p gantry-rayon --example replan_scale [N]`,
+//! N reservations, 2,000 by default):
 //! a 24-hour plan at 1 s steps on 10,000 nodes, filled with random reservations by GREE-L, then
 //! 5 % of the nodes lost for 12 hours. Prints the time and the rejections of gantry's replanner
 //! and of YARN's.
@@ -36,11 +36,8 @@ fn node(n: u64) -> GantryResources {
     GantryResources { cpu_millis: 16_000 * n, memory_bytes: 64 * GIB * n, gpus: 0, reserved: 0 }
 }
 
-#[test]
-#[ignore = "scale run: release build, several seconds"]
-fn replan_a_day_on_ten_thousand_nodes() {
-    let reservations: u64 =
-        std::env::var("REPLAN_RESERVATIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(2000);
+fn main() {
+    let reservations: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2000);
     let mut plan = Plan::with_horizon(1000, 24 * HOUR_MS, &node(NODES)).expect("plan");
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     // About the day's capacity in all: n · h · 2.5 cores · 2.5 h ≈ 160,000 cores · 24 h.
