@@ -63,6 +63,12 @@
 //! - `order` stage boundaries are fixed (above); the paper's movable boundaries are not built.
 //! - Rejection does not weigh priority or age (every reservation's slack weighs the same).
 //! - Reservations not optimised stay where they are (they only take capacity away).
+//! - microlp is slow: on 40 reservations of a 600-step plan (1,400 cells, 7-step slots) it
+//!   returns its warm start (the input) within a 20 s limit, release build included; with
+//!   coarse slots moving a reservation also overshoots its work by up to a slot of gangs, so
+//!   keeping GREE's exact shapes is often optimal anyway. At one-step slots (3 to 5
+//!   reservations, 700 to 1,200 cells) it does move most of them to cheaper shapes within
+//!   20 s, without proving optimality (`tests/milp_scale.rs`, ignored by default).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -150,6 +156,8 @@ pub struct Stats {
     pub cells: usize,
     /// The objective of the solver's answer (0 when it gave none).
     pub objective: f64,
+    /// The objective of keeping every reservation as it is (the input), for comparison.
+    pub input_objective: f64,
     /// Whether the solver proved its answer optimal.
     pub optimal: bool,
     /// Reservations placed nowhere (see [`Outcome::rejected`]).
@@ -443,8 +451,14 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
     let t0 = Instant::now();
     let solved = model.solve();
     let solve_time = t0.elapsed();
-    let mut stats =
-        Stats { slot_steps: slot, cells: n_cells, changes_before, solve_time, ..Stats::default() };
+    let mut stats = Stats {
+        slot_steps: slot,
+        cells: n_cells,
+        changes_before,
+        solve_time,
+        input_objective: old_cost.iter().sum(),
+        ..Stats::default()
+    };
     let keep = |mut stats: Stats, why: String| {
         stats.kept_input = Some(why);
         stats.changes_after = stats.changes_before;

@@ -62,6 +62,9 @@ fn flat_and_late_beats_tall() {
     let eps = 0.01;
     let want = 0.5 * ((1.0 + eps * 0.5) + (1.0 + eps * 0.25)) + 0.5 * 2.0;
     assert!((out.stats.objective - want).abs() < 1e-6, "objective {} want {want}", out.stats.objective);
+    // GREE's shape: two bundles (cost 1) at the last step, one start and one stop of two.
+    let input = (1.0 + eps * 0.25) + 2.0;
+    assert!((out.stats.input_objective - input).abs() < 1e-6, "input {}", out.stats.input_objective);
     assert_eq!((out.stats.changes_before, out.stats.changes_after), (2, 2));
     out.apply(&mut plan).expect("apply");
     assert_eq!(plan.pieces(1).expect("held"), &[piece(2, 4, 1000)][..]);
