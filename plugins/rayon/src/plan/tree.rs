@@ -184,58 +184,57 @@ impl Tree {
 
     /// The last step of `[l, r)` whose value is below `thr`.
     pub(crate) fn last_below(&self, l: usize, r: usize, thr: i64) -> Option<usize> {
-        let r = r.min(self.n);
-        if l >= r {
-            return None;
-        }
-        self.last_rec(1, 0, self.size, l, r, thr, 0, true)
+        self.find::<true>(l, r, Probe { thr, below: true })
     }
 
     /// The last step of `[l, r)` whose value is at least `thr`.
     pub(crate) fn last_at_least(&self, l: usize, r: usize, thr: i64) -> Option<usize> {
-        let r = r.min(self.n);
-        if l >= r {
-            return None;
-        }
-        self.last_rec(1, 0, self.size, l, r, thr, 0, false)
+        self.find::<true>(l, r, Probe { thr, below: false })
     }
 
     /// The first step of `[l, r)` whose value is below `thr`.
     pub(crate) fn first_below(&self, l: usize, r: usize, thr: i64) -> Option<usize> {
-        let r = r.min(self.n);
-        if l >= r {
-            return None;
-        }
-        self.first_rec(1, 0, self.size, l, r, thr, 0, true)
+        self.find::<false>(l, r, Probe { thr, below: true })
     }
 
     /// The first step of `[l, r)` whose value is at least `thr`.
     pub(crate) fn first_at_least(&self, l: usize, r: usize, thr: i64) -> Option<usize> {
+        self.find::<false>(l, r, Probe { thr, below: false })
+    }
+
+    /// The last (`LAST`) or first step of `[l, r)` that `probe` matches. The direction is a
+    /// const parameter so each search compiles to its own loop: this is admission's hot path.
+    fn find<const LAST: bool>(&self, l: usize, r: usize, probe: Probe) -> Option<usize> {
         let r = r.min(self.n);
         if l >= r {
             return None;
         }
-        self.first_rec(1, 0, self.size, l, r, thr, 0, false)
+        self.find_rec::<LAST>(1, 0, self.size, l, r, 0, probe)
     }
 
     /// Whether the subtree at `v` (with `above` added by its ancestors) can hold a match.
-    fn may_hold(&self, v: usize, above: i64, thr: i64, below: bool) -> bool {
-        if below { self.nodes[v].min + above < thr } else { self.nodes[v].max + above >= thr }
+    fn may_hold(&self, v: usize, above: i64, probe: Probe) -> bool {
+        if probe.below {
+            self.nodes[v].min + above < probe.thr
+        } else {
+            self.nodes[v].max + above >= probe.thr
+        }
     }
 
+    /// Descends into the subtree at `v` (covering `[lo, hi)`), nearer end first, skipping
+    /// subtrees outside `[l, r)` or that cannot hold a match.
     #[allow(clippy::too_many_arguments)]
-    fn last_rec(
+    fn find_rec<const LAST: bool>(
         &self,
         v: usize,
         lo: usize,
         hi: usize,
         l: usize,
         r: usize,
-        thr: i64,
         above: i64,
-        below: bool,
+        probe: Probe,
     ) -> Option<usize> {
-        if r <= lo || hi <= l || !self.may_hold(v, above, thr, below) {
+        if r <= lo || hi <= l || !self.may_hold(v, above, probe) {
             return None;
         }
         if hi - lo == 1 {
@@ -243,33 +242,21 @@ impl Tree {
         }
         let mid = (lo + hi) / 2;
         let inner = above + self.nodes[v].add;
-        self.last_rec(2 * v + 1, mid, hi, l, r, thr, inner, below)
-            .or_else(|| self.last_rec(2 * v, lo, mid, l, r, thr, inner, below))
+        if LAST {
+            self.find_rec::<LAST>(2 * v + 1, mid, hi, l, r, inner, probe)
+                .or_else(|| self.find_rec::<LAST>(2 * v, lo, mid, l, r, inner, probe))
+        } else {
+            self.find_rec::<LAST>(2 * v, lo, mid, l, r, inner, probe)
+                .or_else(|| self.find_rec::<LAST>(2 * v + 1, mid, hi, l, r, inner, probe))
+        }
     }
+}
 
-    #[allow(clippy::too_many_arguments)]
-    fn first_rec(
-        &self,
-        v: usize,
-        lo: usize,
-        hi: usize,
-        l: usize,
-        r: usize,
-        thr: i64,
-        above: i64,
-        below: bool,
-    ) -> Option<usize> {
-        if r <= lo || hi <= l || !self.may_hold(v, above, thr, below) {
-            return None;
-        }
-        if hi - lo == 1 {
-            return Some(lo);
-        }
-        let mid = (lo + hi) / 2;
-        let inner = above + self.nodes[v].add;
-        self.first_rec(2 * v, lo, mid, l, r, thr, inner, below)
-            .or_else(|| self.first_rec(2 * v + 1, mid, hi, l, r, thr, inner, below))
-    }
+/// What [`Tree::find`] looks for: a value below `thr`, or at least `thr`.
+#[derive(Debug, Clone, Copy)]
+struct Probe {
+    thr: i64,
+    below: bool,
 }
 
 #[cfg(test)]
