@@ -176,6 +176,21 @@ pub struct Atom {
 }
 
 impl Expr {
+    /// The atoms of the expression in pre-order: the numbering an allocation's
+    /// [`atoms`](crate::agents::Allocation::atoms) follows.
+    pub fn atoms(&self) -> Vec<Atom> {
+        fn walk(e: &Expr, out: &mut Vec<Atom>) {
+            match e {
+                Expr::Atom(a) => out.push(*a),
+                Expr::Window(w) => walk(&w.inner, out),
+                Expr::Order(v) | Expr::All(v) | Expr::Any(v) => v.iter().for_each(|x| walk(x, out)),
+            }
+        }
+        let mut out = Vec::new();
+        walk(self, &mut out);
+        out
+    }
+
     /// Runs every semantic check of the parsers (see the [module documentation](self)) on an
     /// expression built in code. The error has line and column 0 and names the value by path.
     pub fn validate(&self) -> Result<(), RdlError> {

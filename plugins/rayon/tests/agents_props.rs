@@ -44,15 +44,6 @@ fn expr() -> impl Strategy<Value = Expr> {
     })
 }
 
-/// The atoms of `e` in pre-order.
-fn atoms(e: &Expr, out: &mut Vec<Atom>) {
-    match e {
-        Expr::Atom(a) => out.push(*a),
-        Expr::Window(w) => atoms(&w.inner, out),
-        Expr::Order(v) | Expr::All(v) | Expr::Any(v) => v.iter().for_each(|x| atoms(x, out)),
-    }
-}
-
 fn taken(e: &Expr, alloc: &Allocation, base: usize) -> bool {
     (base..base + count_atoms(e)).any(|i| !alloc.atoms[i].is_empty())
 }
@@ -200,8 +191,7 @@ proptest! {
                             b += count_atoms(alt);
                         }
                     }
-                    let mut list = Vec::new();
-                    atoms(e, &mut list);
+                    let list = e.atoms();
                     for (a, ivs) in list.iter().zip(&alloc.atoms) {
                         let b = vector(&a.bundle);
                         for x in ivs {

@@ -7,22 +7,11 @@ use std::time::Duration;
 use gantry_rayon::agents::{Agent, admit};
 use gantry_rayon::milp::{self, Options, Request};
 use gantry_rayon::plan::{Piece, Plan};
-use gantry_rayon::rdl::{Atom, Expr, Window};
-use gantry_sdk::abi::GantryResources;
+use gantry_rayon::rdl::Expr;
 use proptest::prelude::*;
 
-fn cpu(c: u64) -> GantryResources {
-    GantryResources { cpu_millis: c, ..Default::default() }
-}
-
-/// `atom(c cpu, g, h, lease, work)`; work in bundle-ms.
-fn atom(c: u64, g: u32, h: u32, lease_ms: u64, work: u64) -> Expr {
-    Expr::Atom(Atom { bundle: cpu(c), min_parallel: g, max_parallel: h, min_lease_ms: lease_ms, work })
-}
-
-fn window(start_ms: u64, end_ms: u64, inner: Expr) -> Expr {
-    Expr::Window(Window { start_ms, end_ms, inner: Box::new(inner) })
-}
+mod common;
+use common::{atom, cpu, window};
 
 fn piece(start: usize, end: usize, c: i64) -> Piece {
     Piece { start, end, demand: [c, 0, 0] }

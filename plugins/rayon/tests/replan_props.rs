@@ -53,15 +53,6 @@ fn expr() -> impl Strategy<Value = Expr> {
     })
 }
 
-/// Atoms of `e` in pre-order.
-fn atoms(e: &Expr, out: &mut Vec<Atom>) {
-    match e {
-        Expr::Atom(a) => out.push(*a),
-        Expr::Window(w) => atoms(&w.inner, out),
-        Expr::Order(v) | Expr::All(v) | Expr::Any(v) => v.iter().for_each(|x| atoms(x, out)),
-    }
-}
-
 fn placed(e: &Expr, alloc: &Allocation, base: usize) -> bool {
     (base..base + count_atoms(e)).any(|i| alloc.atoms.get(i).is_some_and(|v| !v.is_empty()))
 }
@@ -135,8 +126,7 @@ fn satisfies(
 
 /// Per step, what `alloc` holds of `e`'s atoms.
 fn demand_of(e: &Expr, alloc: &Allocation, steps: usize) -> Vec<Vector> {
-    let mut list = Vec::new();
-    atoms(e, &mut list);
+    let list = e.atoms();
     let mut out = vec![[0i64; DIMS]; steps];
     for (a, ivs) in list.iter().zip(&alloc.atoms) {
         let b = vector(&a.bundle);
