@@ -53,6 +53,7 @@
 pub mod abi;
 pub mod config;
 mod plugin;
+pub mod rng;
 mod view;
 
 pub use plugin::{__private, Decisions, Hooks, Plugin, PluginError};

@@ -142,28 +142,6 @@ fn affinity(s: &str) -> Option<RackAffinity> {
     }
 }
 
-/// SplitMix64: small, seedable, and the same everywhere.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-}
-
 /// A class's expected work: E[k] · E[fast duration] · its dominant share of `capacity`.
 fn expected_work_s(c: &ClassSpec, capacity: &Resources) -> f64 {
     let share = |want: f64, have: u64| if have == 0 { 0.0 } else { want / have as f64 };
@@ -188,7 +166,7 @@ pub fn generate(spec: &GenSpec, capacity: &Resources) -> Result<Vec<Job>, GenErr
     }
     // Jobs per second.
     let rate = spec.load / work;
-    let mut rng = Rng(spec.seed ^ 0x6761_6E74_7279);
+    let mut rng = gantry_sdk::rng::SplitMix64::new(spec.seed ^ 0x6761_6E74_7279);
     let mut jobs = Vec::new();
     let mut t = 0.0_f64;
     loop {

@@ -5,6 +5,7 @@
 use crate::job::{Job, Shape};
 use gantry_sdk::View;
 use gantry_sdk::abi::{GANTRY_NODE_RUNNING, GANTRY_NONE, GantryRequest, GantryResources};
+use gantry_sdk::rng::SplitMix64;
 use std::collections::HashMap;
 
 /// Resources, shorter.
@@ -148,16 +149,7 @@ pub struct Cluster {
     releases_sorted: bool,
     /// Tentative use of each queue in this call (index = queue).
     queue_used: Vec<Res>,
-    rng: u64,
-}
-
-/// SplitMix64: small, seeded, good enough to shuffle candidates.
-fn next_random(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    rng: SplitMix64,
 }
 
 /// How many containers of `res` fit in `room` (`u32::MAX` for an all-zero `res`).
@@ -188,7 +180,7 @@ impl Cluster {
             releases: Vec::new(),
             releases_sorted: false,
             queue_used: view.queues.iter().map(|q| q.used).collect(),
-            rng: view.seed ^ view.cycle.rotate_left(32) ^ 0x6865_7465_726f,
+            rng: SplitMix64::new(view.seed ^ view.cycle.rotate_left(32) ^ 0x6865_7465_726f),
         };
         for node in view.nodes {
             let up = node.state == GANTRY_NODE_RUNNING;
@@ -401,7 +393,7 @@ impl Cluster {
             let rack = match chooser {
                 _ if racks.is_empty() => return None,
                 Chooser::FirstFit => racks[0].0,
-                Chooser::Random => racks[(next_random(&mut self.rng) % racks.len() as u64) as usize].0,
+                Chooser::Random => racks[(self.rng.next_u64() % racks.len() as u64) as usize].0,
                 Chooser::Aware { protect, .. } => {
                     // Best fit: the rack with the fewest free slots that still fits keeps bigger
                     // holes for bigger jobs; with `protect`, racks others prefer come last.
@@ -418,7 +410,7 @@ impl Cluster {
             Chooser::FirstFit => {}
             Chooser::Random => {
                 for i in (1..pool.len()).rev() {
-                    let j = (next_random(&mut self.rng) % (i as u64 + 1)) as usize;
+                    let j = (self.rng.next_u64() % (i as u64 + 1)) as usize;
                     pool.swap(i, j);
                 }
             }
@@ -513,14 +505,5 @@ mod tests {
         assert_eq!(slots(&room, &Res::new(1000, 8 << 30, 0)), 2);
         assert_eq!(slots(&room, &Res::new(0, 0, 1)), 2);
         assert_eq!(slots(&room, &Res::new(9000, 0, 0)), 0);
-    }
-
-    #[test]
-    fn random_numbers_are_seeded() {
-        let (mut a, mut b) = (7, 7);
-        let xs: Vec<u64> = (0..4).map(|_| next_random(&mut a)).collect();
-        let ys: Vec<u64> = (0..4).map(|_| next_random(&mut b)).collect();
-        assert_eq!(xs, ys);
-        assert_ne!(xs[0], xs[1]);
     }
 }

@@ -72,7 +72,7 @@ fn quantise(u: f64) -> u64 {
 /// A seeded bijection of `u32`: the node's rank among equals.
 #[inline]
 pub fn rank(seed: u64, node: u32) -> u32 {
-    let s = splitmix(seed);
+    let s = gantry_sdk::rng::SplitMix64::new(seed).next_u64();
     let mut x = node ^ (s as u32);
     x = x.wrapping_mul(0x7feb_352d);
     x ^= x >> 15;
@@ -81,13 +81,6 @@ pub fn rank(seed: u64, node: u32) -> u32 {
     x = x.wrapping_add((s >> 32) as u32);
     x = x.wrapping_mul(0x9e37_79b1);
     x ^ (x >> 13)
-}
-
-fn splitmix(seed: u64) -> u64 {
-    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// Computes keys for one call.

@@ -26,16 +26,12 @@ const GIB: u64 = 1 << 30;
 const DAY_MS: u64 = 24 * 3600 * 1000;
 const HOUR_MS: u64 = 3600 * 1000;
 
-/// SplitMix64: a small seeded generator, so the example needs no dependency.
-struct Rng(u64);
+/// The SDK's SplitMix64, with the draws this example needs.
+struct Rng(gantry_sdk::rng::SplitMix64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// Uniform in `[lo, hi)`.
     fn range(&mut self, lo: u64, hi: u64) -> u64 {
@@ -43,7 +39,7 @@ impl Rng {
     }
     /// Uniform in `[0, 1)`.
     fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.unit()
     }
     fn pick<T: Copy>(&mut self, v: &[T]) -> T {
         v[(self.next() % v.len() as u64) as usize]
@@ -131,7 +127,7 @@ fn main() {
     };
     let day_core_ms = (NODES * CORES) as f64 * DAY_MS as f64;
     let per_res = 1.29 * day_core_ms / count.max(1) as f64;
-    let mut rng = Rng(seed);
+    let mut rng = Rng(gantry_sdk::rng::SplitMix64::new(seed));
     let mut total = 0.0;
     let reservations: Vec<Expr> = (0..count)
         .map(|_| {

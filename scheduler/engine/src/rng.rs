@@ -1,27 +1,7 @@
 //! The engine's only source of randomness: SplitMix64, seeded from the configuration, so the
 //! same inputs always give the same outputs.
 
-/// SplitMix64 (Steele, Lea and Flood, 2014): tiny, fast, and good enough to seed plugins.
-#[derive(Debug, Clone)]
-pub struct SplitMix64 {
-    state: u64,
-}
-
-impl SplitMix64 {
-    /// A generator starting from `seed`.
-    pub fn new(seed: u64) -> Self {
-        SplitMix64 { state: seed }
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
+pub use gantry_sdk::rng::SplitMix64;
 
 #[cfg(test)]
 mod tests {
