@@ -841,7 +841,12 @@ impl Sim<'_> {
                 Command::ReservationStateChanged { state, .. } => {
                     *self.reservation_states.entry(state).or_default() += 1;
                 }
-                Command::AppAccepted { .. } | Command::ReservationRecorded { .. } => {}
+                Command::AppAccepted { .. }
+                | Command::ReservationRecorded { .. }
+                | Command::ReservationAdmitted { .. }
+                | Command::ReservationRejected { .. }
+                | Command::ReservationReplanned { .. }
+                | Command::ReservationEnded { .. } => {}
             }
         }
         self.start_launches(launches);

@@ -89,7 +89,7 @@ use crate::plan::{self, DIMS, Piece, Plan, Vector};
 use crate::rdl::{Atom, Expr};
 
 /// A reservation to re-organise: its id in the plan and its expression.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     /// The reservation's id in the plan.
     pub id: u64,
@@ -177,7 +177,7 @@ pub struct Stats {
 }
 
 /// The optimiser's answer: new pieces per reservation (in request order) and statistics.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
     /// `(id, pieces)` per request placed (moved or kept), in request order.
     pub pieces: Vec<(u64, Vec<Piece>)>,

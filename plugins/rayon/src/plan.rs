@@ -471,6 +471,28 @@ impl Plan {
         Ok(())
     }
 
+    /// Puts reservation `id` back with `pieces` it held before (a driver restoring its plan after
+    /// a restart, or moving the plan to a new origin), checking ranges and signs but not room: the
+    /// capacity may not be back yet, so free may go negative ([`Plan::overcommitted`]).
+    pub fn restore(&mut self, id: u64, pieces: Vec<Piece>) -> Result<(), PlanError> {
+        if self.reservations.contains_key(&id) {
+            return Err(PlanError::Duplicate(id));
+        }
+        for p in &pieces {
+            if p.start >= p.end || p.end > self.steps {
+                return Err(PlanError::BadRange { start: p.start, end: p.end });
+            }
+            if p.demand.iter().any(|&d| d < 0) {
+                return Err(PlanError::NegativeDemand);
+            }
+        }
+        for p in &pieces {
+            self.apply(p, 1);
+        }
+        self.reservations.insert(id, pieces);
+        Ok(())
+    }
+
     /// Removes reservation `id`, giving back exactly what it held; returns its pieces.
     pub fn remove(&mut self, id: u64) -> Option<Vec<Piece>> {
         let pieces = self.reservations.remove(&id)?;

@@ -6,6 +6,7 @@ use crate::event::{Command, Event, KillReason, NodeCondition};
 use crate::fifo::FirstFitFifo;
 use crate::model::*;
 use crate::policy::{Policy, PolicyError, Profile, StaticPolicy};
+use crate::reservations::{PlannedPiece, ReservationBook, ReservationRequest};
 use crate::rng::SplitMix64;
 use crate::state::{AppMeta, AppSummary, ClusterState, ContainerMeta, app_is_terminal, container_is_live};
 use crate::validate::{self, RebalanceAction, Rejections};
@@ -101,6 +102,10 @@ pub struct PolicyStatus {
     pub quarantines: u64,
 }
 
+fn no_plan() -> EngineError {
+    EngineError::Conflict("no queue is reservable: configure [reservations] to use reservations".into())
+}
+
 /// The sans-IO scheduling engine.
 pub struct Engine {
     config: EngineConfig,
@@ -121,6 +126,8 @@ pub struct Engine {
     /// Compaction renumbered the apps: the next pending computation walks them all.
     rescan_pending: bool,
     commands: Vec<Command>,
+    /// The Rayon reservation plan, when a queue is reservable.
+    book: Option<ReservationBook>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -167,8 +174,10 @@ impl Engine {
                 reason: "must be at least 1".into(),
             });
         }
-        let state = ClusterState::new(&config)?;
+        let mut state = ClusterState::new(&config)?;
+        let book = config.reservations.clone().map(|c| ReservationBook::new(c, &mut state)).transpose()?;
         Ok(Engine {
+            book,
             rng: SplitMix64::new(config.seed),
             state,
             policies: policies
@@ -209,6 +218,11 @@ impl Engine {
         self.now_ms = self.now_ms.max(now_ms);
         self.commands.clear();
         let result = self.apply(event);
+        if result.is_ok() {
+            if let Some(book) = &mut self.book {
+                book.capacity_changed(&mut self.state, self.now_ms, &mut self.commands);
+            }
+        }
         if result.is_err() {
             // A refused event changes nothing, not even the clock.
             self.now_ms = before;
@@ -276,6 +290,28 @@ impl Engine {
                 self.end_app(i, GANTRY_APP_KILLED, "killed by request".into(), KillReason::AppKilled);
             }
             Event::ReservationRequested(spec) => self.request_reservation(spec)?,
+            Event::ReservationSubmitted { id, request } => self.submit_reservation(id, request)?,
+            Event::ReservationUpdated { id, request } => {
+                let now = self.now_ms;
+                let book = self.book_mut()?;
+                let mut commands = Vec::new();
+                let answer = book.update(now, id, request, &mut commands)?;
+                self.answer_reservation(id, answer);
+                self.commands.extend(commands);
+            }
+            Event::ReservationDeleted { id } => {
+                let book = self.book.as_mut().ok_or_else(no_plan)?;
+                book.delete(&mut self.state, id, &mut self.commands)?;
+            }
+            Event::ReservationRestored { id, request, submit_ms, pieces } => {
+                let now = self.now_ms;
+                let book = self.book.as_mut().ok_or_else(no_plan)?;
+                book.restore(&mut self.state, now, id, request, submit_ms, pieces)?;
+            }
+            Event::PlanOptimized { generation, outcome } => {
+                let book = self.book.as_mut().ok_or_else(no_plan)?;
+                book.apply_optimized(generation, &outcome, &mut self.commands)?;
+            }
             Event::ContainerStarted { container } => {
                 let i = self.container_idx(container)?;
                 let c = &mut self.state.containers[i as usize];
@@ -332,7 +368,10 @@ impl Engine {
         spec.validate()?;
         let queue = match self.state.queue_index.get(&spec.queue) {
             Some(&q) if self.state.queues[q as usize].flags & GANTRY_QUEUE_LEAF != 0 => q,
-            _ => return Err(EngineError::UnknownQueue(spec.queue)),
+            _ => match self.book.as_ref().and_then(|b| b.resolve_queue(&spec.queue, restored.is_some())) {
+                Some(q) => q,
+                None => return Err(EngineError::UnknownQueue(spec.queue)),
+            },
         };
         if let Some(r) = &restored {
             if r.id.0 == 0 || self.state.app_index.contains_key(&r.id.0) {
@@ -467,6 +506,48 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    fn book_mut(&mut self) -> Result<&mut ReservationBook, EngineError> {
+        self.book.as_mut().ok_or_else(no_plan)
+    }
+
+    fn submit_reservation(
+        &mut self,
+        id: Option<ReservationId>,
+        request: ReservationRequest,
+    ) -> Result<(), EngineError> {
+        let id = match id {
+            Some(id) if id.0 == 0 => {
+                return Err(EngineError::Invalid { what: "reservation id", reason: "must not be 0".into() });
+            }
+            Some(id) if self.state.reservations.iter().any(|r| r.id == id.0) => {
+                return Err(EngineError::Conflict(format!("reservation {} already exists", id.0)));
+            }
+            Some(id) => id,
+            None => ReservationId(self.state.next_reservation),
+        };
+        let now = self.now_ms;
+        let book = self.book.as_mut().ok_or_else(no_plan)?;
+        let answer = book.submit(&mut self.state, now, id, request)?;
+        self.state.next_reservation = self.state.next_reservation.max(id.0 + 1);
+        self.answer_reservation(id, answer);
+        Ok(())
+    }
+
+    fn answer_reservation(&mut self, id: ReservationId, answer: Result<Vec<PlannedPiece>, String>) {
+        match answer {
+            Ok(pieces) => {
+                let queue = self
+                    .book
+                    .as_ref()
+                    .and_then(|b| b.get(id))
+                    .map(|r| self.state.queue_path(r.queue).to_owned())
+                    .unwrap_or_default();
+                self.commands.push(Command::ReservationAdmitted { reservation: id, queue, pieces });
+            }
+            Err(reason) => self.commands.push(Command::ReservationRejected { reservation: id, reason }),
+        }
     }
 
     fn request_reservation(&mut self, spec: ReservationSpec) -> Result<(), EngineError> {
@@ -692,6 +773,9 @@ impl Engine {
         // Last cycle's pending indexes are stale once compaction renumbers requests.
         self.pending.clear();
         self.rescan_pending |= self.state.compact();
+        if let Some(book) = &mut self.book {
+            book.follow(&mut self.state, self.now_ms, &mut self.commands);
+        }
         for r in &mut self.state.reservations {
             if r.state == GANTRY_RESERVATION_ACCEPTED && r.end_ms <= self.now_ms {
                 r.state = GANTRY_RESERVATION_EXPIRED;
@@ -1058,6 +1142,16 @@ impl Engine {
     /// The engine's clock.
     pub fn now_ms(&self) -> u64 {
         self.now_ms
+    }
+
+    /// The Rayon reservation plan, if a queue is reservable.
+    pub fn reservation_book(&self) -> Option<&ReservationBook> {
+        self.book.as_ref()
+    }
+
+    /// The id the next reservation submitted without one gets.
+    pub fn next_reservation_id(&self) -> u64 {
+        self.state.next_reservation
     }
 
     /// Counters.

@@ -3,6 +3,7 @@
 use crate::model::{
     AppId, AppSpec, ContainerId, NodeId, NodeSpec, ReservationId, ReservationSpec, Resources,
 };
+use crate::reservations::{PlannedPiece, ReservationEnd, ReservationRequest};
 
 /// Something that happened, as a driver (the daemon or the simulator) reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +69,47 @@ pub enum Event {
     },
     /// A client asked for a reservation.
     ReservationRequested(ReservationSpec),
+    /// A client submitted a Rayon reservation to the plan (needs `EngineConfig::reservations`).
+    /// Answered at once: `ReservationAdmitted` or `ReservationRejected`.
+    ReservationSubmitted {
+        /// An id handed out earlier (`new-reservation`), or `None` for a new one.
+        id: Option<ReservationId>,
+        /// What it asks for.
+        request: ReservationRequest,
+    },
+    /// A client replaced an accepted reservation's definition (e.g. the job turned out larger).
+    /// Answered `ReservationAdmitted` (and `ReservationReplanned` for reservations moved to make
+    /// room) or `ReservationRejected` (the old allocation stays).
+    ReservationUpdated {
+        /// The reservation.
+        id: ReservationId,
+        /// Its new request (same queue).
+        request: ReservationRequest,
+    },
+    /// A client deleted an accepted reservation.
+    ReservationDeleted {
+        /// The reservation.
+        id: ReservationId,
+    },
+    /// A reservation recovered from the driver's store with the allocation it had.
+    ReservationRestored {
+        /// Its id.
+        id: ReservationId,
+        /// Its request.
+        request: ReservationRequest,
+        /// When it was accepted, ms.
+        submit_ms: u64,
+        /// Its allocation.
+        pieces: Vec<PlannedPiece>,
+    },
+    /// The offline optimiser's answer for the plan of `generation`
+    /// (see `ReservationBook::optimizer_job`). Refused if the plan changed since.
+    PlanOptimized {
+        /// The plan generation it was computed on.
+        generation: u64,
+        /// Its answer.
+        outcome: gantry_rayon::milp::Outcome,
+    },
     /// An agent confirmed a container started.
     ContainerStarted {
         /// The container.
@@ -163,6 +205,36 @@ pub enum Command {
     ReservationRecorded {
         /// The new id.
         reservation: ReservationId,
+    },
+    /// A reservation was accepted into the plan (the answer to a submission or update).
+    ReservationAdmitted {
+        /// Its id.
+        reservation: ReservationId,
+        /// The queue its applications are submitted to.
+        queue: String,
+        /// Its allocation over time.
+        pieces: Vec<PlannedPiece>,
+    },
+    /// A reservation could not be placed; nothing changed.
+    ReservationRejected {
+        /// The id it was submitted (or updated) under.
+        reservation: ReservationId,
+        /// Why.
+        reason: String,
+    },
+    /// A reservation's allocation changed (a replan, an update that made room, the optimiser).
+    ReservationReplanned {
+        /// Its id.
+        reservation: ReservationId,
+        /// Its new allocation.
+        pieces: Vec<PlannedPiece>,
+    },
+    /// A reservation left the plan; its applications moved to the plan's default queue.
+    ReservationEnded {
+        /// Its id.
+        reservation: ReservationId,
+        /// Why.
+        why: ReservationEnd,
     },
     /// A reservation changed state.
     ReservationStateChanged {

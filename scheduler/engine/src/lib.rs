@@ -21,6 +21,7 @@ pub mod event;
 pub mod fifo;
 pub mod model;
 pub mod policy;
+pub mod reservations;
 pub mod rng;
 pub mod state;
 pub mod strings;
@@ -31,5 +32,9 @@ pub use error::EngineError;
 pub use event::{Command, Event, KillReason, NodeCondition};
 pub use model::*;
 pub use policy::{Policy, PolicyError, Profile, StaticPolicy};
+pub use reservations::{
+    PlanConfig, PlannedPiece, PlannedReservation, Replanner, ReservationBook, ReservationEnd,
+    ReservationRequest,
+};
 pub use state::{IdleNode, NodeMeta};
 pub use validate::{RejectReason, Rejections};

@@ -156,6 +156,8 @@ pub struct EngineConfig {
     pub rebalance_interval_ms: u64,
     /// Terminal applications remembered for queries.
     pub history_len: usize,
+    /// The Rayon reservation plan, if one queue is reservable.
+    pub reservations: Option<crate::reservations::PlanConfig>,
 }
 
 impl Default for EngineConfig {
@@ -168,6 +170,7 @@ impl Default for EngineConfig {
             quarantine_ms: 60_000,
             rebalance_interval_ms: 3_000,
             history_len: 10_000,
+            reservations: None,
         }
     }
 }

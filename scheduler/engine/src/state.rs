@@ -119,6 +119,9 @@ pub struct ClusterState {
     pub(crate) gpus: Vec<GantryGpu>,
     pub(crate) queues: Vec<GantryQueue>,
     pub(crate) queue_index: HashMap<String, u32>,
+    /// How each queue's absolute guarantee is set, by position; queues past its end take their
+    /// configured share. Only a reservation plan (`reservations.rs`) sets other rules.
+    pub(crate) queue_rules: Vec<GuaranteeRule>,
     pub(crate) apps: Vec<GantryApp>,
     pub(crate) app_meta: Vec<AppMeta>,
     pub(crate) app_index: IdMap<u32>,
@@ -162,6 +165,37 @@ pub fn placed_rack(
         })
         .and_then(|c| nodes.get(c.node as usize))
         .map(|n| n.rack)
+}
+
+/// How a queue's absolute guarantee follows from its parent's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum GuaranteeRule {
+    /// Its configured fraction of the parent's (every configured queue).
+    #[default]
+    Share,
+    /// Exactly these resources (at most the parent's): a reservation's planned allocation now.
+    Fixed(GantryResources),
+    /// What the parent's guarantee leaves after its other children's: a plan's default queue.
+    Rest,
+}
+
+/// The largest share `part` is of `whole` in any dimension `whole` has (0 when it has none).
+fn dominant_share(part: &GantryResources, whole: &GantryResources) -> f64 {
+    let dims = [
+        (part.cpu_millis as f64, whole.cpu_millis as f64),
+        (part.memory_bytes as f64, whole.memory_bytes as f64),
+        (f64::from(part.gpus), f64::from(whole.gpus)),
+    ];
+    dims.iter().filter(|(_, w)| *w > 0.0).map(|(p, w)| p / w).fold(0.0, f64::max).min(1.0)
+}
+
+fn min_each(a: &GantryResources, b: &GantryResources) -> GantryResources {
+    GantryResources {
+        cpu_millis: a.cpu_millis.min(b.cpu_millis),
+        memory_bytes: a.memory_bytes.min(b.memory_bytes),
+        gpus: a.gpus.min(b.gpus),
+        reserved: 0,
+    }
 }
 
 fn scale(r: &GantryResources, f: f64) -> GantryResources {
@@ -275,9 +309,107 @@ impl ClusterState {
                 Some(p) => (p.absolute_guaranteed, p.absolute_maximum),
                 None => (base, base),
             };
-            self.queues[i].absolute_guaranteed = scale(&pg, q.guaranteed);
             self.queues[i].absolute_maximum = scale(&pm, q.maximum);
+            match self.queue_rules.get(i).copied().unwrap_or_default() {
+                GuaranteeRule::Share | GuaranteeRule::Rest => {
+                    self.queues[i].absolute_guaranteed = scale(&pg, q.guaranteed);
+                }
+                GuaranteeRule::Fixed(r) => {
+                    let g = min_each(&r, &pg);
+                    self.queues[i].absolute_guaranteed = g;
+                    self.queues[i].guaranteed = dominant_share(&g, &pg);
+                }
+            }
         }
+        // A `Rest` queue takes what its siblings leave; its own children (none in practice)
+        // were scaled from its share above.
+        for i in 0..self.queues.len() {
+            if self.queue_rules.get(i).copied() != Some(GuaranteeRule::Rest) {
+                continue;
+            }
+            let parent = self.queues[i].parent;
+            let Some(p) = self.queues.get(parent as usize).map(|p| p.absolute_guaranteed) else { continue };
+            let taken = self
+                .queues
+                .iter()
+                .enumerate()
+                .filter(|&(j, c)| j != i && c.parent == parent && c.maximum > 0.0)
+                .fold(GantryResources::default(), |acc, (_, c)| acc.plus(&c.absolute_guaranteed));
+            let rest = p.minus(&min_each(&taken, &p));
+            self.queues[i].absolute_guaranteed = rest;
+            self.queues[i].guaranteed = dominant_share(&rest, &p);
+        }
+    }
+
+    /// Appends a leaf queue `path` under `parent` (nodes and queues are never removed; a
+    /// reservation plan reuses its ended reservations' queues with [`ClusterState::rename_queue`]).
+    pub(crate) fn add_queue(&mut self, path: &str, parent: u32, maximum: f64, rule: GuaranteeRule) -> u32 {
+        let name = self.strings.intern(path);
+        let idx = self.queues.len() as u32;
+        self.queues.push(GantryQueue {
+            name,
+            parent,
+            flags: GANTRY_QUEUE_LEAF,
+            guaranteed: 0.0,
+            maximum,
+            ..Default::default()
+        });
+        if let Some(p) = self.queues.get_mut(parent as usize) {
+            p.flags &= !GANTRY_QUEUE_LEAF;
+        }
+        self.queue_index.insert(path.to_owned(), idx);
+        self.set_queue_rule(idx, rule);
+        idx
+    }
+
+    /// Gives queue `queue` a new path (the old one no longer resolves) and maximum share.
+    pub(crate) fn rename_queue(&mut self, queue: u32, path: &str, maximum: f64) {
+        let old = self.queue_path(queue).to_owned();
+        self.queue_index.remove(&old);
+        let name = self.strings.intern(path);
+        if let Some(q) = self.queues.get_mut(queue as usize) {
+            q.name = name;
+            q.maximum = maximum;
+        }
+        self.queue_index.insert(path.to_owned(), queue);
+    }
+
+    /// Takes a queue's path out of the index: submissions naming it are refused from now on.
+    pub(crate) fn retire_queue(&mut self, queue: u32) {
+        let old = self.queue_path(queue).to_owned();
+        self.queue_index.remove(&old);
+        if let Some(q) = self.queues.get_mut(queue as usize) {
+            q.maximum = 0.0;
+            q.guaranteed = 0.0;
+        }
+        self.set_queue_rule(queue, GuaranteeRule::Fixed(GantryResources::default()));
+    }
+
+    pub(crate) fn set_queue_rule(&mut self, queue: u32, rule: GuaranteeRule) {
+        let i = queue as usize;
+        if self.queue_rules.len() <= i {
+            self.queue_rules.resize(i + 1, GuaranteeRule::Share);
+        }
+        self.queue_rules[i] = rule;
+    }
+
+    /// Moves application `app` (an index) and what its live containers hold to `queue`.
+    pub(crate) fn move_app(&mut self, app: u32, queue: u32) {
+        let Some(from) = self.apps.get(app as usize).map(|a| a.queue) else { return };
+        if from == queue {
+            return;
+        }
+        let held: Vec<GantryResources> = self
+            .containers
+            .iter()
+            .filter(|c| c.app == app && container_is_live(c.state))
+            .map(|c| c.resources)
+            .collect();
+        for r in &held {
+            self.charge_queue(from, r, false);
+            self.charge_queue(queue, r, true);
+        }
+        self.apps[app as usize].queue = queue;
     }
 
     pub(crate) fn intern_labels(&mut self, labels: &[(String, String)]) -> GantryRange {

@@ -710,7 +710,12 @@ impl Sim {
                         container
                     );
                 }
-                Command::ReservationRecorded { .. } | Command::ReservationStateChanged { .. } => {
+                Command::ReservationRecorded { .. }
+                | Command::ReservationStateChanged { .. }
+                | Command::ReservationAdmitted { .. }
+                | Command::ReservationRejected { .. }
+                | Command::ReservationReplanned { .. }
+                | Command::ReservationEnded { .. } => {
                     prop_assert!(false, "no reservations were asked for: {:?}", c);
                 }
             }
