@@ -257,6 +257,7 @@ impl SchedulerConfig {
             quarantine_ms: e.quarantine_ms.unwrap_or(d.quarantine_ms),
             rebalance_interval_ms: e.rebalance_interval_ms.unwrap_or(d.rebalance_interval_ms),
             history_len: d.history_len,
+            reservations: None,
         }
     }
 

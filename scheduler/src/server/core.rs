@@ -871,7 +871,11 @@ impl Core {
                 }
                 Command::AppAccepted { .. }
                 | Command::ReservationRecorded { .. }
-                | Command::ReservationStateChanged { .. } => {}
+                | Command::ReservationStateChanged { .. }
+                | Command::ReservationAdmitted { .. }
+                | Command::ReservationRejected { .. }
+                | Command::ReservationReplanned { .. }
+                | Command::ReservationEnded { .. } => {}
             }
         }
     }
