@@ -39,7 +39,8 @@
 //! ## Operators
 //!
 //! `window` narrows the window; `order` places its stages last-first, each ending before the
-//! next one's start; `all` places every part or none; `any` takes the first alternative that
+//! next one's start and starting no earlier than the earlier stages' least duration after the
+//! window opens (in whole steps, at the most gangs the window's most free capacity holds); `all` places every part or none; `any` takes the first alternative that
 //! fits. Atoms are numbered in pre-order; [`Allocation::atoms`] has one entry per atom (empty for
 //! atoms of alternatives not taken, or with no work).
 
@@ -151,6 +152,31 @@ pub fn count_atoms(e: &Expr) -> usize {
         Expr::Atom(_) => 1,
         Expr::Window(w) => count_atoms(&w.inner),
         Expr::Order(v) | Expr::All(v) | Expr::Any(v) => v.iter().map(count_atoms).sum(),
+    }
+}
+
+/// A lower bound on the steps `e` occupies once placed within `[lo, hi)` of `plan`: an atom with
+/// work at least its gang-steps over the most gangs that fit (at most `⌊h/g⌋`, at most what the
+/// most free capacity of the range holds) and at least its lease; none without work (or where
+/// nothing fits, which its placement finds out). The sum over an `order`, the most of an `all`,
+/// the least of an `any`.
+fn least_steps(e: &Expr, plan: &Plan, lo: usize, hi: usize) -> usize {
+    match e {
+        Expr::Atom(a) => {
+            let Ok(shape) = Shape::new(a, plan.step_ms()) else {
+                return 0;
+            };
+            let fit = plan.max_free(lo, hi).map_or(0, |f| plan::count(&f, &shape.gang));
+            let gangs = shape.max_gangs.min(fit);
+            if shape.work == 0 || gangs == 0 {
+                return 0;
+            }
+            usize::try_from(shape.work.div_ceil(gangs)).unwrap_or(usize::MAX).max(shape.lease)
+        }
+        Expr::Window(w) => least_steps(&w.inner, plan, lo, hi),
+        Expr::Order(v) => v.iter().fold(0usize, |t, p| t.saturating_add(least_steps(p, plan, lo, hi))),
+        Expr::All(v) => v.iter().map(|p| least_steps(p, plan, lo, hi)).max().unwrap_or(0),
+        Expr::Any(v) => v.iter().map(|p| least_steps(p, plan, lo, hi)).min().unwrap_or(0),
     }
 }
 
@@ -318,10 +344,18 @@ impl Ctx<'_> {
                     bases.push(b);
                     b += c;
                 }
+                // A stage may not start before the earlier stages' least steps from `lo` (at the
+                // most gangs that fit in the window's most free capacity): they could not fit
+                // before it. (Without this bound GREE-L laid a malleable last stage
+                // flat over the whole window, leaving no room for the stages before it, even on
+                // an empty plan.)
+                let least: Vec<usize> = stages.iter().map(|s| least_steps(s, self.plan, lo, hi)).collect();
                 let mut span = None;
                 let mut end = hi;
                 for (i, stage) in stages.iter().enumerate().rev() {
-                    let placed = self.place(stage, lo, end.max(lo), bases[i])?;
+                    let before = least[..i].iter().fold(0usize, |t, &n| t.saturating_add(n));
+                    let floor = lo.saturating_add(before).min(end);
+                    let placed = self.place(stage, floor, end.max(floor), bases[i])?;
                     if let Some((s, _)) = placed {
                         end = s;
                     }

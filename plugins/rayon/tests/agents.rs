@@ -141,6 +141,20 @@ fn order_chains_stages_last_first() {
 }
 
 #[test]
+fn order_leaves_earlier_stages_their_least_time() {
+    // The first stage needs 3 steps (one bundle at most); the second could spread over the whole
+    // 6-step window at one bundle, which would leave the first only 2. It starts no earlier than
+    // step 3 instead: two bundles over [4, 6), the first stage over [1, 4).
+    let e = window(0, 6000, Expr::Order(vec![atom(1, 1, 1, 0, 3000), atom(1, 1, 4, 0, 4000)]));
+    let mut plan = plan10();
+    let a = ok(admit(&mut plan, &e, Agent::GreeL, 1));
+    assert_eq!(a.atoms, vec![vec![iv(1000, 4000, 1)], vec![iv(4000, 6000, 2)]]);
+    let mut plan = plan10();
+    let a = ok(admit(&mut plan, &e, Agent::Gree, 1));
+    assert_eq!(a.atoms, vec![vec![iv(2000, 5000, 1)], vec![iv(5000, 6000, 4)]]);
+}
+
+#[test]
 fn window_narrows() {
     let mut plan = plan10();
     // [2.5 s, 6.5 s) holds whole steps 3..6 only.

@@ -1,0 +1,908 @@
+//! Rayon planning experiments on the SWIM Facebook 2009 day (seed 001, issue 9): GREE against
+//! GREE-L on admission, the MILP on a one-hour subset, and replanning after a capacity loss.
+//!
+//! ```text
+//! cargo run --release -p gantry-sim --example rayon_planning -- \
+//!     --trace ../shared/traces/swim-fb-2009/FB-2009_samples_24_times_1hr_0.tsv [--out DIR] [--json FILE]
+//! ```
+//!
+//! # Reservations from SWIM jobs (the rule)
+//!
+//! The trace is read with the simulator's SWIM reader and its default model
+//! (`gantry_sim::trace::swim::SwimModel`: a map stage, then a reduce stage when the job
+//! shuffles; containers of 1 core / 2 GiB; task durations from the data sizes). Jobs are taken in
+//! submission order; for **every** job two numbers are drawn from `gantry_sdk::rng::SplitMix64`
+//! seeded with `--seed` (default 1): `u` in `[0, 1)` and the slack `s = lo + (hi − lo) · u'`
+//! (`--slack lo..hi`, default `2..3`), so a job's slack does not depend on which other jobs were
+//! picked. The job becomes a **deadline job** when `u < --deadline-share` (default 0.3); the
+//! others are best-effort work the plan does not hold (they are not simulated here).
+//!
+//! A deadline job's stages become atoms: bundle = the stage's container, `g = 1`, `h` = its task
+//! count capped at `--max-parallel` (default 200 containers, a quarter of the default cluster),
+//! `l` = the task duration (`--lease none`: one plan step, i.e. no lease), `w` = tasks × task duration. The job's **ideal runtime** is
+//! `Σ_stages ⌈tasks / h⌉ · duration` and its reservation is
+//! `window(arrival, arrival + s · ideal, atom)` for a map-only job and
+//! `window(arrival, arrival + s · ideal, order(map atom, reduce atom))` otherwise.
+//!
+//! # Cluster and plan
+//!
+//! `--nodes` (100) nodes of `--node-cpu` (8) cores and `--node-mem` (16GiB), the SWIM pool of
+//! `experiments/packing-elastic`; the plan holds `--plan-share` (0.7) of it, like YARN's
+//! reservable queue. One plan step is `--step-ms` (1000) and the horizon runs to the latest
+//! deadline.
+//!
+//! # Admission
+//!
+//! Reservations are admitted in arrival order, each into the plan as the earlier ones left it.
+//! Each window opens at the job's arrival, so the submission can be at the arrival or any fixed
+//! lead time before it: the order, and so every decision, is the same. Per agent: share accepted
+//! (count and requested work), admission latency (mean, p99, µs), height changes (per reservation,
+//! the sum over steps of `|bundles(t) − bundles(t−1)|`, counting its start and its end: a proxy
+//! for preemptions), change points (steps where the reservation's demand changes, as
+//! `gantry_rayon::milp::changes` counts them) and allocated bundle-hours. Bundles are counted in
+//! map containers' CPU (the map and reduce containers are equal in the default model).
+//!
+//! # MILP on a subset
+//!
+//! The first `--milp-n` (25) deadline reservations arriving in hour `--milp-hour` (default: the
+//! hour whose deadline reservations request the most work). For each agent's full-day plan, those of them it
+//! accepted are re-laid out by `gantry_rayon::milp::optimize` (time limit `--milp-time-limit`,
+//! default 20 s; cell bound `--milp-cells`, default 1,500) around everything else the agent
+//! placed; reported against the agent's own layout of the same reservations. The optimiser's
+//! slots are at least the longest lease of the subset (so leases hold); `--milp-slot STEPS`
+//! fixes them instead, finer than long leases, which the answer then need not respect.
+//!
+//! # Capacity loss
+//!
+//! `--loss-share` (0.05) of the plan's capacity is lost from `--loss-at` (12h) to the end of the
+//! horizon, on each agent's full-day plan (as if the whole day's reservations were in the plan
+//! when the loss happens, i.e. submitted at least a day ahead). A reservation whose allocation
+//! started before the loss is running: it may not move. One that has not started may, within
+//! its window cut to start at the loss. Gantry's `replan` (move / reshape within windows, reject
+//! fewest, lowest priority then newest; every reservation here has priority 0 and submission
+//! order = arrival order) against `replan_yarn_simple` (YARN: delete the newest at each
+//! overcommitted step).
+//!
+//! # Outputs
+//!
+//! Markdown tables on stdout; with `--out DIR`, `skyline.csv` (per minute: capacity and cores
+//! held, mean and peak, for each plan) and `skyline.svg`; with `--json FILE`, every figure as
+//! JSON. Progress on stderr when it is a terminal.
+
+use std::error::Error;
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use gantry_rayon::agents::{Agent, admit};
+use gantry_rayon::milp::{self, Options, Request};
+use gantry_rayon::plan::{Piece, Plan};
+use gantry_rayon::rdl::{Atom, Expr, Window};
+use gantry_rayon::replan::{Replan, ReservationInfo, replan, replan_yarn_simple};
+use gantry_sdk::abi::GantryResources;
+use gantry_sdk::rng::SplitMix64;
+use gantry_sim::trace::{self, swim};
+use serde_json::{Value, json};
+
+type Res<T> = Result<T, Box<dyn Error>>;
+
+const HOUR_MS: u64 = 3_600_000;
+const MINUTE_MS: u64 = 60_000;
+const GIB: u64 = 1 << 30;
+const AGENTS: [Agent; 2] = [Agent::Gree, Agent::GreeL];
+
+/// Command-line settings (see the module documentation).
+struct Args {
+    trace: PathBuf,
+    nodes: u64,
+    node_cores: u64,
+    node_mem: u64,
+    plan_share: f64,
+    deadline_share: f64,
+    slack: (f64, f64),
+    max_parallel: u32,
+    lease: bool,
+    seed: u64,
+    step_ms: u64,
+    milp_hour: Option<u64>,
+    milp_n: usize,
+    milp_time_limit: Duration,
+    milp_cells: usize,
+    milp_slot: Option<usize>,
+    loss_at_ms: u64,
+    loss_share: f64,
+    out: Option<PathBuf>,
+    json: Option<PathBuf>,
+}
+
+const USAGE: &str = "usage: rayon_planning --trace FILE [--nodes 100] [--node-cpu 8] [--node-mem 16GiB] \
+[--plan-share 0.7] [--deadline-share 0.3] [--slack 2..3] [--max-parallel 200] [--lease task|none] [--seed 1] [--step-ms 1000] \
+[--milp-hour H] [--milp-n 25] [--milp-time-limit 20s] [--milp-cells 1500] [--milp-slot STEPS] [--loss-at 12h] \
+[--loss-share 0.05] [--out DIR] [--json FILE]";
+
+fn parse_args() -> Res<Args> {
+    let mut a = Args {
+        trace: PathBuf::new(),
+        nodes: 100,
+        node_cores: 8,
+        node_mem: 16 * GIB,
+        plan_share: 0.7,
+        deadline_share: 0.3,
+        slack: (2.0, 3.0),
+        max_parallel: 200,
+        lease: true,
+        seed: 1,
+        step_ms: 1000,
+        milp_hour: None,
+        milp_n: 25,
+        milp_time_limit: Duration::from_secs(20),
+        milp_cells: 1500,
+        milp_slot: None,
+        loss_at_ms: 12 * HOUR_MS,
+        loss_share: 0.05,
+        out: None,
+        json: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "-h" || flag == "--help" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        let v = it.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+        let bad = |what: &str| format!("{flag} {v}: expected {what}");
+        match flag.as_str() {
+            "--trace" => a.trace = PathBuf::from(&v),
+            "--nodes" => a.nodes = v.parse().map_err(|_| bad("a count"))?,
+            "--node-cpu" => a.node_cores = v.parse().map_err(|_| bad("cores"))?,
+            "--node-mem" => a.node_mem = parse_bytes(&v).ok_or_else(|| bad("a size like 16GiB"))?,
+            "--plan-share" => a.plan_share = parse_share(&v).ok_or_else(|| bad("a share in (0, 1]"))?,
+            "--deadline-share" => {
+                a.deadline_share = parse_share(&v).ok_or_else(|| bad("a share in (0, 1]"))?
+            }
+            "--slack" => a.slack = parse_range(&v).ok_or_else(|| bad("LO..HI or one number, at least 1"))?,
+            "--max-parallel" => {
+                a.max_parallel = v.parse().ok().filter(|&h| h > 0).ok_or_else(|| bad("a count"))?
+            }
+            "--lease" => {
+                a.lease = match v.as_str() {
+                    "task" => true,
+                    "none" => false,
+                    _ => return Err(bad("task or none").into()),
+                }
+            }
+            "--seed" => a.seed = v.parse().map_err(|_| bad("an integer"))?,
+            "--step-ms" => {
+                a.step_ms = v.parse().ok().filter(|&s| s > 0).ok_or_else(|| bad("milliseconds"))?
+            }
+            "--milp-hour" => a.milp_hour = Some(v.parse().map_err(|_| bad("an hour"))?),
+            "--milp-n" => a.milp_n = v.parse().map_err(|_| bad("a count"))?,
+            "--milp-time-limit" => {
+                a.milp_time_limit = Duration::from_millis(parse_ms(&v).ok_or_else(|| bad("a duration"))?)
+            }
+            "--milp-cells" => a.milp_cells = v.parse().map_err(|_| bad("a count"))?,
+            "--milp-slot" => {
+                a.milp_slot = Some(v.parse().ok().filter(|&s| s > 0).ok_or_else(|| bad("steps"))?)
+            }
+            "--loss-at" => a.loss_at_ms = parse_ms(&v).ok_or_else(|| bad("a time like 12h"))?,
+            "--loss-share" => a.loss_share = parse_share(&v).ok_or_else(|| bad("a share in (0, 1]"))?,
+            "--out" => a.out = Some(PathBuf::from(&v)),
+            "--json" => a.json = Some(PathBuf::from(&v)),
+            _ => return Err(format!("unknown option {flag}\n{USAGE}").into()),
+        }
+    }
+    if a.trace.as_os_str().is_empty() {
+        return Err(format!("--trace is required\n{USAGE}").into());
+    }
+    Ok(a)
+}
+
+fn parse_share(v: &str) -> Option<f64> {
+    v.parse::<f64>().ok().filter(|x| *x > 0.0 && *x <= 1.0)
+}
+
+fn parse_range(v: &str) -> Option<(f64, f64)> {
+    let (lo, hi) = match v.split_once("..") {
+        Some((lo, hi)) => (lo.parse::<f64>().ok()?, hi.parse::<f64>().ok()?),
+        None => {
+            let x = v.parse::<f64>().ok()?;
+            (x, x)
+        }
+    };
+    (lo >= 1.0 && hi >= lo && hi.is_finite()).then_some((lo, hi))
+}
+
+/// `16GiB`, `16G`, `512MiB`, or bytes.
+fn parse_bytes(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (num, mult) = [("GiB", GIB), ("G", GIB), ("MiB", 1 << 20), ("M", 1 << 20)]
+        .iter()
+        .find_map(|(suffix, m)| v.strip_suffix(suffix).map(|n| (n, *m)))
+        .unwrap_or((v, 1));
+    let x: f64 = num.trim().parse().ok()?;
+    (x > 0.0).then_some((x * mult as f64) as u64)
+}
+
+/// `12h`, `30m`, `20s`, `500ms`, or milliseconds.
+fn parse_ms(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (num, mult) = [("ms", 1.0), ("h", HOUR_MS as f64), ("m", MINUTE_MS as f64), ("s", 1000.0)]
+        .iter()
+        .find_map(|(suffix, m)| v.strip_suffix(suffix).map(|n| (n, *m)))
+        .unwrap_or((v, 1.0));
+    let x: f64 = num.trim().parse().ok()?;
+    (x >= 0.0).then_some((x * mult) as u64)
+}
+
+/// Prints progress when stderr is a terminal.
+fn progress(msg: &str) {
+    if std::io::stderr().is_terminal() {
+        eprintln!("{msg}");
+    }
+}
+
+/// One deadline job's reservation.
+struct Reservation {
+    /// Its id in the plans: its index in the derived list (arrival order).
+    id: u64,
+    arrival_ms: u64,
+    deadline_ms: u64,
+    expr: Expr,
+    /// Σ w over its atoms, bundle-ms.
+    work_bundle_ms: u128,
+}
+
+/// The rule of the module documentation.
+fn derive(jobs: &[trace::Job], a: &Args) -> Res<Vec<Reservation>> {
+    let mut rng = SplitMix64::new(a.seed);
+    let mut out = Vec::new();
+    for job in jobs {
+        let pick = rng.unit();
+        let slack = a.slack.0 + (a.slack.1 - a.slack.0) * rng.unit();
+        if pick >= a.deadline_share {
+            continue;
+        }
+        let mut atoms = Vec::new();
+        let mut ideal_ms = 0u64;
+        let mut work = 0u128;
+        for st in job.stages.iter().filter(|s| s.count > 0) {
+            let h = st.count.min(a.max_parallel);
+            let dur = st.duration_ms.max(1);
+            ideal_ms += u64::from(st.count.div_ceil(h)) * dur;
+            let w = u64::from(st.count) * dur;
+            work += u128::from(w);
+            atoms.push(Expr::Atom(Atom {
+                bundle: st.resources,
+                min_parallel: 1,
+                max_parallel: h,
+                min_lease_ms: if a.lease { dur } else { a.step_ms },
+                work: w,
+            }));
+        }
+        let inner = match atoms.len() {
+            0 => continue,
+            1 => atoms.remove(0),
+            _ => Expr::Order(atoms),
+        };
+        let deadline_ms = job.submit_ms + (slack * ideal_ms as f64).ceil() as u64;
+        let expr =
+            Expr::Window(Window { start_ms: job.submit_ms, end_ms: deadline_ms, inner: Box::new(inner) });
+        expr.validate().map_err(|e| format!("job {}: invalid reservation: {e}", job.name))?;
+        out.push(Reservation {
+            id: out.len() as u64,
+            arrival_ms: job.submit_ms,
+            deadline_ms,
+            expr,
+            work_bundle_ms: work,
+        });
+    }
+    Ok(out)
+}
+
+/// Resources times a share, per dimension, rounded down.
+fn share_of(r: &GantryResources, f: f64) -> GantryResources {
+    GantryResources {
+        cpu_millis: (r.cpu_millis as f64 * f) as u64,
+        memory_bytes: (r.memory_bytes as f64 * f) as u64,
+        gpus: (f64::from(r.gpus) * f) as u32,
+        reserved: 0,
+    }
+}
+
+/// Counts bundles in one dimension of a unit container.
+#[derive(Clone, Copy)]
+struct Unit {
+    dim: usize,
+    per: i64,
+}
+
+impl Unit {
+    fn of(r: &GantryResources) -> Unit {
+        if r.cpu_millis > 0 {
+            Unit { dim: 0, per: r.cpu_millis as i64 }
+        } else {
+            Unit { dim: 1, per: r.memory_bytes.max(1) as i64 }
+        }
+    }
+    fn bundles(self, p: &Piece) -> i64 {
+        p.demand[self.dim] / self.per
+    }
+}
+
+/// Σ |bundles(t) − bundles(t−1)| over the reservation's steps, its start and end included.
+fn height_changes(pieces: &[Piece], unit: Unit) -> u64 {
+    let mut ev: Vec<(usize, i64)> = Vec::with_capacity(2 * pieces.len());
+    for p in pieces {
+        let b = unit.bundles(p);
+        ev.push((p.start, b));
+        ev.push((p.end, -b));
+    }
+    ev.sort_unstable();
+    let (mut level, mut total, mut i) = (0i64, 0u64, 0);
+    while i < ev.len() {
+        let (at, before) = (ev[i].0, level);
+        while i < ev.len() && ev[i].0 == at {
+            level += ev[i].1;
+            i += 1;
+        }
+        total += level.abs_diff(before);
+    }
+    total
+}
+
+fn bundle_ms(pieces: &[Piece], unit: Unit, step_ms: u64) -> u128 {
+    pieces
+        .iter()
+        .map(|p| (p.end - p.start) as u128 * u128::from(step_ms) * unit.bundles(p).max(0) as u128)
+        .sum()
+}
+
+/// Figures of a set of reservations in a plan (those it holds).
+#[derive(Default, Clone, Copy)]
+struct Shape {
+    held: usize,
+    changes: u64,
+    change_points: usize,
+    bundle_ms: u128,
+}
+
+fn shape(plan: &Plan, ids: impl IntoIterator<Item = u64>, unit: Unit) -> Shape {
+    let mut s = Shape::default();
+    for id in ids {
+        if let Some(p) = plan.pieces(id) {
+            s.held += 1;
+            s.changes += height_changes(p, unit);
+            s.change_points += milp::changes(p, plan.steps());
+            s.bundle_ms += bundle_ms(p, unit, plan.step_ms());
+        }
+    }
+    s
+}
+
+fn hours(bundle_ms: u128) -> f64 {
+    bundle_ms as f64 / HOUR_MS as f64
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
+}
+
+/// One agent's admission of the whole day.
+struct AgentRun {
+    agent: Agent,
+    plan: Plan,
+    accepted: Vec<bool>,
+    latency: Vec<Duration>,
+}
+
+fn admit_all(agent: Agent, empty: &Plan, res: &[Reservation]) -> AgentRun {
+    let mut plan = empty.clone();
+    let mut accepted = Vec::with_capacity(res.len());
+    let mut latency = Vec::with_capacity(res.len());
+    for r in res {
+        let t = Instant::now();
+        let ok = admit(&mut plan, &r.expr, agent, r.id).is_ok();
+        latency.push(t.elapsed());
+        accepted.push(ok);
+    }
+    AgentRun { agent, plan, accepted, latency }
+}
+
+/// A markdown table.
+fn table(head: &[&str], rows: &[Vec<String>]) -> String {
+    let mut s = format!("| {} |\n|{}\n", head.join(" | "), "---|".repeat(head.len()));
+    for r in rows {
+        let _ = writeln!(s, "| {} |", r.join(" | "));
+    }
+    s
+}
+
+fn pct(a: f64, b: f64) -> String {
+    if b > 0.0 { format!("{:.1} %", 100.0 * a / b) } else { "-".into() }
+}
+
+fn main() -> Res<()> {
+    let a = parse_args()?;
+    let wall = Instant::now();
+    let model = swim::SwimModel::default();
+    let mut jobs = swim::read(&a.trace, &model).map_err(|e| format!("reading {}: {e}", a.trace.display()))?;
+    trace::sort_by_submit(&mut jobs);
+    let res = derive(&jobs, &a)?;
+    if res.is_empty() {
+        return Err("no deadline jobs: raise --deadline-share".into());
+    }
+    let unit = Unit::of(&model.map_container);
+    let cluster = GantryResources {
+        cpu_millis: a.nodes * a.node_cores * 1000,
+        memory_bytes: a.nodes * a.node_mem,
+        gpus: 0,
+        reserved: 0,
+    };
+    let capacity = share_of(&cluster, a.plan_share);
+    let horizon_ms = res.iter().map(|r| r.deadline_ms).max().unwrap_or(0).max(a.loss_at_ms + a.step_ms);
+    let empty = Plan::with_horizon(a.step_ms, horizon_ms, &capacity)
+        .map_err(|e| format!("cannot build the plan: {e}"))?;
+    let requested: u128 = res.iter().map(|r| r.work_bundle_ms).sum();
+    let plan_bundle_ms = (capacity.cpu_millis / model.map_container.cpu_millis.max(1)) as u128
+        * u128::from(empty.steps() as u64 * a.step_ms);
+    let mut out = String::new();
+    let mut js = serde_json::Map::new();
+    let _ = writeln!(
+        out,
+        "{} SWIM jobs, {} deadline reservations (seed {}, share {}, slack {}..{}, h <= {}); cluster {} nodes x {} cores / {:.0} GiB, \
+         plan {} of it ({} cores, {:.0} GiB), {} steps of {} ms; requested work {:.0} bundle-hours = {:.1} % of the plan's capacity over the horizon\n",
+        jobs.len(),
+        res.len(),
+        a.seed,
+        a.deadline_share,
+        a.slack.0,
+        a.slack.1,
+        a.max_parallel,
+        a.nodes,
+        a.node_cores,
+        a.node_mem as f64 / GIB as f64,
+        a.plan_share,
+        capacity.cpu_millis / 1000,
+        capacity.memory_bytes as f64 / GIB as f64,
+        empty.steps(),
+        a.step_ms,
+        hours(requested),
+        100.0 * requested as f64 / plan_bundle_ms.max(1) as f64,
+    );
+    js.insert(
+        "setup".into(),
+        json!({
+            "jobs": jobs.len(), "reservations": res.len(), "seed": a.seed, "deadline_share": a.deadline_share,
+            "slack": [a.slack.0, a.slack.1], "max_parallel": a.max_parallel, "nodes": a.nodes,
+            "node_cores": a.node_cores, "node_mem_bytes": a.node_mem, "plan_share": a.plan_share,
+            "step_ms": a.step_ms, "steps": empty.steps(), "requested_bundle_hours": hours(requested),
+        }),
+    );
+
+    // 1. Admission of the whole day.
+    let mut runs = Vec::new();
+    for agent in AGENTS {
+        progress(&format!("admitting {} reservations with {}", res.len(), agent.name()));
+        runs.push(admit_all(agent, &empty, &res));
+    }
+    let mut rows = Vec::new();
+    let mut jrows = Vec::new();
+    for run in &runs {
+        let ids: Vec<u64> = res.iter().filter(|r| run.accepted[r.id as usize]).map(|r| r.id).collect();
+        let work: u128 = res.iter().filter(|r| run.accepted[r.id as usize]).map(|r| r.work_bundle_ms).sum();
+        let s = shape(&run.plan, ids.iter().copied(), unit);
+        let rejected_orders = res
+            .iter()
+            .filter(|r| {
+                !run.accepted[r.id as usize]
+                    && matches!(&r.expr, Expr::Window(w) if matches!(*w.inner, Expr::Order(_)))
+            })
+            .count();
+        let mut lat = run.latency.clone();
+        lat.sort_unstable();
+        let total: Duration = lat.iter().sum();
+        let mean = total / lat.len().max(1) as u32;
+        rows.push(vec![
+            run.agent.name().to_string(),
+            format!("{} / {} ({})", ids.len(), res.len(), pct(ids.len() as f64, res.len() as f64)),
+            pct(work as f64, requested as f64),
+            format!("{} ({rejected_orders})", res.len() - ids.len()),
+            format!("{:.1}", us(mean)),
+            format!("{:.1}", us(percentile(&lat, 0.99))),
+            format!("{:.1}", us(percentile(&lat, 1.0))),
+            s.changes.to_string(),
+            s.change_points.to_string(),
+            format!("{:.1}", s.changes as f64 / ids.len().max(1) as f64),
+            format!("{:.0}", hours(s.bundle_ms)),
+        ]);
+        jrows.push(json!({
+            "agent": run.agent.name(), "accepted": ids.len(), "reservations": res.len(),
+            "rejected_map_reduce": rejected_orders,
+            "accepted_work_share": work as f64 / requested.max(1) as f64,
+            "latency_mean_us": us(mean), "latency_p99_us": us(percentile(&lat, 0.99)),
+            "latency_max_us": us(percentile(&lat, 1.0)), "height_changes": s.changes,
+            "change_points": s.change_points, "bundle_hours": hours(s.bundle_ms),
+            "requested_bundle_hours_accepted": hours(work),
+        }));
+    }
+    let _ = writeln!(out, "## Admission of the day, in arrival order\n");
+    out.push_str(&table(
+        &[
+            "agent",
+            "accepted",
+            "accepted work",
+            "rejected (map+reduce)",
+            "latency mean (us)",
+            "p99 (us)",
+            "max (us)",
+            "height changes (bundles)",
+            "change points",
+            "height changes per accepted",
+            "allocated bundle-hours",
+        ],
+        &rows,
+    ));
+    let both = res.iter().filter(|r| runs.iter().all(|x| x.accepted[r.id as usize])).count();
+    let _ = writeln!(out, "\naccepted by both agents: {both}\n");
+    js.insert("admission".into(), Value::Array(jrows));
+
+    // 2. MILP on a one-hour subset.
+    let hour = a.milp_hour.unwrap_or_else(|| {
+        let mut per_hour = std::collections::BTreeMap::<u64, u128>::new();
+        for r in &res {
+            *per_hour.entry(r.arrival_ms / HOUR_MS).or_default() += r.work_bundle_ms;
+        }
+        per_hour.iter().max_by_key(|(h, w)| (**w, std::cmp::Reverse(**h))).map_or(0, |(h, _)| *h)
+    });
+    let subset: Vec<&Reservation> =
+        res.iter().filter(|r| r.arrival_ms / HOUR_MS == hour).take(a.milp_n).collect();
+    let opts = Options {
+        time_limit: a.milp_time_limit,
+        max_cells: a.milp_cells,
+        slot_steps: a.milp_slot,
+        ..Options::default()
+    };
+    let mut rows = Vec::new();
+    let mut jrows = Vec::new();
+    for run in &runs {
+        let ids: Vec<u64> = subset.iter().filter(|r| run.accepted[r.id as usize]).map(|r| r.id).collect();
+        let time: Duration = subset.iter().map(|r| run.latency[r.id as usize]).sum();
+        let before = shape(&run.plan, ids.iter().copied(), unit);
+        let requests: Vec<Request> = subset
+            .iter()
+            .filter(|r| run.accepted[r.id as usize])
+            .map(|r| Request { id: r.id, expr: r.expr.clone() })
+            .collect();
+        progress(&format!(
+            "MILP over {} reservations of hour {hour} from {}'s plan",
+            requests.len(),
+            run.agent.name()
+        ));
+        let t = Instant::now();
+        let o = milp::optimize(&run.plan, &requests, &opts).map_err(|e| format!("milp: {e}"))?;
+        let milp_time = t.elapsed();
+        let mut after_plan = run.plan.clone();
+        o.apply(&mut after_plan).map_err(|e| format!("applying the MILP's answer: {e}"))?;
+        let after = shape(&after_plan, ids.iter().copied(), unit);
+        let objective =
+            if o.stats.kept_input.is_some() { o.stats.input_objective } else { o.stats.objective };
+        let moved = o.pieces.iter().filter(|(id, p)| run.plan.pieces(*id) != Some(p.as_slice())).count();
+        rows.push(vec![
+            run.agent.name().to_string(),
+            format!("{} / {}", ids.len(), subset.len()),
+            format!("{:.4}", o.stats.input_objective),
+            before.changes.to_string(),
+            before.change_points.to_string(),
+            format!("{:.1}", hours(before.bundle_ms)),
+            format!("{:.0} us", us(time)),
+            "-".into(),
+        ]);
+        rows.push(vec![
+            format!("MILP from {}", run.agent.name()),
+            format!("{} / {} ({} moved, {} rejected)", after.held, subset.len(), moved, o.rejected.len()),
+            format!("{objective:.4}"),
+            after.changes.to_string(),
+            after.change_points.to_string(),
+            format!("{:.1}", hours(after.bundle_ms)),
+            format!("{:.2} s", milp_time.as_secs_f64()),
+            format!(
+                "slot {} steps, {} cells, {}{}",
+                o.stats.slot_steps,
+                o.stats.cells,
+                if o.stats.optimal { "optimal" } else { "not proved optimal" },
+                o.stats.kept_input.as_ref().map_or(String::new(), |w| format!("; input kept: {w}"))
+            ),
+        ]);
+        jrows.push(json!({
+            "agent": run.agent.name(), "hour": hour, "subset": subset.len(), "accepted": ids.len(),
+            "agent_objective": o.stats.input_objective, "agent_height_changes": before.changes,
+            "agent_change_points": before.change_points, "agent_bundle_hours": hours(before.bundle_ms),
+            "agent_time_us": us(time), "milp_objective": objective, "milp_height_changes": after.changes,
+            "milp_change_points": after.change_points, "milp_bundle_hours": hours(after.bundle_ms),
+            "milp_time_s": milp_time.as_secs_f64(), "milp_solve_time_s": o.stats.solve_time.as_secs_f64(),
+            "milp_moved": moved, "milp_rejected": o.rejected.len(), "slot_steps": o.stats.slot_steps,
+            "cells": o.stats.cells, "optimal": o.stats.optimal, "kept_input": o.stats.kept_input,
+        }));
+    }
+    let _ = writeln!(
+        out,
+        "## MILP on a subset: the first {} deadline reservations arriving in hour {hour} ({} in all), time limit {:?}, at most {} cells\n",
+        subset.len(),
+        res.iter().filter(|r| r.arrival_ms / HOUR_MS == hour).count(),
+        a.milp_time_limit,
+        a.milp_cells
+    );
+    out.push_str(&table(
+        &[
+            "layout",
+            "held",
+            "objective (MILP cost)",
+            "height changes",
+            "change points",
+            "bundle-hours",
+            "planning time",
+            "model",
+        ],
+        &rows,
+    ));
+    out.push('\n');
+    js.insert("milp".into(), Value::Array(jrows));
+
+    // 3. Capacity loss.
+    let loss_step = empty.step_at_or_after(a.loss_at_ms);
+    let loss_ms = empty.ms_of(loss_step);
+    let reduced = share_of(&capacity, 1.0 - a.loss_share);
+    let mut rows = Vec::new();
+    let mut jrows = Vec::new();
+    let mut after_plans: Vec<(String, Plan)> = Vec::new();
+    for run in &runs {
+        let mut infos = Vec::new();
+        let mut running = 0;
+        for r in res.iter().filter(|r| run.accepted[r.id as usize]) {
+            let pieces = run.plan.pieces(r.id).unwrap_or(&[]);
+            let started = pieces.iter().any(|p| p.start < loss_step);
+            let ends_after = pieces.iter().any(|p| p.end > loss_step);
+            running += usize::from(started && ends_after);
+            let expr = match (&r.expr, started) {
+                (Expr::Window(w), false) if w.start_ms < loss_ms && w.end_ms > loss_ms => {
+                    Expr::Window(Window { start_ms: loss_ms, end_ms: w.end_ms, inner: w.inner.clone() })
+                }
+                (e, _) => e.clone(),
+            };
+            let mut info = ReservationInfo::new(r.id, expr, 0, r.id);
+            info.movable = !started;
+            infos.push(info);
+        }
+        let mut lost = run.plan.clone();
+        lost.set_capacity(loss_step, lost.steps(), &reduced).map_err(|e| format!("capacity loss: {e}"))?;
+        let held_before = shape(&run.plan, run.plan.reservation_ids().collect::<Vec<_>>(), unit);
+        for (name, which) in [("gantry replan", 0), ("YARN simple (delete newest)", 1)] {
+            progress(&format!("{name} on {}'s plan", run.agent.name()));
+            let mut p = lost.clone();
+            let t = Instant::now();
+            let r: Replan = if which == 0 {
+                replan(&mut p, &infos, run.agent)
+            } else {
+                replan_yarn_simple(&mut p, &infos)
+            };
+            let time = t.elapsed();
+            let rejected_bms: u128 = r
+                .rejected
+                .iter()
+                .filter_map(|id| run.plan.pieces(*id))
+                .map(|p| bundle_ms(p, unit, run.plan.step_ms()))
+                .sum();
+            let after = shape(&p, p.reservation_ids().collect::<Vec<_>>(), unit);
+            let moved_ids: Vec<u64> = r.moved.iter().map(|m| m.id).collect();
+            let moved_before = shape(&run.plan, moved_ids.iter().copied(), unit);
+            let moved_after = shape(&p, moved_ids.iter().copied(), unit);
+            let stayed = r.affected.len().saturating_sub(r.moved.len() + r.rejected.len());
+            rows.push(vec![
+                run.agent.name().to_string(),
+                name.to_string(),
+                r.affected.len().to_string(),
+                stayed.to_string(),
+                r.moved.len().to_string(),
+                r.rejected.len().to_string(),
+                format!("{:.1}", hours(rejected_bms)),
+                format!("{:+}", moved_after.changes as i64 - moved_before.changes as i64),
+                format!("{:.0}", hours(after.bundle_ms)),
+                format!("{:.1} ms", time.as_secs_f64() * 1e3),
+                if r.overcommitted.is_some() || p.overcommitted().is_some() { "no" } else { "yes" }
+                    .to_string(),
+            ]);
+            jrows.push(json!({
+                "agent": run.agent.name(), "replanner": name, "strategy": r.strategy,
+                "affected": r.affected.len(), "stayed": stayed, "moved": r.moved.len(),
+                "rejected": r.rejected.len(), "rejected_bundle_hours": hours(rejected_bms),
+                "moved_height_changes_delta": moved_after.changes as i64 - moved_before.changes as i64,
+                "bundle_hours_before": hours(held_before.bundle_ms), "bundle_hours_after": hours(after.bundle_ms),
+                "time_ms": time.as_secs_f64() * 1e3, "fits": p.overcommitted().is_none(),
+                "running_at_loss": running,
+            }));
+            if which == 0 {
+                out_strategy(&mut rows, r.strategy);
+            }
+            after_plans.push((format!("{} + {name}", run.agent.name()), p));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "## Capacity loss: {} % of the plan's capacity lost from {:.2} h to the end; reservations started before it may not move\n",
+        a.loss_share * 100.0,
+        loss_ms as f64 / HOUR_MS as f64
+    );
+    out.push_str(&table(
+        &[
+            "plan",
+            "replanner",
+            "affected",
+            "stayed",
+            "moved",
+            "rejected",
+            "bundle-hours rejected",
+            "height changes of moved (delta)",
+            "bundle-hours after",
+            "time",
+            "fits",
+        ],
+        &rows,
+    ));
+    js.insert("capacity_loss".into(), Value::Array(jrows));
+
+    // 4. Skyline.
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let mut series: Vec<(String, &Plan)> =
+            runs.iter().map(|r| (r.agent.name().to_string(), &r.plan)).collect();
+        series.extend(after_plans.iter().map(|(n, p)| (n.clone(), p)));
+        let (csv, svg) = skyline(&empty, &series, loss_step, &a);
+        let csv_path = dir.join("skyline.csv");
+        std::fs::write(&csv_path, csv).map_err(|e| format!("writing {}: {e}", csv_path.display()))?;
+        let svg_path = dir.join("skyline.svg");
+        std::fs::write(&svg_path, svg).map_err(|e| format!("writing {}: {e}", svg_path.display()))?;
+    }
+    let _ = writeln!(out, "\nwall time {:.1} s", wall.elapsed().as_secs_f64());
+    print!("{out}");
+    if let Some(path) = &a.json {
+        js.insert("wall_s".into(), json!(wall.elapsed().as_secs_f64()));
+        let text = serde_json::to_string_pretty(&Value::Object(js))?;
+        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Appends the winning strategy to the last row's replanner name.
+fn out_strategy(rows: &mut [Vec<String>], strategy: &str) {
+    if let Some(row) = rows.last_mut() {
+        row[1] = format!("{} ({strategy})", row[1]);
+    }
+}
+
+/// Per minute: the plan's capacity before and after the loss, and each plan's cores held (mean
+/// and peak over the minute's steps); and the SVG of the means.
+fn skyline(empty: &Plan, series: &[(String, &Plan)], loss_step: usize, a: &Args) -> (String, String) {
+    let per_min = (MINUTE_MS / a.step_ms).max(1) as usize;
+    let minutes = empty.steps().div_ceil(per_min);
+    let cores = |v: Option<[i64; 3]>| v.map_or(0.0, |v| v[0] as f64 / 1000.0);
+    let mut csv = String::from("minute,capacity_cores,capacity_after_loss_cores");
+    for (name, _) in series {
+        let n = name.replace([' ', ',', '(', ')'], "_").replace("__", "_");
+        let _ = write!(csv, ",{n}_mean_cores,{n}_peak_cores");
+    }
+    csv.push('\n');
+    let cap = cores(empty.capacity_at(0));
+    let after = cap * (1.0 - a.loss_share);
+    let mut lines: Vec<Vec<(f64, f64)>> = vec![Vec::with_capacity(minutes); series.len() + 2];
+    for m in 0..minutes {
+        let (lo, hi) = (m * per_min, ((m + 1) * per_min).min(empty.steps()));
+        let cap_after = if lo >= loss_step { after } else { cap };
+        let _ = write!(csv, "{m},{cap:.3},{cap_after:.3}");
+        let x = (m * per_min) as f64 * a.step_ms as f64 / HOUR_MS as f64;
+        lines[0].push((x, cap));
+        lines[1].push((x, cap_after));
+        for (k, (_, plan)) in series.iter().enumerate() {
+            let (mut sum, mut peak) = (0.0, 0.0f64);
+            for i in lo..hi {
+                let c = cores(plan.used_at(i));
+                sum += c;
+                peak = peak.max(c);
+            }
+            let mean = sum / (hi - lo).max(1) as f64;
+            let _ = write!(csv, ",{mean:.3},{peak:.3}");
+            lines[k + 2].push((x, mean));
+        }
+        csv.push('\n');
+    }
+    // Panel 1: capacity and the two agents' plans; panel 2: after the loss.
+    let colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
+    let mut p1: Vec<Line<'_>> = vec![("plan capacity", "black", &lines[0])];
+    for (k, (name, _)) in series.iter().enumerate().take(2) {
+        p1.push((name, colours[k], &lines[k + 2]));
+    }
+    let mut p2: Vec<Line<'_>> = vec![("capacity after loss", "black", &lines[1])];
+    for (k, (name, _)) in series.iter().enumerate().skip(2) {
+        p2.push((name, colours[k], &lines[k + 2]));
+    }
+    let y_max = cap * 1.05;
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{SVG_W}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+        2.0 * SVG_H
+    );
+    svg_panel(&mut svg, 0.0, "Cores held by reservations (per-minute mean)", y_max, &p1);
+    svg_panel(&mut svg, SVG_H, "After the capacity loss (per-minute mean)", y_max, &p2);
+    svg.push_str("</svg>\n");
+    (csv, svg)
+}
+
+/// One line of a plot: name, colour, points (hours, cores).
+type Line<'a> = (&'a str, &'a str, &'a [(f64, f64)]);
+
+const SVG_W: f64 = 900.0;
+const SVG_H: f64 = 380.0;
+const SVG_PAD: f64 = 55.0;
+
+/// One line panel, hours on x and cores on y, its top `y0` pixels down.
+fn svg_panel(svg: &mut String, y0: f64, title: &str, y_max: f64, series: &[Line<'_>]) {
+    let x_max = series.iter().flat_map(|s| s.2.iter().map(|p| p.0)).fold(0.0f64, f64::max).max(1e-9);
+    let sx = |x: f64| SVG_PAD + x / x_max * (SVG_W - 2.0 * SVG_PAD);
+    let sy = |y: f64| SVG_H - SVG_PAD - y / y_max.max(1e-9) * (SVG_H - 2.0 * SVG_PAD);
+    let _ = writeln!(svg, "<g transform=\"translate(0 {y0})\">");
+    let _ = writeln!(
+        svg,
+        "<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">{title}</text>",
+        SVG_W / 2.0
+    );
+    let _ = writeln!(
+        svg,
+        "<path d=\"M{SVG_PAD},{SVG_PAD} V{} H{}\" stroke=\"black\" fill=\"none\"/>",
+        SVG_H - SVG_PAD,
+        SVG_W - SVG_PAD
+    );
+    for k in 0..=4 {
+        let f = f64::from(k) / 4.0;
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{:.0}</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{:.0}</text>",
+            sx(f * x_max),
+            SVG_H - SVG_PAD + 16.0,
+            f * x_max,
+            SVG_PAD - 6.0,
+            sy(f * y_max) + 4.0,
+            f * y_max
+        );
+    }
+    let _ = writeln!(
+        svg,
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">time (h)</text>\
+         <text x=\"14\" y=\"{}\" text-anchor=\"middle\" transform=\"rotate(-90 14 {})\">cores</text>",
+        SVG_W / 2.0,
+        SVG_H - 14.0,
+        SVG_H / 2.0,
+        SVG_H / 2.0
+    );
+    for (i, (name, colour, points)) in series.iter().enumerate() {
+        let mut d = String::new();
+        for (x, y) in points.iter() {
+            let _ = write!(d, "{}{:.1},{:.1}", if d.is_empty() { "M" } else { " L" }, sx(*x), sy(*y));
+        }
+        let _ = writeln!(svg, "<path d=\"{d}\" stroke=\"{colour}\" fill=\"none\" stroke-width=\"1\"/>");
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"{colour}\">{}</text>",
+            SVG_W - SVG_PAD - 260.0,
+            SVG_PAD + 14.0 * i as f64,
+            name.replace('&', "&amp;").replace('<', "&lt;")
+        );
+    }
+    svg.push_str("</g>\n");
+}
