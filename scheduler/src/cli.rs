@@ -95,6 +95,12 @@ pub enum ClientCommand {
         #[command(subcommand)]
         command: NodeCommand,
     },
+    /// Reserve capacity ahead of a deadline (Rayon), list, update, delete or optimise the plan.
+    Reserve {
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::reserve_cli::ReserveCommand,
+    },
 }
 
 /// `gantry node …`.
@@ -344,6 +350,7 @@ pub async fn execute(cmd: ClientCommand, out: &mut dyn Write) -> Result<(), CliE
         ClientCommand::Node { command: NodeCommand::Drain(a) } => set_node_drain(a, true, out).await,
         ClientCommand::Node { command: NodeCommand::Undrain(a) } => set_node_drain(a, false, out).await,
         ClientCommand::Node { command: NodeCommand::Removable(a) } => removable(a, out).await,
+        ClientCommand::Reserve { command } => crate::reserve_cli::execute(command, out).await,
     }
 }
 

@@ -17,9 +17,16 @@
 //!
 //! [profile]
 //! place = "firstfit"           # admit / order / place / rebalance
+//!
+//! [reservations]               # Rayon reservations (absent: none)
+//! queue = "root.prod"          # the reservable leaf queue; its guarantee is what the plan hands out
+//! agent = "gree"               # admission agent: "gree" (late) or "gree-l" (flat)
+//! replanner = "rayon"          # after a capacity loss: "rayon" (move, reject fewest) or "yarn"
+//! step_ms = 1000               # plan step
+//! horizon_ms = 86400000        # how far ahead a deadline may lie
 //! ```
 
-use gantry_engine::{EngineConfig, QueueSpec};
+use gantry_engine::{EngineConfig, PlanConfig, QueueSpec, Replanner};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -153,6 +160,68 @@ pub struct ProfileSection {
     pub rebalance: Option<String>,
 }
 
+/// The Rayon reservation plan (`[reservations]`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ReservationsSection {
+    /// The reservable leaf queue.
+    pub queue: String,
+    /// `gree` (as late as possible, the default) or `gree-l` (as flat as possible).
+    #[serde(default = "gree")]
+    pub agent: String,
+    /// `rayon` (move and reshape, reject fewest; the default) or `yarn` (delete newest).
+    #[serde(default = "rayon")]
+    pub replanner: String,
+    /// Plan step, ms (default 1000).
+    #[serde(default = "second")]
+    pub step_ms: u64,
+    /// How far ahead a deadline may lie, ms (default 24 h).
+    #[serde(default = "day")]
+    pub horizon_ms: u64,
+}
+
+fn gree() -> String {
+    "gree".into()
+}
+fn rayon() -> String {
+    "rayon".into()
+}
+fn second() -> u64 {
+    1_000
+}
+fn day() -> u64 {
+    86_400_000
+}
+
+impl ReservationsSection {
+    /// The engine's plan configuration, or what is wrong with the section.
+    pub fn plan_config(&self) -> Result<PlanConfig, String> {
+        let agent = match self.agent.as_str() {
+            "gree" => gantry_rayon::agents::Agent::Gree,
+            "gree-l" => gantry_rayon::agents::Agent::GreeL,
+            other => return Err(format!("reservations.agent `{other}` is not `gree` or `gree-l`")),
+        };
+        let replanner = match self.replanner.as_str() {
+            "rayon" => Replanner::Rayon,
+            "yarn" => Replanner::YarnSimple,
+            other => return Err(format!("reservations.replanner `{other}` is not `rayon` or `yarn`")),
+        };
+        if !(100..=3_600_000).contains(&self.step_ms) {
+            return Err(format!("reservations.step_ms {} is not in 100..=3600000", self.step_ms));
+        }
+        if self.horizon_ms < self.step_ms || self.horizon_ms > 366 * 86_400_000 {
+            return Err(format!("reservations.horizon_ms {} is not in step_ms..=1 year", self.horizon_ms));
+        }
+        Ok(PlanConfig {
+            queue: self.queue.clone(),
+            agent,
+            replanner,
+            step_ms: self.step_ms,
+            horizon_ms: self.horizon_ms,
+        })
+    }
+}
+
 /// The whole scheduler configuration.
 #[derive(Debug, Clone, Deserialize, Default, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -167,6 +236,8 @@ pub struct SchedulerConfig {
     pub plugins: Vec<PluginSection>,
     /// Extension point → plugin.
     pub profile: ProfileSection,
+    /// The reservation plan, if any.
+    pub reservations: Option<ReservationsSection>,
     /// Directory that relative plugin paths are resolved against (the config file's).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -236,6 +307,9 @@ impl SchedulerConfig {
                 return Err(format!("{name} `{addr}` is not an address like 127.0.0.1:8088"));
             }
         }
+        if let Some(r) = &self.reservations {
+            r.plan_config()?;
+        }
         // Let the engine validate queues and tunables now, so a bad file fails at load time.
         gantry_engine::Engine::builtin(self.engine_config()).map_err(|e| e.to_string())?;
         Ok(())
@@ -257,7 +331,7 @@ impl SchedulerConfig {
             quarantine_ms: e.quarantine_ms.unwrap_or(d.quarantine_ms),
             rebalance_interval_ms: e.rebalance_interval_ms.unwrap_or(d.rebalance_interval_ms),
             history_len: d.history_len,
-            reservations: None,
+            reservations: self.reservations.as_ref().and_then(|r| r.plan_config().ok()),
         }
     }
 

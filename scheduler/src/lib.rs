@@ -12,6 +12,7 @@ pub mod config;
 pub mod dev;
 pub mod metrics;
 pub mod plugin_host;
+pub mod reserve_cli;
 pub mod server;
 pub mod sim_cli;
 pub mod store;

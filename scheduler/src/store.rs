@@ -144,6 +144,16 @@ const MIGRATIONS: &[Migration] = &[
         ) STRICT, WITHOUT ROWID;
     ",
     },
+    Migration {
+        version: 3,
+        description: "Rayon reservations in the plan, with their allocations",
+        sql: "
+        CREATE TABLE plan_reservations (
+            id          INTEGER PRIMARY KEY,
+            record      TEXT    NOT NULL
+        ) STRICT;
+    ",
+    },
 ];
 
 /// Why the store could not do what was asked. It is `Clone` because one failed commit has to be
@@ -309,6 +319,88 @@ pub struct ReservationRecord {
     pub state: u32,
 }
 
+/// A Rayon reservation accepted into the plan, with its allocation (restored exactly, so a
+/// restart does not re-plan it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanReservationRecord {
+    /// Its id.
+    pub id: ReservationId,
+    /// What was asked for.
+    pub request: gantry_engine::ReservationRequest,
+    /// When it was accepted, ms since the Unix epoch.
+    pub submit_ms: u64,
+    /// Its allocation.
+    pub pieces: Vec<gantry_engine::PlannedPiece>,
+}
+
+/// The stored form of a [`PlanReservationRecord`]: the definition in RDL's text form.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct PlanReservationJson {
+    queue: String,
+    name: String,
+    user: String,
+    priority: i32,
+    arrival_ms: Option<u64>,
+    deadline_ms: Option<u64>,
+    rdl: String,
+    submit_ms: u64,
+    /// `[start_ms, end_ms, cpu_millis, memory_bytes, gpus]` per piece.
+    pieces: Vec<[u64; 5]>,
+}
+
+impl PlanReservationRecord {
+    fn to_json(&self) -> String {
+        let r = &self.request;
+        let j = PlanReservationJson {
+            queue: r.queue.clone(),
+            name: r.name.clone(),
+            user: r.user.clone(),
+            priority: r.priority,
+            arrival_ms: r.arrival_ms,
+            deadline_ms: r.deadline_ms,
+            rdl: gantry_rayon::rdl::to_text(&r.definition),
+            submit_ms: self.submit_ms,
+            pieces: self
+                .pieces
+                .iter()
+                .map(|p| {
+                    let x = &p.resources;
+                    [p.start_ms, p.end_ms, x.cpu_millis, x.memory_bytes, u64::from(x.gpus)]
+                })
+                .collect(),
+        };
+        serde_json::to_string(&j).unwrap_or_default()
+    }
+
+    fn from_json(id: u64, text: &str) -> Result<Self, String> {
+        let j: PlanReservationJson = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let definition = gantry_rayon::rdl::parse_text(&j.rdl).map_err(|e| e.to_string())?;
+        let pieces = j
+            .pieces
+            .iter()
+            .map(|&[start_ms, end_ms, cpu, mem, gpus]| gantry_engine::PlannedPiece {
+                start_ms,
+                end_ms,
+                resources: resources(cpu, mem, u32::try_from(gpus).unwrap_or(u32::MAX)),
+            })
+            .collect();
+        Ok(PlanReservationRecord {
+            id: ReservationId(id),
+            request: gantry_engine::ReservationRequest {
+                queue: j.queue,
+                name: j.name,
+                user: j.user,
+                priority: j.priority,
+                arrival_ms: j.arrival_ms,
+                deadline_ms: j.deadline_ms,
+                definition,
+            },
+            submit_ms: j.submit_ms,
+            pieces,
+        })
+    }
+}
+
 /// The next ids to hand out. Stored as a running maximum, so a counter never goes back even if
 /// an older value is written after a newer one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -381,6 +473,14 @@ pub enum Write {
         /// When, ms since the Unix epoch.
         at_ms: u64,
     },
+    /// Record a plan reservation, or overwrite it whole (an update, a replan). Raises the
+    /// reservation id counter past it.
+    PutPlanReservation(PlanReservationRecord),
+    /// Forget a plan reservation (it ended). Unknown ids are fine.
+    DeletePlanReservation {
+        /// The reservation.
+        id: ReservationId,
+    },
     /// The queue configuration the daemon runs with; recorded only when it differs from the
     /// last one, so restarts with the same file add nothing.
     QueueConfig {
@@ -410,6 +510,8 @@ pub struct Recovered {
     pub queues: Option<Vec<QueueSpec>>,
     /// Nodes an operator drained, by name.
     pub drained_nodes: Vec<String>,
+    /// Plan reservations, by id.
+    pub plan_reservations: Vec<PlanReservationRecord>,
 }
 
 /// Counters of the writer, for `/metrics` and tests.
@@ -991,6 +1093,19 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
             .map_err(classify)?;
             bump_counter(conn, "reservation", r.id.0.saturating_add(1))
         }
+        Write::PutPlanReservation(r) => {
+            conn.prepare_cached(
+                "INSERT INTO plan_reservations (id, record) VALUES (?1, ?2)
+                 ON CONFLICT(id) DO UPDATE SET record = excluded.record",
+            )
+            .and_then(|mut s| s.execute(params![r.id.0, r.to_json()]))
+            .map_err(classify)?;
+            bump_counter(conn, "reservation", r.id.0.saturating_add(1))
+        }
+        Write::DeletePlanReservation { id } => {
+            conn.execute("DELETE FROM plan_reservations WHERE id = ?1", params![id.0]).map_err(classify)?;
+            Ok(())
+        }
         Write::ReservationState { id, state } => {
             let n = conn
                 .prepare_cached("UPDATE reservations SET state = ?2 WHERE id = ?1")
@@ -1158,6 +1273,19 @@ fn read_all(conn: &Connection) -> Result<Recovered, StoreError> {
         .map_err(classify)?
         .collect::<Result<_, _>>()
         .map_err(classify)?;
+
+    let mut stmt = conn.prepare("SELECT id, record FROM plan_reservations ORDER BY id").map_err(classify)?;
+    let rows: Vec<(i64, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .map_err(classify)?
+        .collect::<Result<_, _>>()
+        .map_err(classify)?;
+    for (id, text) in rows {
+        let record =
+            PlanReservationRecord::from_json(id as u64, &text).map_err(corrupt("plan reservation", id))?;
+        out.next_reservation_id = out.next_reservation_id.max(record.id.0.saturating_add(1));
+        out.plan_reservations.push(record);
+    }
     Ok(out)
 }
 

@@ -257,6 +257,40 @@ impl Backend for Fake {
         self.state().scheduler.clone().unwrap_or_else(|| engine_scheduler_info().0)
     }
 
+    // The fake has no reservable queue; the daemon's reservation API is tested live
+    // (tests/tests/reservations_live.rs).
+    async fn new_reservation(&self) -> Result<api::reservations::NewReservation, ApiError> {
+        Err(ApiError::not_found("no queue is reservable"))
+    }
+
+    async fn submit_reservation(
+        &self,
+        _: Option<gantry_engine::ReservationId>,
+        _: gantry_engine::ReservationRequest,
+    ) -> Result<api::reservations::ReservationInfo, ApiError> {
+        Err(ApiError::not_found("no queue is reservable"))
+    }
+
+    async fn update_reservation(
+        &self,
+        _: gantry_engine::ReservationId,
+        _: gantry_engine::ReservationRequest,
+    ) -> Result<api::reservations::ReservationInfo, ApiError> {
+        Err(ApiError::not_found("no queue is reservable"))
+    }
+
+    async fn delete_reservation(&self, _: gantry_engine::ReservationId) -> Result<(), ApiError> {
+        Err(ApiError::not_found("no queue is reservable"))
+    }
+
+    async fn reservations(&self) -> Result<Vec<api::reservations::ReservationInfo>, ApiError> {
+        Err(ApiError::not_found("no queue is reservable"))
+    }
+
+    async fn optimize_reservations(&self, _: u64) -> Result<api::reservations::OptimizeInfo, ApiError> {
+        Err(ApiError::not_found("no queue is reservable"))
+    }
+
     async fn logs(&self, container: u64, file: LogFile, tail: Option<u64>) -> Result<Vec<u8>, ApiError> {
         let s = self.state();
         let (_, _, bytes) =

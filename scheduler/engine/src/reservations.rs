@@ -720,7 +720,8 @@ impl ReservationBook {
     }
 
     /// Follows a change of the plan queue's guarantee (nodes registered, lost or drained): the
-    /// plan's capacity from now on becomes it, and what a loss overcommits is re-planned.
+    /// plan's capacity from now on becomes it, and what a loss overcommits is re-planned. (A
+    /// plan still over capacity once a restart's nodes are back is re-planned at the next loss.)
     pub(crate) fn capacity_changed(
         &mut self,
         state: &mut ClusterState,
@@ -731,6 +732,9 @@ impl ReservationBook {
         if cap == self.capacity {
             return;
         }
+        let old = self.capacity;
+        let decreased =
+            cap.cpu_millis < old.cpu_millis || cap.memory_bytes < old.memory_bytes || cap.gpus < old.gpus;
         self.capacity = cap;
         if self.plan.is_none() {
             return;
@@ -742,7 +746,9 @@ impl ReservationBook {
         if from < steps {
             let _ = plan.set_capacity(from, steps, &cap);
         }
-        if plan.overcommitted().is_some() {
+        // Only a loss re-plans: while a restarted scheduler's nodes come back one by one the
+        // restored plan is over the capacity seen so far, and nothing must move for that.
+        if decreased && plan.overcommitted().is_some() {
             self.replan(state, now, commands);
         }
     }

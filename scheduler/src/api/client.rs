@@ -327,6 +327,56 @@ impl Client {
         Ok(KillOutcome { state, accepted: status == StatusCode::ACCEPTED })
     }
 
+    /// `POST /ws/v1/cluster/reservation/new-reservation`.
+    pub async fn new_reservation(&self) -> Result<crate::api::reservations::NewReservation, ClientError> {
+        let (_, body) = self.send(Method::POST, "/ws/v1/cluster/reservation/new-reservation", None).await?;
+        let v = self.parse_value(&body)?;
+        self.typed(&v)
+    }
+
+    /// `POST /ws/v1/cluster/reservation/submit` (or `update` when `update`): the accepted
+    /// reservation with its allocation; a rejection is [`ClientError::Api`] with status 409.
+    pub async fn submit_reservation(
+        &self,
+        body: &crate::api::reservations::ReservationSubmit,
+        update: bool,
+    ) -> Result<crate::api::reservations::ReservationInfo, ClientError> {
+        let path =
+            if update { "/ws/v1/cluster/reservation/update" } else { "/ws/v1/cluster/reservation/submit" };
+        let (_, v) = self.send_value(Method::POST, path, body).await?;
+        self.typed(&v)
+    }
+
+    /// `POST /ws/v1/cluster/reservation/delete`.
+    pub async fn delete_reservation(&self, id: &str) -> Result<(), ClientError> {
+        let body = crate::api::reservations::ReservationDelete { reservation_id: id.to_owned() };
+        self.send_value(Method::POST, "/ws/v1/cluster/reservation/delete", &body).await.map(|_| ())
+    }
+
+    /// `GET /ws/v1/cluster/reservation/list` with allocations.
+    pub async fn reservations(
+        &self,
+        queue: Option<&str>,
+    ) -> Result<Vec<crate::api::reservations::ReservationInfo>, ClientError> {
+        let mut path = "/ws/v1/cluster/reservation/list?include-resource-allocations=true".to_owned();
+        if let Some(q) = queue {
+            path.push_str("&queue=");
+            path.push_str(&crate::api::types::percent_encode(q));
+        }
+        Ok(self.get::<crate::api::reservations::ReservationList>(&path).await?.reservations)
+    }
+
+    /// `POST /ws/v1/cluster/reservation/optimize?time-limit=…`.
+    pub async fn optimize_reservations(
+        &self,
+        time_limit_ms: u64,
+    ) -> Result<crate::api::reservations::OptimizeInfo, ClientError> {
+        let path = format!("/ws/v1/cluster/reservation/optimize?time-limit={time_limit_ms}ms");
+        let (_, body) = self.send(Method::POST, &path, None).await?;
+        let v = self.parse_value(&body)?;
+        self.typed(&v)
+    }
+
     /// `GET /ws/v1/cluster/scheduler`.
     pub async fn scheduler(&self) -> Result<SchedulerInfo, ClientError> {
         Ok(self.get::<SchedulerResponse>(&paths::scheduler()).await?.scheduler.scheduler_info)

@@ -16,6 +16,7 @@
 //! backend sees it, so a refused request changes nothing.
 
 pub mod client;
+pub mod reservations;
 pub mod routes;
 pub mod types;
 
@@ -94,6 +95,43 @@ pub trait Backend: Clone + Send + Sync + 'static {
 
     /// The queue hierarchy with capacities and usage (`GET /ws/v1/cluster/scheduler`).
     fn scheduler(&self) -> impl Future<Output = SchedulerInfo> + Send;
+
+    /// Hands out a reservation id (`POST /reservation/new-reservation`).
+    fn new_reservation(&self) -> impl Future<Output = Result<reservations::NewReservation, ApiError>> + Send;
+
+    /// Admits a reservation at once: `Ok` with its allocation once it is durable;
+    /// [`ApiError::conflict`] when the plan has no room (nothing changed), 422 for an invalid
+    /// request, 404 when no queue is reservable.
+    fn submit_reservation(
+        &self,
+        id: Option<gantry_engine::ReservationId>,
+        request: gantry_engine::ReservationRequest,
+    ) -> impl Future<Output = Result<reservations::ReservationInfo, ApiError>> + Send;
+
+    /// Replaces a reservation's definition; on a conflict the old allocation stays.
+    fn update_reservation(
+        &self,
+        id: gantry_engine::ReservationId,
+        request: gantry_engine::ReservationRequest,
+    ) -> impl Future<Output = Result<reservations::ReservationInfo, ApiError>> + Send;
+
+    /// Deletes a reservation; its applications move to the plan's default queue.
+    fn delete_reservation(
+        &self,
+        id: gantry_engine::ReservationId,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send;
+
+    /// The reservations in the plan, with their allocations (the router filters them).
+    fn reservations(
+        &self,
+    ) -> impl Future<Output = Result<Vec<reservations::ReservationInfo>, ApiError>> + Send;
+
+    /// Runs the offline optimiser over the reservations that have not started, for at most
+    /// `time_limit_ms`, and applies its answer if the plan has not changed meanwhile.
+    fn optimize_reservations(
+        &self,
+        time_limit_ms: u64,
+    ) -> impl Future<Output = Result<reservations::OptimizeInfo, ApiError>> + Send;
 
     /// A container's log file, fetched through its node's agent: the last `tail` bytes, or the
     /// whole file (the backend may cap it) when `tail` is `None`. Bytes, not text: programs

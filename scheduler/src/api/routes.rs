@@ -14,6 +14,11 @@
 //! | GET, PUT | `/apps/{id}/state` | `{"state"}`; PUT `{"state": "KILLED"}` kills (202) |
 //! | GET | `/scheduler` | `{"scheduler": {"schedulerInfo"}}` |
 //! | GET | `/containers/{id}/logs/{stdout,stderr}?tail=BYTES` | the log, `text/plain` |
+//! | POST | `/reservation/new-reservation` | `{"reservation-id"}` |
+//! | POST | `/reservation/submit`, `/reservation/update` | 200 `ReservationInfo` with `resource-allocations` once stored; 409 rejected (no room, nothing changed) |
+//! | POST | `/reservation/delete` | 200 `{}` once stored |
+//! | GET | `/reservation/list?queue=&reservation-id=&start-time=&end-time=&include-resource-allocations=` | `{"reservations": […]}` |
+//! | POST | `/reservation/optimize?time-limit=10s` | `OptimizeInfo`: the offline MILP over reservations not started |
 //!
 //! Every error, including axum's own rejections, unknown paths (404) and wrong methods (405),
 //! is answered with a JSON `RemoteException` body ([`ApiError`]), so clients need one error
@@ -56,6 +61,12 @@ pub fn router<B: Backend>(backend: B) -> Router {
         .route("/ws/v1/cluster/apps/{id}/state", get(app_state::<B>).put(set_app_state::<B>))
         .route("/ws/v1/cluster/scheduler", get(scheduler::<B>))
         .route("/ws/v1/cluster/containers/{id}/logs/{file}", get(logs::<B>))
+        .route("/ws/v1/cluster/reservation/new-reservation", post(new_reservation::<B>))
+        .route("/ws/v1/cluster/reservation/submit", post(submit_reservation::<B>))
+        .route("/ws/v1/cluster/reservation/update", post(update_reservation::<B>))
+        .route("/ws/v1/cluster/reservation/delete", post(delete_reservation::<B>))
+        .route("/ws/v1/cluster/reservation/list", get(list_reservations::<B>))
+        .route("/ws/v1/cluster/reservation/optimize", post(optimize_reservations::<B>))
         .fallback(unknown_path)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -302,6 +313,133 @@ async fn set_app_state<B: Backend>(
     let state = b.app(app.id).await.map_or(app.state, |a| a.state);
     let location = format!("{PREFIX}/apps/{}/state", app.id);
     Ok((StatusCode::ACCEPTED, [(LOCATION, location)], Json(AppStateInfo { state })).into_response())
+}
+
+async fn new_reservation<B: Backend>(
+    State(b): State<B>,
+) -> Result<Json<crate::api::reservations::NewReservation>, ApiError> {
+    Ok(Json(b.new_reservation().await?))
+}
+
+/// The user a reservation is made for: the definition does not carry one (YARN takes it from
+/// the caller's login, which gantry's API does not have yet).
+const RESERVATION_USER: &str = "gantry";
+
+async fn submit_reservation<B: Backend>(
+    State(b): State<B>,
+    ApiJson(body): ApiJson<crate::api::reservations::ReservationSubmit>,
+) -> Result<Json<crate::api::reservations::ReservationInfo>, ApiError> {
+    let queue = body.queue.clone().ok_or_else(|| ApiError::unprocessable("`queue` is required"))?;
+    let id = body
+        .reservation_id
+        .as_deref()
+        .map(crate::api::reservations::parse_reservation_id)
+        .transpose()
+        .map_err(ApiError::bad_request)?;
+    let request =
+        body.definition.to_request(queue, RESERVATION_USER.into()).map_err(ApiError::unprocessable)?;
+    Ok(Json(b.submit_reservation(id, request).await?))
+}
+
+async fn update_reservation<B: Backend>(
+    State(b): State<B>,
+    ApiJson(body): ApiJson<crate::api::reservations::ReservationSubmit>,
+) -> Result<Json<crate::api::reservations::ReservationInfo>, ApiError> {
+    let id = body
+        .reservation_id
+        .as_deref()
+        .ok_or_else(|| ApiError::unprocessable("`reservation-id` is required"))
+        .and_then(|s| crate::api::reservations::parse_reservation_id(s).map_err(ApiError::bad_request))?;
+    let current = b
+        .reservations()
+        .await?
+        .into_iter()
+        .find(|r| crate::api::reservations::parse_reservation_id(&r.reservation_id) == Ok(id))
+        .ok_or_else(|| ApiError::not_found(format!("reservation {} is not in the plan", id.0)))?;
+    let queue = body.queue.clone().unwrap_or(current.queue);
+    let request = body.definition.to_request(queue, current.user).map_err(ApiError::unprocessable)?;
+    Ok(Json(b.update_reservation(id, request).await?))
+}
+
+async fn delete_reservation<B: Backend>(
+    State(b): State<B>,
+    ApiJson(body): ApiJson<crate::api::reservations::ReservationDelete>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let id = crate::api::reservations::parse_reservation_id(&body.reservation_id)
+        .map_err(ApiError::bad_request)?;
+    b.delete_reservation(id).await?;
+    Ok(Json(serde_json::json!({})))
+}
+
+/// `GET /reservation/list` parameters (YARN's names).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReservationListQuery {
+    queue: Option<String>,
+    #[serde(rename = "reservation-id")]
+    reservation_id: Option<String>,
+    #[serde(rename = "start-time")]
+    start_time: Option<u64>,
+    #[serde(rename = "end-time")]
+    end_time: Option<u64>,
+    #[serde(rename = "include-resource-allocations")]
+    include_resource_allocations: Option<bool>,
+}
+
+async fn list_reservations<B: Backend>(
+    State(b): State<B>,
+    ApiQuery(q): ApiQuery<ReservationListQuery>,
+) -> Result<Json<crate::api::reservations::ReservationList>, ApiError> {
+    let id = q
+        .reservation_id
+        .as_deref()
+        .map(crate::api::reservations::parse_reservation_id)
+        .transpose()
+        .map_err(ApiError::bad_request)?;
+    let (start, end) = (q.start_time.unwrap_or(0), q.end_time.unwrap_or(u64::MAX));
+    if start > end {
+        return Err(ApiError::bad_request("start-time is after end-time"));
+    }
+    let mut reservations: Vec<_> = b
+        .reservations()
+        .await?
+        .into_iter()
+        .filter(|r| q.queue.as_ref().is_none_or(|queue| &r.queue == queue || &r.reservation_queue == queue))
+        .filter(|r| {
+            id.is_none_or(|id| crate::api::reservations::parse_reservation_id(&r.reservation_id) == Ok(id))
+        })
+        // Windows that overlap [start, end].
+        .filter(|r| r.arrival <= end && r.deadline >= start)
+        .collect();
+    if !q.include_resource_allocations.unwrap_or(false) {
+        for r in &mut reservations {
+            r.resource_allocations.clear();
+        }
+    }
+    Ok(Json(crate::api::reservations::ReservationList { reservations }))
+}
+
+/// `POST /reservation/optimize` parameters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OptimizeQuery {
+    /// The solver's time limit (`10s`, `2m`, plain seconds); default 10 s, at most 10 min.
+    #[serde(rename = "time-limit")]
+    time_limit: Option<String>,
+}
+
+async fn optimize_reservations<B: Backend>(
+    State(b): State<B>,
+    ApiQuery(q): ApiQuery<OptimizeQuery>,
+) -> Result<Json<crate::api::reservations::OptimizeInfo>, ApiError> {
+    let limit = match q.time_limit.as_deref() {
+        None => 10_000,
+        Some(s) => crate::cli::parse_duration_ms(s).map_err(ApiError::bad_request)?,
+    };
+    if !(1..=600_000).contains(&limit) {
+        return Err(ApiError::bad_request("time-limit must be between 1 ms and 10 min"));
+    }
+    Ok(Json(b.optimize_reservations(limit).await?))
 }
 
 async fn new_application<B: Backend>(State(b): State<B>) -> Result<Json<NewApplication>, ApiError> {

@@ -2,7 +2,10 @@
 //! core (see [`super::core`]), and submissions are acknowledged only once the store has
 //! committed them.
 
-use super::core::{Core, CoreGone, CoreHandle, LaunchTemplate, LogError};
+use super::core::{
+    Core, CoreGone, CoreHandle, LaunchTemplate, LogError, ReservationOp, ReservationOutcome, SubmitError,
+};
+use crate::api::reservations::{NewReservation, OptimizeInfo, ReservationInfo, format_reservation_id};
 use crate::api::types::*;
 use crate::api::{ApiError, AppFilter, Backend, LogFile};
 use gantry_engine::state::{AppSummary, container_is_live};
@@ -206,7 +209,137 @@ fn st_labels(core: &Core) -> &[GantryLabel] {
     core.engine().state().labels()
 }
 
+impl DaemonBackend {
+    /// Runs a reservation change and answers the reservation's record.
+    async fn reservation_change(&self, op: ReservationOp) -> Result<ReservationOutcome, ApiError> {
+        self.core.reservation(op).await.map_err(gone)?.map_err(|e| match e {
+            SubmitError::Engine(e) => match e {
+                EngineError::Conflict(m) if m.contains("no queue is reservable") => ApiError::not_found(m),
+                other => engine_error(other),
+            },
+            SubmitError::Store(e) => {
+                ApiError::unavailable(format!("the reservation could not be stored: {e}"))
+            }
+        })
+    }
+
+    async fn reservation_info(&self, outcome: ReservationOutcome) -> Result<ReservationInfo, ApiError> {
+        let id = match outcome {
+            ReservationOutcome::Rejected { id, reason } => {
+                return Err(ApiError::conflict(format!(
+                    "reservation {} rejected: {reason}",
+                    format_reservation_id(id)
+                )));
+            }
+            ReservationOutcome::Accepted { id, .. } => id,
+        };
+        self.core
+            .read(move |c| {
+                let book = c.engine().reservation_book()?;
+                let r = book.get(id)?;
+                Some(ReservationInfo::accepted(r, c.engine().state().queue_path(r.queue)))
+            })
+            .await
+            .map_err(gone)?
+            .ok_or_else(|| ApiError::conflict(format!("reservation {} ended meanwhile", id.0)))
+    }
+}
+
 impl Backend for DaemonBackend {
+    async fn new_reservation(&self) -> Result<NewReservation, ApiError> {
+        let id = self.core.read(|c| c.reserve_reservation_id()).await.map_err(gone)?;
+        Ok(NewReservation { reservation_id: format_reservation_id(gantry_engine::ReservationId(id)) })
+    }
+
+    async fn submit_reservation(
+        &self,
+        id: Option<gantry_engine::ReservationId>,
+        request: gantry_engine::ReservationRequest,
+    ) -> Result<ReservationInfo, ApiError> {
+        let outcome = self.reservation_change(ReservationOp::Submit { id, request }).await?;
+        self.reservation_info(outcome).await
+    }
+
+    async fn update_reservation(
+        &self,
+        id: gantry_engine::ReservationId,
+        request: gantry_engine::ReservationRequest,
+    ) -> Result<ReservationInfo, ApiError> {
+        let outcome = self.reservation_change(ReservationOp::Update { id, request }).await?;
+        self.reservation_info(outcome).await
+    }
+
+    async fn delete_reservation(&self, id: gantry_engine::ReservationId) -> Result<(), ApiError> {
+        self.reservation_change(ReservationOp::Delete { id }).await.map(|_| ())
+    }
+
+    async fn reservations(&self) -> Result<Vec<ReservationInfo>, ApiError> {
+        self.core
+            .read(|c| {
+                let book = c.engine().reservation_book()?;
+                let st = c.engine().state();
+                Some(
+                    book.reservations()
+                        .map(|r| ReservationInfo::accepted(r, st.queue_path(r.queue)))
+                        .collect(),
+                )
+            })
+            .await
+            .map_err(gone)?
+            .ok_or_else(|| ApiError::not_found("no queue is reservable: configure [reservations]"))
+    }
+
+    async fn optimize_reservations(&self, time_limit_ms: u64) -> Result<OptimizeInfo, ApiError> {
+        let job = self
+            .core
+            .read(|c| c.engine().reservation_book().and_then(|b| b.optimizer_job(now_ms())))
+            .await
+            .map_err(gone)?;
+        let Some(job) = job else {
+            return Ok(OptimizeInfo {
+                considered: 0,
+                moved: 0,
+                objective: 0.0,
+                input_objective: 0.0,
+                optimal: false,
+                solve_ms: 0,
+                kept_because: "the plan is empty".into(),
+            });
+        };
+        let considered = job.requests.len();
+        // The solver takes seconds: off the core and off the async workers.
+        let opts = gantry_rayon::milp::Options {
+            time_limit: Duration::from_millis(time_limit_ms),
+            ..gantry_rayon::milp::Options::default()
+        };
+        let generation = job.generation;
+        let outcome = tokio::task::spawn_blocking(move || {
+            gantry_rayon::milp::optimize(&job.plan, &job.requests, &opts)
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("the optimiser panicked: {e}")))?
+        .map_err(|e| ApiError::unprocessable(e.to_string()))?;
+        let stats = outcome.stats.clone();
+        let mut info = OptimizeInfo {
+            considered,
+            moved: 0,
+            objective: stats.objective,
+            input_objective: stats.input_objective,
+            optimal: stats.optimal,
+            solve_ms: stats.solve_time.as_millis() as u64,
+            kept_because: stats.kept_input.clone().unwrap_or_default(),
+        };
+        if info.kept_because.is_empty() {
+            let done = self
+                .reservation_change(ReservationOp::Optimized { generation, outcome: Box::new(outcome) })
+                .await?;
+            if let ReservationOutcome::Accepted { moved, .. } = done {
+                info.moved = moved;
+            }
+        }
+        Ok(info)
+    }
+
     async fn info(&self) -> ClusterInfo {
         let started = self.started_on_ms;
         self.core

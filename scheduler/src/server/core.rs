@@ -83,6 +83,14 @@ pub enum Request {
         /// The node's state afterwards (`GANTRY_NODE_*`).
         reply: oneshot::Sender<Result<u32, EngineError>>,
     },
+    /// A reservation submitted, updated, deleted or re-organised: the engine decides at once;
+    /// the reply carries the outcome and the store's acknowledgement to await before answering.
+    Reservation {
+        /// What to do.
+        op: ReservationOp,
+        /// The outcome, or why not.
+        reply: oneshot::Sender<Result<(ReservationOutcome, Option<crate::store::Ack>), SubmitError>>,
+    },
     /// Run a read-only function on the core (for queries).
     Read(Box<dyn FnOnce(&Core) + Send>),
     /// An agent opened a stream and registered.
@@ -189,6 +197,57 @@ pub enum SubmitError {
     Store(crate::store::StoreError),
 }
 
+/// A change to the reservation plan (see [`Request::Reservation`]).
+#[derive(Debug)]
+pub enum ReservationOp {
+    /// Admit a new reservation.
+    Submit {
+        /// An id from `new-reservation`, or none.
+        id: Option<gantry_engine::ReservationId>,
+        /// What it asks for.
+        request: gantry_engine::ReservationRequest,
+    },
+    /// Replace a reservation's definition.
+    Update {
+        /// The reservation.
+        id: gantry_engine::ReservationId,
+        /// Its new request.
+        request: gantry_engine::ReservationRequest,
+    },
+    /// Delete a reservation.
+    Delete {
+        /// The reservation.
+        id: gantry_engine::ReservationId,
+    },
+    /// Apply the optimiser's answer computed on the plan of `generation`.
+    Optimized {
+        /// The plan generation it was computed on.
+        generation: u64,
+        /// Its answer.
+        outcome: Box<gantry_rayon::milp::Outcome>,
+    },
+}
+
+/// What a [`ReservationOp`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReservationOutcome {
+    /// Accepted (or updated, or deleted, or re-organised): the reservation's id and, unless it
+    /// was deleted, its record; `moved` reservations were re-placed to make room.
+    Accepted {
+        /// The reservation (0 for an optimisation).
+        id: gantry_engine::ReservationId,
+        /// How many other reservations moved.
+        moved: usize,
+    },
+    /// The plan has no room; nothing changed.
+    Rejected {
+        /// The id it was submitted under.
+        id: gantry_engine::ReservationId,
+        /// Why.
+        reason: String,
+    },
+}
+
 /// The core is gone (the daemon is stopping).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the scheduler core is not running")]
@@ -244,6 +303,21 @@ impl CoreHandle {
                 }
                 Ok(committed)
             }
+        }
+    }
+
+    /// Submits, updates, deletes or re-organises reservations; answers once what it changed is
+    /// committed.
+    pub async fn reservation(
+        &self,
+        op: ReservationOp,
+    ) -> Result<Result<ReservationOutcome, SubmitError>, CoreGone> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::Reservation { op, reply }).await?;
+        match rx.await.map_err(|_| CoreGone)? {
+            Err(e) => Ok(Err(e)),
+            Ok((outcome, Some(ack))) => Ok(ack.await.map(|()| outcome).map_err(SubmitError::Store)),
+            Ok((outcome, None)) => Ok(Ok(outcome)),
         }
     }
 
@@ -357,6 +431,7 @@ pub struct Core {
     started: Instant,
     /// The last application id handed out by `new-application` (ids are never reused).
     last_reserved: std::cell::Cell<u64>,
+    last_reserved_reservation: std::cell::Cell<u64>,
     /// Containers launched per application, and which app each container belongs to.
     launched: HashMap<u64, Vec<LaunchedContainer>>,
     launched_app: HashMap<u64, u64>,
@@ -424,6 +499,7 @@ impl Core {
             stats: CoreStats::default(),
             started: Instant::now(),
             last_reserved: std::cell::Cell::new(0),
+            last_reserved_reservation: std::cell::Cell::new(0),
             launched: HashMap::new(),
             launched_app: HashMap::new(),
             launched_order: std::collections::VecDeque::new(),
@@ -523,6 +599,18 @@ impl Core {
         for c in &recovered.containers {
             if c.state == GANTRY_CONTAINER_FAILED {
                 *failures.entry(c.app.0).or_default() += 1;
+            }
+        }
+        // Reservations first: their queues must exist before their applications come back.
+        for r in recovered.plan_reservations {
+            let event = Event::ReservationRestored {
+                id: r.id,
+                request: r.request,
+                submit_ms: r.submit_ms,
+                pieces: r.pieces,
+            };
+            if let Err(e) = core.engine.handle(now_ms(), event) {
+                tracing::error!(reservation = r.id.0, error = %e, "cannot restore reservation");
             }
         }
         let mut live_apps = std::collections::HashSet::new();
@@ -718,6 +806,14 @@ impl Core {
 
     /// Hands out an application id for a later submission (YARN's `new-application`): past
     /// every id the engine has given and every id reserved before.
+    pub fn reserve_reservation_id(&self) -> u64 {
+        let id = self.engine.next_reservation_id().max(self.last_reserved_reservation.get() + 1);
+        self.last_reserved_reservation.set(id);
+        id
+    }
+
+    /// Hands out an application id no submission has used: above every id the engine has given
+    /// and every id reserved before.
     pub fn reserve_app_id(&self) -> u64 {
         let id = self.engine.state().next_app_id().max(self.last_reserved.get() + 1);
         self.last_reserved.set(id);
@@ -750,6 +846,71 @@ impl Core {
     }
 
     /// Feeds an event to the engine and carries out its commands.
+    /// The store record of a reservation in the plan.
+    fn plan_record(&self, id: gantry_engine::ReservationId) -> Option<crate::store::Write> {
+        let r = self.engine.reservation_book()?.get(id)?;
+        Some(crate::store::Write::PutPlanReservation(crate::store::PlanReservationRecord {
+            id,
+            request: r.request.clone(),
+            submit_ms: r.submit_ms,
+            pieces: r.pieces.clone(),
+        }))
+    }
+
+    /// Applies a reservation change and queues what it changed to the store. A submission the
+    /// store refuses at once is taken back, so nothing unacknowledged stays in the plan.
+    fn reservation(
+        &mut self,
+        op: ReservationOp,
+    ) -> Result<(ReservationOutcome, Option<crate::store::Ack>), SubmitError> {
+        let (event, id, is_submit) = match op {
+            ReservationOp::Submit { id, request } => (Event::ReservationSubmitted { id, request }, id, true),
+            ReservationOp::Update { id, request } => {
+                (Event::ReservationUpdated { id, request }, Some(id), false)
+            }
+            ReservationOp::Delete { id } => (Event::ReservationDeleted { id }, Some(id), false),
+            ReservationOp::Optimized { generation, outcome } => {
+                (Event::PlanOptimized { generation, outcome: *outcome }, None, false)
+            }
+        };
+        let commands = self.engine.handle(now_ms(), event)?;
+        let mut outcome =
+            ReservationOutcome::Accepted { id: id.unwrap_or(gantry_engine::ReservationId(0)), moved: 0 };
+        let mut writes = Vec::new();
+        let mut moved = 0;
+        for c in &commands {
+            match c {
+                Command::ReservationAdmitted { reservation, .. } => {
+                    outcome = ReservationOutcome::Accepted { id: *reservation, moved: 0 };
+                    writes.extend(self.plan_record(*reservation));
+                }
+                Command::ReservationRejected { reservation, reason } => {
+                    outcome = ReservationOutcome::Rejected { id: *reservation, reason: reason.clone() };
+                }
+                Command::ReservationReplanned { .. } => moved += 1,
+                _ => {}
+            }
+        }
+        if let ReservationOutcome::Accepted { moved: m, .. } = &mut outcome {
+            *m = moved;
+        }
+        // Replans and ends are written by `apply` (in order, in their own jobs).
+        let ack = match (&self.store, writes.is_empty()) {
+            (Some(store), false) => match store.submit(writes) {
+                Ok(ack) => Some(ack),
+                Err(e) => {
+                    if let (true, ReservationOutcome::Accepted { id, .. }) = (is_submit, &outcome) {
+                        let _ = self.engine.handle(now_ms(), Event::ReservationDeleted { id: *id });
+                    }
+                    return Err(SubmitError::Store(e));
+                }
+            },
+            _ => None,
+        };
+        self.apply(commands);
+        Ok((outcome, ack))
+    }
+
     fn event(&mut self, event: Event) -> Result<(), EngineError> {
         let commands = self.engine.handle(now_ms(), event)?;
         self.apply(commands);
@@ -869,13 +1030,21 @@ impl Core {
                         self.templates.remove(&app.0);
                     }
                 }
+                Command::ReservationReplanned { reservation, .. } => {
+                    tracing::info!(reservation = reservation.0, "reservation re-planned");
+                    if let Some(w) = self.plan_record(reservation) {
+                        self.persist(vec![w]);
+                    }
+                }
+                Command::ReservationEnded { reservation, why } => {
+                    tracing::info!(reservation = reservation.0, ?why, "reservation ended");
+                    self.persist(vec![crate::store::Write::DeletePlanReservation { id: reservation }]);
+                }
                 Command::AppAccepted { .. }
                 | Command::ReservationRecorded { .. }
                 | Command::ReservationStateChanged { .. }
                 | Command::ReservationAdmitted { .. }
-                | Command::ReservationRejected { .. }
-                | Command::ReservationReplanned { .. }
-                | Command::ReservationEnded { .. } => {}
+                | Command::ReservationRejected { .. } => {}
             }
         }
     }
@@ -952,6 +1121,11 @@ impl Core {
             }
             Request::ApplyNodeDrain { node, drained, seq, reply } => {
                 let _ = reply.send(self.apply_node_drain(&node, drained, seq));
+            }
+            Request::Reservation { op, reply } => {
+                let result = self.reservation(op);
+                self.dirty |= result.is_ok();
+                let _ = reply.send(result);
             }
             Request::Read(f) => f(self),
             Request::AgentConnected { register, tx, stream, reply } => {
