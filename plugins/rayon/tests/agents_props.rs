@@ -226,3 +226,49 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+    /// An `order` of malleable stages (g = 1, lease at most a step) whose stages fit one after
+    /// another at their full width in its window is accepted by both agents on an empty plan: a
+    /// later stage never takes the time an earlier one needs.
+    #[test]
+    fn an_order_that_fits_back_to_back_is_accepted(
+        cap in (4u64..24, 4u64..24),
+        stages in prop::collection::vec((1u64..5, 0u64..5, 1u32..7, 0u64..=STEP, 1u64..20_000), 1..5),
+        start in 0usize..10,
+        extra in 0usize..5,
+    ) {
+        let mut least = 0usize;
+        let mut parts = Vec::new();
+        for &(c, m, h, lease, work) in &stages {
+            let fit = (cap.0 / c).min(cap.1.checked_div(m).unwrap_or(u64::MAX));
+            let gangs = u64::from(h).min(fit).max(1);
+            least += work.div_ceil(STEP).div_ceil(gangs) as usize;
+            parts.push(Expr::Atom(Atom {
+                bundle: res(c, m, 0),
+                min_parallel: 1,
+                max_parallel: h,
+                min_lease_ms: lease.max(1),
+                work,
+            }));
+        }
+        let len = least + extra;
+        let e = Expr::Window(Window {
+            start_ms: start as u64 * STEP,
+            end_ms: (start + len) as u64 * STEP,
+            inner: Box::new(Expr::Order(parts)),
+        });
+        for agent in [Agent::Gree, Agent::GreeL] {
+            let mut plan = Plan::new(STEP, start + len + 3, &res(cap.0, cap.1, 0)).expect("plan");
+            match admit(&mut plan, &e, agent, 1) {
+                Ok(alloc) => {
+                    if let Err(m) = check(&e, &alloc, 0, u64::MAX, 0, true) {
+                        prop_assert!(false, "{:?}: {}\n{:?}\n{:?}", agent, m, e, alloc);
+                    }
+                }
+                Err(r) => prop_assert!(false, "{:?} rejected {:?}: {}", agent, e, r),
+            }
+        }
+    }
+}
