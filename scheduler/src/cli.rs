@@ -152,6 +152,10 @@ pub struct SubmitArgs {
     /// Leaf queue (`prod` or `root.prod`) [default: the scheduler's default queue].
     #[arg(long)]
     pub queue: Option<String>,
+    /// Run in a reservation (`reservation_17`, from `gantry reserve submit`): the app goes to
+    /// its queue.
+    #[arg(long, value_name = "ID")]
+    pub reservation: Option<String>,
     /// Application name [default: the program's name].
     #[arg(long)]
     pub name: Option<String>,
@@ -217,6 +221,7 @@ impl SubmitArgs {
             application_id: None,
             name: self.name.clone().unwrap_or_else(|| default_name.to_owned()),
             queue: self.queue.clone(),
+            reservation_id: self.reservation.clone(),
             user: self.user.clone().or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty())),
             priority: self.priority,
             max_app_attempts: self.max_attempts.unwrap_or(0),

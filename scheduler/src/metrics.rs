@@ -118,6 +118,18 @@ struct QueueLabels {
     queue: String,
 }
 
+/// Label of reservation outcome counters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+/// Label of the plan's gauges: `capacity` (what the plan hands out) or `reserved` (held now).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PlanLabels {
+    kind: &'static str,
+}
+
 /// Label of per-plugin series.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct PluginLabels {
@@ -226,6 +238,12 @@ pub struct SchedulerMetrics {
     queue_preempted_memory_bytes: Family<QueueLabels, Counter>,
     queue_preempted_gpus: Family<QueueLabels, Counter>,
 
+    reservations: IntGauge,
+    reservation_events: Family<OutcomeLabels, Counter>,
+    reservation_plan_cpu_cores: Family<PlanLabels, FloatGauge>,
+    reservation_plan_memory_bytes: Family<PlanLabels, IntGauge>,
+    reservation_plan_gpus: Family<PlanLabels, IntGauge>,
+
     nodes: Family<StateLabels, IntGauge>,
     nodes_idle: Family<StateLabels, IntGauge>,
     node_idle_seconds: Family<NodeLabels, FloatGauge>,
@@ -297,6 +315,11 @@ impl SchedulerMetrics {
             queue_used: QueueGauges::default(),
             queue_pending: QueueGauges::default(),
             queue_preemption_candidates: Family::default(),
+            reservations: IntGauge::default(),
+            reservation_events: Family::default(),
+            reservation_plan_cpu_cores: Family::default(),
+            reservation_plan_memory_bytes: Family::default(),
+            reservation_plan_gpus: Family::default(),
             queue_preempted_containers: Family::default(),
             queue_preempted_cpu_cores: Family::default(),
             queue_preempted_memory_bytes: Family::default(),
@@ -410,6 +433,32 @@ impl SchedulerMetrics {
             "gantry_queue_preempted_gpus",
             "GPUs held by the containers of a leaf queue that a rebalance policy stopped",
             m.queue_preempted_gpus.clone(),
+        );
+        r.register(
+            "gantry_reservations",
+            "Reservations accepted into the plan and not ended",
+            m.reservations.clone(),
+        );
+        r.register(
+            "gantry_reservation_events",
+            "Reservation outcomes: admitted, rejected (no room), moved (allocation changed), expired, deleted, replan_rejected (dropped after a capacity loss)",
+            m.reservation_events.clone(),
+        );
+        r.register(
+            "gantry_reservation_plan_cpu_cores",
+            "The reservation plan now: capacity it hands out and CPU reserved, in cores",
+            m.reservation_plan_cpu_cores.clone(),
+        );
+        r.register_with_unit(
+            "gantry_reservation_plan_memory",
+            "The reservation plan now: capacity it hands out and memory reserved",
+            Unit::Bytes,
+            m.reservation_plan_memory_bytes.clone(),
+        );
+        r.register(
+            "gantry_reservation_plan_gpus",
+            "The reservation plan now: capacity it hands out and GPUs reserved",
+            m.reservation_plan_gpus.clone(),
         );
         r.register("gantry_nodes", "Nodes known to the scheduler, by state", m.nodes.clone());
         r.register(
@@ -704,6 +753,28 @@ impl SchedulerMetrics {
                 cpu.inc_by(total - cpu.get());
             }
         }
+        if let Some(book) = engine.reservation_book() {
+            self.reservations.set(book.reservations().count() as u64);
+            let r = stats.reservations;
+            for (outcome, n) in [
+                ("admitted", r.admitted),
+                ("rejected", r.rejected),
+                ("moved", r.moved),
+                ("expired", r.expired),
+                ("deleted", r.deleted),
+                ("replan_rejected", r.replan_rejected),
+            ] {
+                raise_to(&self.reservation_events.get_or_create(&OutcomeLabels { outcome }), n);
+            }
+            let reserved =
+                book.reservations().fold(GantryResources::default(), |acc, r| acc.plus(&r.allocated_at(now)));
+            for (kind, v) in [("capacity", book.capacity()), ("reserved", reserved)] {
+                let labels = PlanLabels { kind };
+                self.reservation_plan_cpu_cores.get_or_create(&labels).set(v.cpu_millis as f64 / 1000.0);
+                self.reservation_plan_memory_bytes.get_or_create(&labels).set(v.memory_bytes);
+                self.reservation_plan_gpus.get_or_create(&labels).set(u64::from(v.gpus));
+            }
+        }
         raise_to(&self.allocations, stats.placements);
         raise_to(&self.fallback_cycles, stats.fallback_placements);
         for reason in RejectReason::ALL {
@@ -959,7 +1030,7 @@ mod tests {
     }
 
     /// Every family of the classic exposition, with its type.
-    const FAMILIES: [(&str, &str); 37] = [
+    const FAMILIES: [(&str, &str); 42] = [
         ("gantry_scheduler_pending_requests", "gauge"),
         ("gantry_scheduler_pending_containers", "gauge"),
         ("gantry_scheduler_allocations_total", "counter"),
@@ -988,6 +1059,11 @@ mod tests {
         ("gantry_queue_preempted_cpu_cores_total", "counter"),
         ("gantry_queue_preempted_memory_bytes_total", "counter"),
         ("gantry_queue_preempted_gpus_total", "counter"),
+        ("gantry_reservations", "gauge"),
+        ("gantry_reservation_events_total", "counter"),
+        ("gantry_reservation_plan_cpu_cores", "gauge"),
+        ("gantry_reservation_plan_memory_bytes", "gauge"),
+        ("gantry_reservation_plan_gpus", "gauge"),
         ("gantry_nodes", "gauge"),
         ("gantry_nodes_idle", "gauge"),
         ("gantry_node_idle_seconds", "gauge"),
@@ -1003,6 +1079,11 @@ mod tests {
     /// every figure only the daemon sees.
     fn populated() -> SchedulerMetrics {
         let metrics = Arc::new(SchedulerMetrics::new());
+        // The reservation families first, from an engine with a plan (the engine below has none;
+        // their series stay).
+        let mut planned = Engine::builtin(planned_config()).expect("engine");
+        run(&mut planned, 0, vec![node("n1", 0), reservation("atom(1c/1GiB, 1, 2, 10s, 20s)")]);
+        metrics.update_from_engine(&planned);
         let timed = TimedPolicy::new("garbage", Box::new(Garbage), Arc::clone(&metrics));
         let profile = Profile { place: Some(0), ..Profile::default() };
         let mut engine = Engine::new(config(), vec![Box::new(timed)], profile).expect("engine");
@@ -1248,6 +1329,60 @@ mod tests {
         assert!(!t.contains("queue=\"root.a\""), "a queue that is gone has no series:\n{t}");
         assert_eq!(value(&t, "gantry_queue_used_cpu_cores{queue=\"root\"}"), 1.5);
         assert_eq!(value(&t, "gantry_nodes{state=\"lost\"}"), 0.0, "a state no longer reported reads 0");
+    }
+
+    /// `config()` with `root.prod` reservable.
+    fn planned_config() -> EngineConfig {
+        EngineConfig { reservations: Some(gantry_engine::PlanConfig::new("root.prod")), ..config() }
+    }
+
+    /// A reservation in `root.prod` due at 100 s.
+    fn reservation(rdl: &str) -> Event {
+        Event::ReservationSubmitted {
+            id: None,
+            request: gantry_engine::ReservationRequest {
+                queue: "root.prod".into(),
+                name: "r".into(),
+                user: "u".into(),
+                priority: 0,
+                arrival_ms: None,
+                deadline_ms: Some(100_000),
+                definition: gantry_rayon::rdl::parse_text(rdl).expect("rdl"),
+            },
+        }
+    }
+
+    #[test]
+    fn the_reservation_plan_is_exposed() {
+        let mut engine = Engine::builtin(planned_config()).expect("engine");
+        run(&mut engine, 0, vec![node("n1", 0), node("n2", 0)]);
+        // 2 cores for 10 s, placed at 90-100 s; then one too large for the plan (4.8 cores).
+        run(
+            &mut engine,
+            0,
+            vec![reservation("atom(1c/1GiB, 1, 2, 10s, 20s)"), reservation("atom(5c/1GiB, 1, 1, 10s, 10s)")],
+        );
+        run(&mut engine, 95_000, vec![Event::Tick]);
+        let m = SchedulerMetrics::new();
+        m.update_from_engine(&engine);
+        let t = m.encode();
+        assert_eq!(value(&t, "gantry_reservations"), 1.0);
+        assert_eq!(value(&t, "gantry_reservation_events_total{outcome=\"admitted\"}"), 1.0);
+        assert_eq!(value(&t, "gantry_reservation_events_total{outcome=\"rejected\"}"), 1.0);
+        assert_eq!(value(&t, "gantry_reservation_plan_cpu_cores{kind=\"capacity\"}"), 4.8);
+        assert_eq!(value(&t, "gantry_reservation_plan_cpu_cores{kind=\"reserved\"}"), 2.0);
+        assert_eq!(value(&t, "gantry_reservation_plan_memory_bytes{kind=\"reserved\"}"), (2 * GIB) as f64);
+        assert_eq!(value(&t, "gantry_queue_guaranteed_cpu_cores{queue=\"root.prod.reservation_1\"}"), 2.0);
+        assert_eq!(value(&t, "gantry_queue_guaranteed_cpu_cores{queue=\"root.prod.default\"}"), 2.8);
+        let (ok, printed) = promtool_check_metrics(&t);
+        assert!(ok && printed.is_empty(), "promtool check metrics:\n{printed}\non:\n{t}");
+        // At the deadline it ends.
+        run(&mut engine, 100_000, vec![Event::Tick]);
+        m.update_from_engine(&engine);
+        let t = m.encode();
+        assert_eq!(value(&t, "gantry_reservations"), 0.0);
+        assert_eq!(value(&t, "gantry_reservation_events_total{outcome=\"expired\"}"), 1.0);
+        assert_eq!(value(&t, "gantry_reservation_plan_cpu_cores{kind=\"reserved\"}"), 0.0);
     }
 
     #[test]

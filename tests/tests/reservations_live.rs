@@ -118,6 +118,15 @@ fn reservations_are_admitted_at_once_run_apps_and_survive_a_scheduler_kill_9() {
         (v["app"]["state"] == "RUNNING").then_some(())
     });
     assert_eq!(json(&api, &["app", &app.to_string(), "--json"])["app"]["queue"], queue.as_str());
+    // YARN's way: name the reservation, not its queue.
+    let v = json(
+        &api,
+        &["submit", "--json", "--reservation", &id, "--cpu", "100m", "--mem", "32M", "--", "true"],
+    );
+    let by_id = v["application-id"].as_u64().expect("app id");
+    assert_eq!(json(&api, &["app", &by_id.to_string(), "--json"])["app"]["queue"], queue.as_str());
+    let out = run(&api, &["submit", "--reservation", "reservation_999", "--", "true"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not in the plan"));
 
     // kill -9: the plan comes back with the same allocation, and the app is still in it.
     scheduler.kill9();

@@ -6,7 +6,7 @@ use crate::event::{Command, Event, KillReason, NodeCondition};
 use crate::fifo::FirstFitFifo;
 use crate::model::*;
 use crate::policy::{Policy, PolicyError, Profile, StaticPolicy};
-use crate::reservations::{PlannedPiece, ReservationBook, ReservationRequest};
+use crate::reservations::{PlannedPiece, ReservationBook, ReservationEnd, ReservationRequest};
 use crate::rng::SplitMix64;
 use crate::state::{AppMeta, AppSummary, ClusterState, ContainerMeta, app_is_terminal, container_is_live};
 use crate::validate::{self, RebalanceAction, Rejections};
@@ -53,6 +53,25 @@ pub struct EngineStats {
     /// Containers preempted (PREEMPT or KILL by a rebalance policy), and what they held, by the
     /// index of their leaf queue (queues are never removed, so indexes are stable).
     pub preempted_by_queue: Vec<Reclaimed>,
+    /// What the reservation plan did.
+    pub reservations: ReservationStats,
+}
+
+/// Counts of the reservation plan's outcomes since the engine started.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReservationStats {
+    /// Submissions and updates accepted.
+    pub admitted: u64,
+    /// Submissions and updates rejected (no room).
+    pub rejected: u64,
+    /// Allocations changed by a replan, an update that made room, or the optimiser.
+    pub moved: u64,
+    /// Reservations ended at their deadline.
+    pub expired: u64,
+    /// Reservations deleted by a client.
+    pub deleted: u64,
+    /// Reservations a replan after a capacity loss could not keep.
+    pub replan_rejected: u64,
 }
 
 /// What rebalancing took from one queue since the engine started.
@@ -221,6 +240,20 @@ impl Engine {
         if result.is_ok() {
             if let Some(book) = &mut self.book {
                 book.capacity_changed(&mut self.state, self.now_ms, &mut self.commands);
+                let r = &mut self.stats.reservations;
+                for c in &self.commands {
+                    match c {
+                        Command::ReservationAdmitted { .. } => r.admitted += 1,
+                        Command::ReservationRejected { .. } => r.rejected += 1,
+                        Command::ReservationReplanned { .. } => r.moved += 1,
+                        Command::ReservationEnded { why: ReservationEnd::Expired, .. } => r.expired += 1,
+                        Command::ReservationEnded { why: ReservationEnd::Deleted, .. } => r.deleted += 1,
+                        Command::ReservationEnded { why: ReservationEnd::Replanned, .. } => {
+                            r.replan_rejected += 1
+                        }
+                        _ => {}
+                    }
+                }
             }
         }
         if result.is_err() {
@@ -306,7 +339,7 @@ impl Engine {
             Event::ReservationRestored { id, request, submit_ms, pieces } => {
                 let now = self.now_ms;
                 let book = self.book.as_mut().ok_or_else(no_plan)?;
-                book.restore(&mut self.state, now, id, request, submit_ms, pieces)?;
+                book.restore(&mut self.state, now, id, request, submit_ms, pieces, &mut self.commands)?;
             }
             Event::PlanOptimized { generation, outcome } => {
                 let book = self.book.as_mut().ok_or_else(no_plan)?;

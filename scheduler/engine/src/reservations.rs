@@ -592,7 +592,9 @@ impl ReservationBook {
         Ok(())
     }
 
-    /// Puts back a reservation from a driver's store with the allocation it had.
+    /// Puts back a reservation from a driver's store with the allocation it had; one whose
+    /// deadline passed meanwhile is answered `ReservationEnded { Expired }` so the driver can
+    /// forget it.
     pub(crate) fn restore(
         &mut self,
         state: &mut ClusterState,
@@ -601,6 +603,7 @@ impl ReservationBook {
         req: ReservationRequest,
         submit_ms: u64,
         mut pieces: Vec<PlannedPiece>,
+        commands: &mut Vec<Command>,
     ) -> Result<(), EngineError> {
         if self.reservations.contains_key(&id.0) {
             return Err(EngineError::Conflict(format!("reservation {} already exists", id.0)));
@@ -609,6 +612,7 @@ impl ReservationBook {
         let deadline = req.deadline_ms.unwrap_or(arrival.saturating_add(self.config.horizon_ms));
         if deadline <= now {
             // It ended while the scheduler was down: nothing to restore.
+            commands.push(Command::ReservationEnded { reservation: id, why: ReservationEnd::Expired });
             return Ok(());
         }
         let probe =

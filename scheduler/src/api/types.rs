@@ -1069,6 +1069,10 @@ pub struct SubmitApp {
     /// the agent's configuration); absent = the scheduler's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// A reservation to run in (`reservation_17`, YARN's `reservation-id`): the app goes to
+    /// the reservation's queue, whose guarantee is the reservation's planned allocation.
+    #[serde(rename = "reservation-id", default, skip_serializing_if = "Option::is_none")]
+    pub reservation_id: Option<String>,
     /// Priority among the queue's apps (higher first).
     #[serde(default)]
     pub priority: i32,

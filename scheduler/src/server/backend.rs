@@ -483,7 +483,26 @@ impl Backend for DaemonBackend {
     }
 
     async fn submit(&self, req: SubmitApp) -> Result<u64, ApiError> {
-        let spec = req.to_app_spec("root.default", "gantry");
+        let mut spec = req.to_app_spec("root.default", "gantry");
+        if let Some(text) = &req.reservation_id {
+            let id = crate::api::reservations::parse_reservation_id(text).map_err(ApiError::unprocessable)?;
+            let (plan, queue) = self
+                .core
+                .read(move |c| {
+                    let r = c.engine().reservation_book()?.get(id)?;
+                    Some((r.request.queue.clone(), c.engine().state().queue_path(r.queue).to_owned()))
+                })
+                .await
+                .map_err(gone)?
+                .ok_or_else(|| ApiError::unprocessable(format!("reservation {text} is not in the plan")))?;
+            if req.queue.as_ref().is_some_and(|q| *q != plan && *q != queue) {
+                return Err(ApiError::unprocessable(format!(
+                    "reservation {text} is in queue {plan}, not {}",
+                    req.queue.as_deref().unwrap_or_default()
+                )));
+            }
+            spec.queue = queue;
+        }
         let templates = req
             .containers
             .iter()

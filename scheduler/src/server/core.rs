@@ -609,8 +609,18 @@ impl Core {
                 submit_ms: r.submit_ms,
                 pieces: r.pieces,
             };
-            if let Err(e) = core.engine.handle(now_ms(), event) {
-                tracing::error!(reservation = r.id.0, error = %e, "cannot restore reservation");
+            match core.engine.handle(now_ms(), event) {
+                Ok(commands) => {
+                    if commands.iter().any(|c| matches!(c, Command::ReservationEnded { .. })) {
+                        // Its deadline passed while the scheduler was down.
+                        if let Err(e) =
+                            store.submit(vec![crate::store::Write::DeletePlanReservation { id: r.id }])
+                        {
+                            tracing::warn!(reservation = r.id.0, error = %e, "cannot forget an ended reservation");
+                        }
+                    }
+                }
+                Err(e) => tracing::error!(reservation = r.id.0, error = %e, "cannot restore reservation"),
             }
         }
         let mut live_apps = std::collections::HashSet::new();
