@@ -14,10 +14,14 @@
 #   can be one step and it has room to move reservations (with leases of whole task durations
 #   its slots are at least the longest task of the subset and it can only keep the input).
 #
-# SEEDS (default 3) seeds for swim-pool and contended; contended-no-lease runs seed 1 only (its
-# MILP runs take 2 x 20 s). Writes under OUT (default: a fresh temporary folder) one folder per
+# - milp-5, milp-10: contended-no-lease with the optimiser on the hour's first 5 and 10
+#   reservations instead of 25 (how far microlp gets).
+#
+# SEEDS (default 3) seeds for swim-pool and contended; the others run seed 1 only (their MILP
+# runs take up to 2 x 20 s). Writes under OUT (default: a fresh temporary folder) one folder per
 # configuration and seed with tables.md, result.json, skyline.csv and skyline.svg, then prints
-# the seed-1 tables and a summary over the seeds. About a minute once built.
+# the seed-1 tables and two summaries: admission and replanning over the seeds, and every MILP
+# run. About two and a half minutes once built.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -44,8 +48,11 @@ for seed in $(seq 1 "$seeds"); do
   run contended "$seed" --nodes 20
 done
 run contended-no-lease 1 --nodes 20 --lease none
+# The optimiser's reach: the same hour's first 5 and 10 reservations.
+run milp-5 1 --nodes 20 --lease none --milp-n 5
+run milp-10 1 --nodes 20 --lease none --milp-n 10
 
-for name in swim-pool contended contended-no-lease; do
+for name in swim-pool contended contended-no-lease milp-5 milp-10; do
   echo "# $name (seed 1)"
   echo
   cat "$OUT/$name/seed1/tables.md"

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Summarises experiments/rayon-planning runs over seeds: one markdown table, means (and the
-range) per configuration of what the example's result.json files hold."""
+"""Summarises experiments/rayon-planning runs: admission and replanning per configuration over
+its seeds (means, and the range where the seeds differ; configurations named milp-* repeat
+contended-no-lease's admission and are left out), then one row per agent for every MILP run."""
 import json
 import sys
 from collections import defaultdict
@@ -18,6 +19,8 @@ def main(runs_txt):
           "bundle-hours rejected: gantry / YARN |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, results in runs.items():
+        if name.startswith("milp-"):
+            continue
         n = len(results)
 
         def mean(xs):
@@ -44,6 +47,22 @@ def main(runs_txt):
                 fmt([g["rejected_bundle_hours"] for g in gantry], "{:.1f}") + " / "
                 + fmt([y["rejected_bundle_hours"] for y in yarn], "{:.1f}"),
             ]) + " |")
+    print()
+    print("| configuration | seed | hour | subset | agent | held | agent's objective | MILP objective | change | "
+          "height changes: agent / MILP | moved | MILP time (s) | cells (slot steps) | optimal |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, results in runs.items():
+        for r in results:
+            for m in r["milp"]:
+                a, o = m["agent_objective"], m["milp_objective"]
+                print("| " + " | ".join([
+                    name, str(r["setup"]["seed"]), str(m["hour"]), str(m["subset"]), m["agent"],
+                    str(m["accepted"]), f"{a:.4f}", f"{o:.4f}",
+                    f"{100 * (o - a) / a:+.1f} %" if a else "-",
+                    f"{m['agent_height_changes']} / {m['milp_height_changes']}", str(m["milp_moved"]),
+                    f"{m['milp_time_s']:.2f}", f"{m['cells']} ({m['slot_steps']})",
+                    "yes" if m["optimal"] else "no",
+                ]) + " |")
 
 
 if __name__ == "__main__":
