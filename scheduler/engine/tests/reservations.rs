@@ -325,3 +325,168 @@ fn rayon_replanning_moves_reservations_where_yarn_deletes_them() {
     assert_eq!(kept_yarn, 6);
     assert!(high_priority_rejected, "YARN's replanner ignores priority");
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One step of a random history.
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// A reservation: bundle cores, g, h, lease s, work in gang-leases, window start and
+        /// length in s (from now), priority.
+        Submit {
+            cores: u64,
+            g: u32,
+            h: u32,
+            lease_s: u64,
+            leases: u64,
+            start_s: u64,
+            len_s: u64,
+            priority: i32,
+        },
+        /// Update the k-th live reservation with a bigger or smaller copy of itself.
+        Update {
+            k: usize,
+            leases: u64,
+        },
+        /// Delete the k-th live reservation.
+        Delete {
+            k: usize,
+        },
+        /// Lose node k (of four), or bring it back.
+        Lose {
+            k: usize,
+        },
+        Register {
+            k: usize,
+        },
+        /// Time passes.
+        Tick {
+            s: u64,
+        },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (1u64..=3, 1u32..=2, 1u32..=4, 1u64..=20, 1u64..=6, 0u64..=100, 10u64..=300, 0i32..=2)
+                .prop_map(|(cores, g, h, lease_s, leases, start_s, len_s, priority)| Op::Submit {
+                    cores, g, h: h.max(g), lease_s, leases, start_s, len_s, priority
+                }),
+            1 => (0usize..8, 1u64..=6).prop_map(|(k, leases)| Op::Update { k, leases }),
+            1 => (0usize..8).prop_map(|k| Op::Delete { k }),
+            1 => (0usize..4).prop_map(|k| Op::Lose { k }),
+            1 => (0usize..4).prop_map(|k| Op::Register { k }),
+            2 => (1u64..=60).prop_map(|s| Op::Tick { s }),
+        ]
+    }
+
+    fn rdl(cores: u64, g: u32, h: u32, lease_s: u64, leases: u64) -> String {
+        format!("atom({cores}c/{cores}GiB, {g}, {h}, {lease_s}s, {}s)", u64::from(g) * lease_s * leases)
+    }
+
+    /// Checks what every history must keep: allocations inside their windows and made of whole
+    /// gangs, the plan within its capacity from now on, reservation queues guaranteed exactly
+    /// their allocation now, the engine's own invariants.
+    fn check(e: &Engine, now: u64) -> Result<(), TestCaseError> {
+        e.state().check_invariants().map_err(TestCaseError::fail)?;
+        let book = e.reservation_book().expect("book");
+        for r in book.reservations() {
+            for p in &r.pieces {
+                prop_assert!(
+                    r.arrival_ms <= p.start_ms && p.end_ms <= r.deadline_ms,
+                    "{:?} outside [{}, {})",
+                    p,
+                    r.arrival_ms,
+                    r.deadline_ms
+                );
+                prop_assert!(p.start_ms < p.end_ms);
+            }
+            let atoms = r.absolute_definition().atoms();
+            let a = atoms[0];
+            let gang = a.bundle.cpu_millis * u64::from(a.min_parallel);
+            for p in r.pieces.iter().filter(|p| p.end_ms > now) {
+                prop_assert!(p.resources.cpu_millis % gang == 0, "{:?} is not whole gangs of {}", p, gang);
+                prop_assert!(p.resources.cpu_millis <= a.bundle.cpu_millis * u64::from(a.max_parallel));
+            }
+        }
+        for (t, cap, used) in book.skyline(now, now + 400_000, 1_000) {
+            prop_assert!(used.fits_in(&cap), "at {}: reserved {:?} over capacity {:?}", t, used, cap);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn random_histories_keep_the_plan_sound(ops in proptest::collection::vec(op(), 1..40)) {
+            for replanner in [Replanner::Rayon, Replanner::YarnSimple] {
+                let mut e = engine(replanner);
+                let mut now = 0u64;
+                let mut live: Vec<(ReservationId, ReservationRequest)> = Vec::new();
+                for op in &ops {
+                    let cmds = match op {
+                        Op::Submit { cores, g, h, lease_s, leases, start_s, len_s, priority } => {
+                            let request = ReservationRequest {
+                                arrival_ms: Some(now + start_s * 1000),
+                                deadline_ms: Some(now + (start_s + len_s) * 1000),
+                                priority: *priority,
+                                definition: parse_text(&rdl(*cores, *g, *h, *lease_s, *leases)).expect("rdl"),
+                                ..request("atom(1c/1GiB, 1, 1, 1s, 1s)", 1)
+                            };
+                            match e.handle(now, Event::ReservationSubmitted { id: None, request: request.clone() }) {
+                                Ok(cmds) => {
+                                    if let Some(Command::ReservationAdmitted { reservation, .. }) = cmds.first() {
+                                        live.push((*reservation, request));
+                                    }
+                                    cmds
+                                }
+                                // A window too short for the work: refused, nothing changed.
+                                Err(_) => Vec::new(),
+                            }
+                        }
+                        Op::Update { k, leases } if !live.is_empty() => {
+                            let (id, old) = live[k % live.len()].clone();
+                            let a = old.definition.atoms()[0];
+                            let text = rdl(a.bundle.cpu_millis / 1000, a.min_parallel, a.max_parallel, a.min_lease_ms / 1000, *leases);
+                            let request = ReservationRequest { definition: parse_text(&text).expect("rdl"), ..old };
+                            e.handle(now, Event::ReservationUpdated { id, request }).unwrap_or_default()
+                        }
+                        Op::Delete { k } if !live.is_empty() => {
+                            let (id, _) = live.remove(k % live.len());
+                            e.handle(now, Event::ReservationDeleted { id }).unwrap_or_default()
+                        }
+                        Op::Lose { k } => e.handle(now, Event::NodeLost { node: format!("n{k}") }).unwrap_or_default(),
+                        Op::Register { k } => e.handle(now, Event::NodeRegistered(node(&format!("n{k}")))).unwrap_or_default(),
+                        Op::Tick { s } => {
+                            now += s * 1000;
+                            e.handle(now, Event::Tick).unwrap_or_default()
+                        }
+                        _ => Vec::new(),
+                    };
+                    for c in &cmds {
+                        if let Command::ReservationEnded { reservation, .. } = c {
+                            live.retain(|(id, _)| id != reservation);
+                        }
+                    }
+                    check(&e, now)?;
+                    // After a cycle, each reservation queue is guaranteed its allocation now.
+                    if matches!(op, Op::Tick { .. }) {
+                        let book = e.reservation_book().expect("book");
+                        let plan_queue = queue(&e, PLAN).absolute_guaranteed;
+                        for r in book.reservations() {
+                            let q = e.state().queues()[r.queue as usize];
+                            let want = r.allocated_at(now);
+                            prop_assert!(want.fits_in(&plan_queue) == (q.absolute_guaranteed == want),
+                                "queue of {:?} guaranteed {:?}, allocation {:?}", r.id, q.absolute_guaranteed, want);
+                        }
+                    }
+                }
+                let ids: Vec<_> = e.reservation_book().expect("book").reservations().map(|r| r.id).collect();
+                let mut expected: Vec<_> = live.iter().map(|(id, _)| *id).collect();
+                expected.sort();
+                prop_assert_eq!(ids, expected, "the book holds exactly the reservations not ended");
+            }
+        }
+    }
+}
