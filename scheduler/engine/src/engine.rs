@@ -6,7 +6,7 @@ use crate::event::{Command, Event, KillReason, NodeCondition};
 use crate::fifo::FirstFitFifo;
 use crate::model::*;
 use crate::policy::{Policy, PolicyError, Profile, StaticPolicy};
-use crate::reservations::{PlannedPiece, ReservationBook, ReservationEnd, ReservationRequest};
+use crate::reservations::{PlannedPiece, ReservationBook, ReservationEnd, ReservationRequest, Restored};
 use crate::rng::SplitMix64;
 use crate::state::{AppMeta, AppSummary, ClusterState, ContainerMeta, app_is_terminal, container_is_live};
 use crate::validate::{self, RebalanceAction, Rejections};
@@ -339,7 +339,8 @@ impl Engine {
             Event::ReservationRestored { id, request, submit_ms, pieces } => {
                 let now = self.now_ms;
                 let book = self.book.as_mut().ok_or_else(no_plan)?;
-                book.restore(&mut self.state, now, id, request, submit_ms, pieces, &mut self.commands)?;
+                let restored = Restored { id, request, submit_ms, pieces };
+                book.restore(&mut self.state, now, restored, &mut self.commands)?;
             }
             Event::PlanOptimized { generation, outcome } => {
                 let book = self.book.as_mut().ok_or_else(no_plan)?;

@@ -143,6 +143,15 @@ impl PlannedReservation {
     }
 }
 
+/// A reservation as a driver's store gives it back.
+#[derive(Debug)]
+pub(crate) struct Restored {
+    pub(crate) id: ReservationId,
+    pub(crate) request: ReservationRequest,
+    pub(crate) submit_ms: u64,
+    pub(crate) pieces: Vec<PlannedPiece>,
+}
+
 /// Why a reservation left the plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReservationEnd {
@@ -599,12 +608,10 @@ impl ReservationBook {
         &mut self,
         state: &mut ClusterState,
         now: u64,
-        id: ReservationId,
-        req: ReservationRequest,
-        submit_ms: u64,
-        mut pieces: Vec<PlannedPiece>,
+        restored: Restored,
         commands: &mut Vec<Command>,
     ) -> Result<(), EngineError> {
+        let Restored { id, request: req, submit_ms, mut pieces } = restored;
         if self.reservations.contains_key(&id.0) {
             return Err(EngineError::Conflict(format!("reservation {} already exists", id.0)));
         }
