@@ -143,6 +143,16 @@ impl PlannedReservation {
     }
 }
 
+/// A request checked and put in engine and plan time.
+struct Prepared {
+    arrival: u64,
+    deadline: u64,
+    /// In engine time.
+    abs: Expr,
+    /// In plan time, starting no earlier than now.
+    expr: Expr,
+}
+
 /// A reservation as a driver's store gives it back.
 #[derive(Debug)]
 pub(crate) struct Restored {
@@ -468,12 +478,10 @@ impl ReservationBook {
         if self.reservations.contains_key(&id.0) {
             return Err(EngineError::Conflict(format!("reservation {} already exists", id.0)));
         }
-        let (arrival, deadline, abs) = self.absolute(&req, now)?;
-        if let Err(why) = self.within_horizon(deadline, now) {
-            return Ok(Err(why));
-        }
-        self.plan_at(now);
-        let expr = self.plan_expr(&abs, now);
+        let Prepared { arrival, deadline, abs, expr } = match self.prepare(&req, now)? {
+            Ok(prepared) => prepared,
+            Err(why) => return Ok(Err(why)),
+        };
         let agent = self.config.agent;
         let plan = self.plan_at(now);
         if let Err(rejection) = agents::admit(plan, &expr, agent, id.0) {
@@ -498,15 +506,25 @@ impl ReservationBook {
         Ok(Ok(pieces))
     }
 
-    fn within_horizon(&self, deadline: u64, now: u64) -> Result<(), String> {
+    /// A request's arrival, deadline, expression in engine time and in plan time (the plan
+    /// moved forward to `now`); an error for an invalid request, `Ok(Err(reason))` for a deadline
+    /// beyond the horizon.
+    fn prepare(
+        &mut self,
+        req: &ReservationRequest,
+        now: u64,
+    ) -> Result<Result<Prepared, String>, EngineError> {
+        let (arrival, deadline, abs) = self.absolute(req, now)?;
         let limit = now.saturating_add(self.config.horizon_ms);
         if deadline > limit {
-            return Err(format!(
+            return Ok(Err(format!(
                 "deadline {deadline} is beyond the planning horizon ({} ms from now, until {limit})",
                 self.config.horizon_ms
-            ));
+            )));
         }
-        Ok(())
+        self.plan_at(now);
+        let expr = self.plan_expr(&abs, now);
+        Ok(Ok(Prepared { arrival, deadline, abs, expr }))
     }
 
     /// Replaces a reservation's definition. If the new one does not fit as the plan stands,
@@ -523,12 +541,10 @@ impl ReservationBook {
         if !self.reservations.contains_key(&id.0) {
             return Err(EngineError::Conflict(format!("reservation {} does not exist", id.0)));
         }
-        let (arrival, deadline, abs) = self.absolute(&req, now)?;
-        if let Err(why) = self.within_horizon(deadline, now) {
-            return Ok(Err(why));
-        }
-        self.plan_at(now);
-        let expr = self.plan_expr(&abs, now);
+        let Prepared { arrival, deadline, abs, expr } = match self.prepare(&req, now)? {
+            Ok(prepared) => prepared,
+            Err(why) => return Ok(Err(why)),
+        };
         let agent = self.config.agent;
         let mut trial = self.plan_at(now).clone();
         trial.remove(id.0);
