@@ -70,9 +70,13 @@ fn ask(count: u32, res: Resources, master: bool) -> RequestSpec {
 impl Bed {
     /// An engine with the plugin on `rebalance`, and on `order` too when `order` is set.
     fn new(config: &str, q: &[(&str, f64, f64)], nodes: Vec<NodeSpec>, order: bool) -> Bed {
+        Bed::with_engine(config, EngineConfig { queues: queues(q), ..EngineConfig::default() }, nodes, order)
+    }
+
+    /// As [`Bed::new`], with any engine configuration (e.g. a reservation plan).
+    fn with_engine(config: &str, engine_config: EngineConfig, nodes: Vec<NodeSpec>, order: bool) -> Bed {
         let plugin = StaticPolicy::<Preemption>::create(config).expect("config accepted");
         let profile = Profile { rebalance: Some(0), order: order.then_some(0), ..Profile::default() };
-        let engine_config = EngineConfig { queues: queues(q), ..EngineConfig::default() };
         let mut engine = Engine::new(engine_config, vec![Box::new(plugin)], profile).expect("engine");
         for n in nodes {
             engine.handle(0, Event::NodeRegistered(n)).expect("register");
@@ -525,4 +529,61 @@ fn the_shared_library_entry_offers_order_and_rebalance() {
     assert_eq!(vtable.capabilities, GANTRY_CAP_ORDER | GANTRY_CAP_REBALANCE);
     assert!(!gantry_preemption::gantry_plugin_v1(GANTRY_ABI_MAJOR, GANTRY_ABI_MINOR).is_null());
     assert!(gantry_preemption::gantry_plugin_v1(2, 0).is_null());
+}
+
+/// Rayon's plan follower with this plugin: best-effort work in `root.adhoc` borrows the whole
+/// cluster; a reservation in `root.prod` (the plan) holds 10 cores from 70 to 130 s. Before 70 s
+/// the reservation's waiting app takes nothing (its queue is guaranteed nothing yet); from 70 s
+/// its queue is guaranteed its allocation, and preemption (set to take the whole excess a round)
+/// takes the room back from the borrower within a mark's 15 s wait and a round or two.
+#[test]
+fn a_reservation_gets_its_capacity_back_from_best_effort_work() {
+    let engine_config = EngineConfig {
+        queues: queues(&[("root.prod", 0.5, 1.0), ("root.adhoc", 0.5, 1.0)]),
+        reservations: Some(gantry_engine::PlanConfig::new("root.prod")),
+        ..EngineConfig::default()
+    };
+    // YARN's defaults take back at most a fifth of the excess a round and wait for marked
+    // containers to go before marking more: about one container per 15 s here. A plan needs its
+    // capacity back promptly, so the whole excess may be taken in one round.
+    let config = r#"{"natural_termination_factor": 1.0, "total_preemption_per_round": 1.0}"#;
+    let mut b = Bed::with_engine(config, engine_config, plain_nodes(2), true);
+    b.submit("best-effort", "root.adhoc", vec![ask(20, SLOT, false)]);
+    b.run_until(2_000);
+    assert_eq!(b.holds("root.adhoc"), 20, "best effort borrows the idle plan");
+    let request = gantry_engine::ReservationRequest {
+        queue: "root.prod".into(),
+        name: "nightly".into(),
+        user: "test".into(),
+        priority: 0,
+        arrival_ms: Some(60_000),
+        deadline_ms: Some(130_000),
+        definition: gantry_rayon::rdl::parse_text("atom(1c/1GiB, 10, 10, 60s, 600s)").expect("rdl"),
+    };
+    let cmds =
+        b.engine.handle(b.now_ms, Event::ReservationSubmitted { id: None, request }).expect("answered");
+    let Some(Command::ReservationAdmitted { queue, pieces, .. }) = cmds.first() else { panic!("{cmds:?}") };
+    assert_eq!((pieces[0].start_ms, pieces[0].end_ms), (70_000, 130_000), "GREE places it last");
+    let queue = queue.clone();
+    b.run_until(60_000);
+    b.submit("reserved", &queue, vec![ask(10, SLOT, false)]);
+    b.run_until(69_000);
+    assert_eq!(b.holds(&queue), 0, "before its allocation the reservation takes nothing");
+    assert!(b.kills.is_empty());
+    // From 70 s: marked at the first round (70 s), preempted 15 s later, placed after the grace.
+    let start = b.now_ms;
+    let at = loop {
+        b.tick();
+        if b.holds(&queue) == 10 {
+            break b.now_ms;
+        }
+        assert!(b.now_ms < 130_000, "the reservation never got its capacity");
+    };
+    assert!(at - start <= 25_000, "got its 10 cores at {at} ms");
+    assert_eq!(b.kills.len(), 10, "exactly the reserved room is taken back: {:?}", b.kills);
+    assert!(b.kills.iter().all(|k| k.app == "best-effort" && k.reason == KillReason::Preempted));
+    // At its deadline the reservation ends; its app moves to the plan's default queue.
+    b.run_until(131_000);
+    assert_eq!(b.holds("root.prod.default"), 10);
+    b.assert_clean();
 }
