@@ -105,6 +105,17 @@ fn reservations_are_admitted_at_once_run_apps_and_survive_a_scheduler_kill_9() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // An id not handed out by new-reservation (nor one already used) is refused.
+    for taken in ["reservation_999", id.as_str()] {
+        let out = run(
+            &api,
+            &["reserve", "submit", "--id", taken, "--queue", "root.prod", "atom(100mc/32MiB, 1, 1, 1s, 1s)"],
+        );
+        assert!(
+            !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("new-reservation"),
+            "{taken}"
+        );
+    }
     assert_eq!(list(&api).expect("list").len(), 1);
 
     // An application submitted to the reservation's queue runs there.

@@ -197,6 +197,9 @@ pub enum SubmitError {
     Store(crate::store::StoreError),
 }
 
+/// Reservation ids handed out and not yet used that the core remembers.
+pub const MAX_UNUSED_RESERVATION_IDS: usize = 10_000;
+
 /// A change to the reservation plan (see [`Request::Reservation`]).
 #[derive(Debug)]
 pub enum ReservationOp {
@@ -432,6 +435,9 @@ pub struct Core {
     /// The last application id handed out by `new-application` (ids are never reused).
     last_reserved: std::cell::Cell<u64>,
     last_reserved_reservation: std::cell::Cell<u64>,
+    /// Reservation ids handed out by `new-reservation` and not submitted yet: a submission may
+    /// name only one of these, so an id is never used twice.
+    unused_reservation_ids: std::cell::RefCell<std::collections::BTreeSet<u64>>,
     /// Containers launched per application, and which app each container belongs to.
     launched: HashMap<u64, Vec<LaunchedContainer>>,
     launched_app: HashMap<u64, u64>,
@@ -500,6 +506,7 @@ impl Core {
             started: Instant::now(),
             last_reserved: std::cell::Cell::new(0),
             last_reserved_reservation: std::cell::Cell::new(0),
+            unused_reservation_ids: std::cell::RefCell::new(std::collections::BTreeSet::new()),
             launched: HashMap::new(),
             launched_app: HashMap::new(),
             launched_order: std::collections::VecDeque::new(),
@@ -814,11 +821,17 @@ impl Core {
         }
     }
 
-    /// Hands out an application id for a later submission (YARN's `new-application`): past
-    /// every id the engine has given and every id reserved before.
+    /// Hands out a reservation id for a later submission (YARN's `new-reservation`): past every
+    /// id the engine has given and every id handed out before. At most
+    /// [`MAX_UNUSED_RESERVATION_IDS`] may wait unused; past that the oldest is forgotten.
     pub fn reserve_reservation_id(&self) -> u64 {
         let id = self.engine.next_reservation_id().max(self.last_reserved_reservation.get() + 1);
         self.last_reserved_reservation.set(id);
+        let mut unused = self.unused_reservation_ids.borrow_mut();
+        unused.insert(id);
+        while unused.len() > MAX_UNUSED_RESERVATION_IDS {
+            unused.pop_first();
+        }
         id
     }
 
@@ -874,6 +887,14 @@ impl Core {
         op: ReservationOp,
     ) -> Result<(ReservationOutcome, Option<crate::store::Ack>), SubmitError> {
         let (event, id, is_submit) = match op {
+            ReservationOp::Submit { id: Some(id), .. }
+                if !self.unused_reservation_ids.borrow().contains(&id.0) =>
+            {
+                return Err(SubmitError::Engine(EngineError::Invalid {
+                    what: "reservation-id",
+                    reason: format!("reservation_{} was not handed out by new-reservation, or is used", id.0),
+                }));
+            }
             ReservationOp::Submit { id, request } => (Event::ReservationSubmitted { id, request }, id, true),
             ReservationOp::Update { id, request } => {
                 (Event::ReservationUpdated { id, request }, Some(id), false)
@@ -901,8 +922,12 @@ impl Core {
                 _ => {}
             }
         }
-        if let ReservationOutcome::Accepted { moved: m, .. } = &mut outcome {
+        if let ReservationOutcome::Accepted { moved: m, id: accepted } = &mut outcome {
             *m = moved;
+            if is_submit {
+                // Used: it cannot be submitted again (a rejected one may be retried).
+                self.unused_reservation_ids.borrow_mut().remove(&accepted.0);
+            }
         }
         // Replans and ends are written by `apply` (in order, in their own jobs).
         let ack = match (&self.store, writes.is_empty()) {
