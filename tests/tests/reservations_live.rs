@@ -157,3 +157,82 @@ fn reservations_are_admitted_at_once_run_apps_and_survive_a_scheduler_kill_9() {
     let after = wait_until("the plan after the second restart", GUARD, || list(&api));
     assert!(after.is_empty(), "a deleted reservation stays deleted: {after:?}");
 }
+
+/// The REST API as YARN clients use it, on the daemon in-process with a real store: an id from
+/// `new-reservation`, a YARN `reservation-definition`, the list's filters, an update that does
+/// not fit (the old allocation stays), and the optimiser's endpoint.
+#[test]
+fn the_yarn_shaped_rest_api_round_trip() {
+    use gantry_scheduler::api::client::{Client, ClientError};
+    use gantry_scheduler::api::reservations::{ReservationDefinition, ReservationSubmit};
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "[server]\nagent_listen = \"127.0.0.1:0\"\nlisten = \"127.0.0.1:0\"\ncycle_interval_ms = 50\ndata_dir = {:?}\n\
+         [[queues]]\npath = \"root.prod\"\nguaranteed = 1.0\n[reservations]\nqueue = \"root.prod\"\nhorizon_ms = 3600000\n",
+        dir.path().join("data").display().to_string()
+    );
+    let (bound, _stop) = gantry_tests::start_daemon(&rt, &text);
+    let _agent = TestAgent::start(dir.path(), "n1", "r1", &[], bound.agent_addr);
+    let client = Client::new(&bound.api_addr.to_string()).expect("client");
+    wait_until("the node to register", GUARD, || {
+        rt.block_on(client.nodes()).ok().filter(|n| n.len() == 1).map(|_| ())
+    });
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as u64;
+    let yarn: ReservationDefinition = serde_json::from_value(serde_json::json!({
+        "arrival": now, "deadline": now + 600_000, "reservation-name": "yarn-style",
+        "reservation-requests": {"reservation-request-interpreter": 2, "reservation-request": [
+            {"capability": {"memory": 32, "vCores": 0}, "num-containers": 2, "concurrency": 1, "duration": 30000}
+        ]}
+    }))
+    .expect("definition");
+    // vCores 0 and 32 MiB: what a loopback test machine surely has.
+    let id = rt.block_on(client.new_reservation()).expect("new-reservation").reservation_id;
+    let body = ReservationSubmit {
+        queue: Some("root.prod".into()),
+        reservation_id: Some(id.clone()),
+        definition: yarn.clone(),
+    };
+    let accepted = rt.block_on(client.submit_reservation(&body, false)).expect("accepted");
+    assert_eq!((accepted.reservation_id.as_str(), accepted.state.as_str()), (id.as_str(), "ACCEPTED"));
+    let work: u64 = accepted
+        .resource_allocations
+        .iter()
+        .map(|a| (a.end_time - a.start_time) * (a.resource.memory_bytes / (32 << 20)))
+        .sum();
+    assert_eq!(work, 60_000, "2 containers × 30 s");
+    // The same id twice: refused, and the plan keeps one.
+    let again = rt.block_on(client.submit_reservation(&body, false));
+    assert!(matches!(again, Err(ClientError::Api { status: 422, .. })), "{again:?}");
+
+    // Filters: by queue, by window overlap.
+    let all = rt.block_on(client.get_value("/ws/v1/cluster/reservation/list?queue=root.prod")).expect("list");
+    assert_eq!(all["reservations"].as_array().map(Vec::len), Some(1));
+    assert!(
+        all["reservations"][0]["resource-allocations"].as_array().is_some_and(Vec::is_empty),
+        "allocations only when asked"
+    );
+    let later = format!("/ws/v1/cluster/reservation/list?start-time={}", now + 3_600_000);
+    let none = rt.block_on(client.get_value(&later)).expect("list");
+    assert_eq!(none["reservations"].as_array().map(Vec::len), Some(0));
+    let bad = rt.block_on(client.get_value("/ws/v1/cluster/reservation/list?start-time=5&end-time=1"));
+    assert!(matches!(bad, Err(ClientError::Api { status: 400, .. })), "{bad:?}");
+
+    // An update far beyond the plan is rejected; the old allocation stays.
+    let mut huge = yarn.clone();
+    if let Some(r) = &mut huge.requests {
+        r.requests[0].capability.v_cores = 100_000;
+    }
+    let update = ReservationSubmit { queue: None, reservation_id: Some(id.clone()), definition: huge };
+    let refused = rt.block_on(client.submit_reservation(&update, true));
+    assert!(matches!(&refused, Err(ClientError::Api { status: 409, .. })), "{refused:?}");
+    let listed = rt.block_on(client.reservations(None)).expect("list");
+    assert_eq!(listed[0].resource_allocations, accepted.resource_allocations);
+
+    // The optimiser looks at the reservations that have not started.
+    let info = rt.block_on(client.optimize_reservations(2_000)).expect("optimize");
+    assert!(info.considered <= 1, "{info:?}");
+    rt.block_on(client.delete_reservation(&id)).expect("delete");
+    assert!(rt.block_on(client.reservations(None)).expect("list").is_empty());
+}
