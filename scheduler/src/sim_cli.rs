@@ -3,8 +3,9 @@
 //! written to a directory.
 
 use crate::config::SchedulerConfig;
-use gantry_engine::{Engine, EngineConfig};
+use gantry_engine::{Engine, EngineConfig, PlanConfig, Replanner};
 use gantry_sim::cluster::ClusterSpec;
+use gantry_sim::deadlines::{self, DeadlineOptions};
 use gantry_sim::elastic::{ElasticError, ElasticOptions};
 use gantry_sim::report::{ReportOptions, write_all};
 use gantry_sim::sim::{SimOptions, run_with_progress};
@@ -36,6 +37,24 @@ pub enum GpuSpecMode {
     /// A soft preference: the pod may run anywhere, `--alibaba-slowdown` times as long off its
     /// models.
     Soft,
+}
+
+/// The Rayon admission agent of `--reservations`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentArg {
+    /// GREE: each stage as late as possible, tallest rightmost.
+    Gree,
+    /// GREE-L: as flat as possible (fewer preemptions).
+    GreeL,
+}
+
+/// The replanner of `--replanner`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReplannerArg {
+    /// Rayon's: move and reshape reservations within their windows, reject as few as possible.
+    Rayon,
+    /// YARN's `SimpleCapacityReplanner`: delete the newest reservations until the plan fits.
+    Yarn,
 }
 
 /// `gantry sim` arguments.
@@ -108,6 +127,63 @@ pub struct SimArgs {
     /// Elastic cluster: interval between the autoscaler's checks [default: 10s].
     #[arg(long, value_parser = duration_ms)]
     pub scale_check: Option<u64>,
+    /// Deadline jobs, reservations and node losses.
+    #[command(flatten)]
+    pub deadlines: Box<DeadlineArgs>,
+}
+
+/// `gantry sim`'s deadline-job, reservation and node-loss flags (boxed in [`SimArgs`]: they
+/// would make it the largest command by far).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct DeadlineArgs {
+    /// Deadline jobs (sim/TRACES.md, "Deadline jobs and reservations"): this share of the jobs,
+    /// drawn with a seeded rule (`--deadline-seed`), must finish by arrival + slack × their
+    /// ideal run time; they go to `--deadline-queue`, the others to `--best-effort-queue`.
+    /// Writes deadlines.json and deadlines.csv.
+    #[arg(long)]
+    pub deadline_share: Option<f64>,
+    /// Deadline jobs: deadline = arrival + this × the job's ideal run time (its critical path on
+    /// the empty cluster) [default: 3].
+    #[arg(long)]
+    pub deadline_slack: Option<f64>,
+    /// Seed of the choice of deadline jobs and of `--lose-nodes` [default: 1].
+    #[arg(long)]
+    pub deadline_seed: Option<u64>,
+    /// Deadline jobs' queue; with `--reservations`, the reservable plan queue (a leaf of the
+    /// configuration) [default: root.prod].
+    #[arg(long)]
+    pub deadline_queue: Option<String>,
+    /// The other jobs' queue [default: root.adhoc].
+    #[arg(long)]
+    pub best_effort_queue: Option<String>,
+    /// Deadline jobs reserve capacity first: Rayon's plan on `--deadline-queue`, admitting with
+    /// this agent. Without it they are plain jobs of that queue (the capacity-queue baseline).
+    #[arg(long, value_enum)]
+    pub reservations: Option<AgentArg>,
+    /// With `--reservations`: how the plan is repaired when nodes are lost [default: rayon].
+    #[arg(long, value_enum)]
+    pub replanner: Option<ReplannerArg>,
+    /// With `--reservations`: the plan's step (1s, 500ms) [default: 1s].
+    #[arg(long, value_parser = duration_ms)]
+    pub plan_step: Option<u64>,
+    /// With `--reservations`: how far ahead a deadline may lie [default: 24h].
+    #[arg(long, value_parser = duration_ms)]
+    pub plan_horizon: Option<u64>,
+    /// With `--reservations`: submit each reservation this long before its job arrives
+    /// [default: 0, at the arrival, just before the job].
+    #[arg(long, value_parser = duration_ms)]
+    pub reservation_lead: Option<u64>,
+    /// With `--reservations`: end each reservation's window this long before the job's
+    /// deadline (room for the time it takes to get reserved capacity back) [default: 0].
+    #[arg(long, value_parser = duration_ms)]
+    pub reservation_margin: Option<u64>,
+    /// Lose this share of the nodes for good at `--lose-at`: round(share × nodes), at least one,
+    /// chosen by a shuffle seeded with `--deadline-seed`.
+    #[arg(long)]
+    pub lose_nodes: Option<f64>,
+    /// When `--lose-nodes` strikes, seconds.
+    #[arg(long)]
+    pub lose_at: Option<f64>,
 }
 
 /// A duration flag in ms (zero allowed: no boot delay, scale at once).
@@ -255,6 +331,109 @@ pub fn elastic_options(args: &SimArgs, pool: usize) -> Result<Option<ElasticOpti
     Ok(Some(options))
 }
 
+/// The deadline-job options `args` ask for: `None` without `--deadline-share`. Refuses the
+/// other deadline and reservation flags without it, reservation flags without
+/// `--reservations`, and values out of range.
+pub fn deadline_options(
+    args: &SimArgs,
+) -> Result<Option<(DeadlineOptions, Option<PlanConfig>)>, SimCliError> {
+    let refuse = |m: String| Err(SimCliError::Args(m));
+    let Some(share) = args.deadlines.deadline_share else {
+        let given = [
+            args.deadlines.deadline_slack.map(|_| "--deadline-slack"),
+            args.deadlines.deadline_queue.as_ref().map(|_| "--deadline-queue"),
+            args.deadlines.best_effort_queue.as_ref().map(|_| "--best-effort-queue"),
+            args.deadlines.reservations.map(|_| "--reservations"),
+        ];
+        if let Some(flag) = given.into_iter().flatten().next() {
+            return refuse(format!("{flag} applies only to deadline jobs: give --deadline-share too"));
+        }
+        if args.deadlines.lose_nodes.is_none() && args.deadlines.deadline_seed.is_some() {
+            return refuse("--deadline-seed applies only with --deadline-share or --lose-nodes".into());
+        }
+        return reservation_flags_without_plan(args).map(|()| None);
+    };
+    let mut options = DeadlineOptions::new(
+        share,
+        args.deadlines.deadline_slack.unwrap_or(3.0),
+        args.deadlines.deadline_queue.as_deref().unwrap_or("root.prod"),
+        args.deadlines.best_effort_queue.as_deref().unwrap_or("root.adhoc"),
+    );
+    options.seed = args.deadlines.deadline_seed.unwrap_or(1);
+    options.reserve = args.deadlines.reservations.is_some();
+    options.lead_ms = args.deadlines.reservation_lead.unwrap_or(0);
+    options.margin_ms = args.deadlines.reservation_margin.unwrap_or(0);
+    if let Err(m) = options.validate() {
+        return refuse(format!("--deadline-share / --deadline-slack: {m}"));
+    }
+    let Some(agent) = args.deadlines.reservations else {
+        return reservation_flags_without_plan(args).map(|()| Some((options, None)));
+    };
+    let defaults = PlanConfig::new(options.queue.clone());
+    let plan = PlanConfig {
+        agent: match agent {
+            AgentArg::Gree => gantry_rayon::agents::Agent::Gree,
+            AgentArg::GreeL => gantry_rayon::agents::Agent::GreeL,
+        },
+        replanner: match args.deadlines.replanner.unwrap_or(ReplannerArg::Rayon) {
+            ReplannerArg::Rayon => Replanner::Rayon,
+            ReplannerArg::Yarn => Replanner::YarnSimple,
+        },
+        step_ms: args.deadlines.plan_step.unwrap_or(defaults.step_ms),
+        horizon_ms: args.deadlines.plan_horizon.unwrap_or(defaults.horizon_ms),
+        ..defaults
+    };
+    if plan.step_ms == 0 {
+        return refuse("--plan-step must be positive".into());
+    }
+    Ok(Some((options, Some(plan))))
+}
+
+/// Refuses the flags that need `--reservations` when it is absent.
+fn reservation_flags_without_plan(args: &SimArgs) -> Result<(), SimCliError> {
+    let given = [
+        args.deadlines.replanner.map(|_| "--replanner"),
+        args.deadlines.plan_step.map(|_| "--plan-step"),
+        args.deadlines.plan_horizon.map(|_| "--plan-horizon"),
+        args.deadlines.reservation_lead.map(|_| "--reservation-lead"),
+        args.deadlines.reservation_margin.map(|_| "--reservation-margin"),
+    ];
+    match given.into_iter().flatten().next() {
+        Some(flag) => Err(SimCliError::Args(format!("{flag} applies only with --reservations"))),
+        None => Ok(()),
+    }
+}
+
+/// The node losses of `--lose-nodes SHARE --lose-at SECONDS` on `nodes`.
+pub fn lost_nodes(
+    args: &SimArgs,
+    nodes: &[gantry_engine::NodeSpec],
+) -> Result<Vec<gantry_sim::sim::NodeFailure>, SimCliError> {
+    match (args.deadlines.lose_nodes, args.deadlines.lose_at) {
+        (None, None) => Ok(Vec::new()),
+        (Some(share), Some(at)) => {
+            if !at.is_finite() || at < 0.0 {
+                return Err(SimCliError::Args(format!(
+                    "--lose-at {at}: expected a non-negative number of seconds"
+                )));
+            }
+            if args.elastic_min.is_some() {
+                return Err(SimCliError::Args(
+                    "--lose-nodes cannot be combined with an elastic cluster (--elastic-min)".into(),
+                ));
+            }
+            deadlines::lose_nodes(
+                nodes,
+                share,
+                (at * 1000.0) as u64,
+                args.deadlines.deadline_seed.unwrap_or(1),
+            )
+            .map_err(|m| SimCliError::Args(format!("--lose-nodes: {m}")))
+        }
+        _ => Err(SimCliError::Args("--lose-nodes and --lose-at go together".into())),
+    }
+}
+
 /// Reads the traces of `args` in their format; `alibaba` is used for Alibaba pod lists.
 pub fn read_traces(
     format: TraceFormat,
@@ -295,6 +474,60 @@ pub fn engine_for(config: Option<&PathBuf>, seed: Option<u64>) -> Result<Engine,
     }
 }
 
+/// [`engine_for`], with Rayon's plan when `plan` is given: the configuration's queues and
+/// plugins, loaded as [`crate::build_engine`] loads them, and `plan` as the engine's
+/// reservations (the scheduler's own `[reservations]` section, if any, is replaced).
+pub fn engine_with_plan(
+    config: Option<&PathBuf>,
+    seed: Option<u64>,
+    plan: Option<PlanConfig>,
+) -> Result<Engine, SimCliError> {
+    let Some(plan) = plan else { return engine_for(config, seed) };
+    let Some(path) = config else {
+        let engine_config =
+            EngineConfig { seed: seed.unwrap_or(0), reservations: Some(plan), ..EngineConfig::default() };
+        return Ok(Engine::builtin(engine_config)?);
+    };
+    let mut cfg = SchedulerConfig::from_file(path).map_err(|e| SimCliError::Config(e.to_string()))?;
+    if seed.is_some() {
+        cfg.engine.seed = seed;
+    }
+    let mut policies: Vec<Box<dyn gantry_engine::Policy>> = Vec::with_capacity(cfg.plugins.len());
+    for p in &cfg.plugins {
+        let json = serde_json::to_string(&p.config)
+            .map_err(|e| crate::BuildError::PluginConfig { name: p.name.clone(), message: e.to_string() })?;
+        let plugin = crate::plugin_host::DynamicPlugin::load(&cfg.plugin_path(p), &json)
+            .map_err(|error| crate::BuildError::Plugin { name: p.name.clone(), error })?;
+        let hooks = plugin.info().hooks;
+        for (hook, id, assigned) in [
+            ("admit", gantry_sdk::abi::GANTRY_HOOK_ADMIT, &cfg.profile.admit),
+            ("order", gantry_sdk::abi::GANTRY_HOOK_ORDER, &cfg.profile.order),
+            ("place", gantry_sdk::abi::GANTRY_HOOK_PLACE, &cfg.profile.place),
+            ("rebalance", gantry_sdk::abi::GANTRY_HOOK_REBALANCE, &cfg.profile.rebalance),
+        ] {
+            if assigned.as_deref() == Some(p.name.as_str()) && !hooks.has(id) {
+                return Err(crate::BuildError::Profile {
+                    hook,
+                    name: p.name.clone(),
+                    has: plugin.info().hook_names().join(", "),
+                }
+                .into());
+            }
+        }
+        policies.push(Box::new(plugin));
+    }
+    let index =
+        |name: &Option<String>| name.as_ref().and_then(|n| cfg.plugins.iter().position(|p| &p.name == n));
+    let profile = gantry_engine::Profile {
+        admit: index(&cfg.profile.admit),
+        order: index(&cfg.profile.order),
+        place: index(&cfg.profile.place),
+        rebalance: index(&cfg.profile.rebalance),
+    };
+    let engine_config = EngineConfig { reservations: Some(plan), ..cfg.engine_config() };
+    Ok(Engine::new(engine_config, policies, profile)?)
+}
+
 /// A sample interval giving about 2,000 samples over the trace's arrivals: whole minutes, at
 /// least one.
 fn auto_sample_ms(jobs: &[Job]) -> u64 {
@@ -315,8 +548,20 @@ pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliErro
         return Err(SimCliError::Args(format!("--fail names {:?}, which the cluster does not have", f.node)));
     }
     let elastic = elastic_options(args, cluster.nodes.len())?;
-    let jobs = read_traces(args.format, &args.trace, &alibaba)?;
-    let mut engine = engine_for(args.config.as_ref(), args.seed)?;
+    let deadline = deadline_options(args)?;
+    let lost = lost_nodes(args, &cluster.nodes)?;
+    let mut jobs = read_traces(args.format, &args.trace, &alibaba)?;
+    let (picks, job_reservations, plan) = match deadline.as_ref() {
+        Some((options, plan)) => {
+            let picks = deadlines::pick(&jobs, &cluster.nodes, options);
+            let reservations = deadlines::assign(&mut jobs, &picks, options);
+            (picks, reservations, plan.clone())
+        }
+        None => (Vec::new(), Vec::new(), None),
+    };
+    let mut failures = args.failures.clone();
+    failures.extend(lost.iter().cloned());
+    let mut engine = engine_with_plan(args.config.as_ref(), args.seed, plan)?;
     let options = SimOptions {
         tick_ms: args.tick_ms,
         until_ms: args.until.map(|s| (s * 1000.0) as u64),
@@ -324,9 +569,11 @@ pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliErro
             Some(s) => ((s * 1000.0) as u64).max(1),
             None => auto_sample_ms(&jobs),
         },
-        failures: args.failures.clone(),
-        // No trace format carries reservations yet (the reservation language comes with Rayon).
+        failures,
+        // No trace format carries reservations; deadline jobs' Rayon reservations come from
+        // `--deadline-share` with `--reservations`.
         reservations: Vec::new(),
+        job_reservations,
         elastic,
     };
     // A progress bar on a terminal, nothing in a pipe or a file.
@@ -353,6 +600,11 @@ pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliErro
     let report = ReportOptions { utility_horizon_s: args.utility_horizon };
     let summary = write_all(&args.out, &result, &report)
         .map_err(|source| SimCliError::Write { path: args.out.clone(), source })?;
+    if deadline.is_some() {
+        let figures = deadlines::summarise(&result, &picks, lost.len());
+        deadlines::write(&args.out, &jobs, &result, &picks, &figures)
+            .map_err(|source| SimCliError::Write { path: args.out.clone(), source })?;
+    }
     if terminal {
         eprintln!(
             "{} of {} jobs completed; results in {}",
@@ -505,6 +757,102 @@ mod tests {
             );
         }
         assert!(Cli::try_parse_from(["sim", "--alibaba-gpu-spec", "medium"]).is_err());
+    }
+
+    fn deadline_refused(extra: &[&str]) -> String {
+        deadline_options(&args("swim", extra)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn sim_deadline_flags_build_the_options_and_the_plan() {
+        assert!(deadline_options(&args("swim", &[])).unwrap().is_none());
+        let (baseline, plan) =
+            deadline_options(&args("swim", &["--deadline-share", "0.2"])).unwrap().unwrap();
+        assert_eq!(
+            baseline,
+            DeadlineOptions { reserve: false, ..DeadlineOptions::new(0.2, 3.0, "root.prod", "root.adhoc") }
+        );
+        assert_eq!(plan, None);
+        let (options, plan) = deadline_options(&args(
+            "swim",
+            &[
+                "--deadline-share",
+                "0.3",
+                "--deadline-slack",
+                "2",
+                "--deadline-seed",
+                "7",
+                "--deadline-queue",
+                "root.p",
+                "--reservations",
+                "gree-l",
+                "--replanner",
+                "yarn",
+                "--plan-step",
+                "500ms",
+                "--plan-horizon",
+                "2h",
+                "--reservation-lead",
+                "1m",
+                "--reservation-margin",
+                "2s",
+            ],
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            options,
+            DeadlineOptions {
+                seed: 7,
+                reserve: true,
+                lead_ms: 60_000,
+                margin_ms: 2_000,
+                ..DeadlineOptions::new(0.3, 2.0, "root.p", "root.adhoc")
+            }
+        );
+        assert_eq!(
+            plan,
+            Some(PlanConfig {
+                queue: "root.p".into(),
+                agent: gantry_rayon::agents::Agent::GreeL,
+                replanner: Replanner::YarnSimple,
+                step_ms: 500,
+                horizon_ms: 7_200_000,
+            })
+        );
+    }
+
+    #[test]
+    fn sim_deadline_flags_are_refused_where_they_mean_nothing() {
+        for flag in ["--deadline-slack", "--deadline-queue", "--best-effort-queue"] {
+            let e = deadline_refused(&[flag, "3"]);
+            assert!(e.contains(flag) && e.contains("give --deadline-share too"), "{flag}: {e}");
+        }
+        let e = deadline_refused(&["--reservations", "gree"]);
+        assert!(e.contains("--reservations applies only to deadline jobs"), "{e}");
+        let e = deadline_refused(&["--deadline-share", "0.2", "--replanner", "yarn"]);
+        assert!(e.contains("--replanner applies only with --reservations"), "{e}");
+        let e = deadline_refused(&["--deadline-share", "1.5"]);
+        assert!(e.contains("not in [0, 1]"), "{e}");
+        let e = deadline_refused(&["--deadline-share", "0.2", "--deadline-slack", "0.5"]);
+        assert!(e.contains("at least 1"), "{e}");
+        let nodes = ClusterSpec::parse_toml(
+            "[[racks]]\nname = \"r\"\n[[racks.nodes]]\ncount = 20\ncpu_cores = 4\nmemory_gib = 8\n",
+            "c.toml",
+        )
+        .unwrap()
+        .nodes;
+        assert_eq!(
+            lost_nodes(&args("swim", &["--lose-nodes", "0.05", "--lose-at", "60"]), &nodes).unwrap().len(),
+            1
+        );
+        assert!(lost_nodes(&args("swim", &[]), &nodes).unwrap().is_empty());
+        let e = lost_nodes(&args("swim", &["--lose-nodes", "0.05"]), &nodes).unwrap_err().to_string();
+        assert!(e.contains("go together"), "{e}");
+        let e = lost_nodes(&args("swim", &["--lose-nodes", "2", "--lose-at", "1"]), &nodes)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not in [0, 1]"), "{e}");
     }
 
     fn elastic_refused(extra: &[&str], pool: usize) -> String {

@@ -12,6 +12,8 @@
 //!   guarantee reached, what preemption took.
 //! - [`elastic`]: elastic clusters, where the cluster file is a pool of machines that an
 //!   autoscaler starts (after a boot delay) and removes (after an idle cool-down).
+//! - [`deadlines`]: deadline jobs with Rayon reservations — which jobs, their deadlines, their
+//!   RDL, their queues, node losses — and the figures of such a run.
 //!
 //! Same inputs and seed ⇒ byte-identical outputs: nothing here reads a clock, iterates a hash
 //! map in an order that reaches the output, or uses a random source other than the seed.
@@ -19,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cluster;
+pub mod deadlines;
 pub mod elastic;
 pub mod queues;
 pub mod report;

@@ -420,7 +420,7 @@ pub fn jobs_csv(result: &SimResult) -> String {
     out
 }
 
-fn csv_field(s: &str) -> String {
+pub(crate) fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_owned() }
 }
 
@@ -806,6 +806,8 @@ mod tests {
             launches: 3,
             reservations: (0, 0),
             reservation_states: Default::default(),
+            job_reservations: Vec::new(),
+            replans: (0, 0),
             queues: Default::default(),
         }
     }

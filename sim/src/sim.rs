@@ -30,12 +30,13 @@
 //! ever; the simulator reports it unfinished and says when the run stalled
 //! ([`SimResult::stalled_at_ms`]).
 
+use crate::deadlines::{JobReservation, JobReservationRecord, ReservationAnswer};
 use crate::elastic::{Autoscaler, ElasticError, ElasticOptions, ElasticStats};
 use crate::queues::{QueueStats, QueueTracker};
 use crate::trace::{Job, Stage};
 use gantry_engine::{
     AppId, AppSpec, Command, ContainerId, Engine, Event, KillReason, NodeCondition, NodeId, NodeSpec,
-    RackAffinity, RequestSpec, ReservationSpec, Resources,
+    RackAffinity, RequestSpec, ReservationEnd, ReservationSpec, Resources,
 };
 use gantry_sdk::abi::*;
 use std::cmp::Reverse;
@@ -47,7 +48,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 pub const STALL_AFTER_MS: u64 = 3_600_000;
 
 /// How the loop runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SimOptions {
     /// Interval of the periodic scheduling cycle while work is pending, ms.
     pub tick_ms: u64,
@@ -60,6 +61,9 @@ pub struct SimOptions {
     /// Reservation requests, each made at its time (ms), as a client of the daemon's
     /// reservation API would; their outcomes are counted in the result.
     pub reservations: Vec<(u64, ReservationSpec)>,
+    /// Rayon reservations for deadline jobs ([`crate::deadlines`]), each submitted at its time;
+    /// an admitted one's job runs its stages in the reservation's queue while it lasts.
+    pub job_reservations: Vec<JobReservation>,
     /// An elastic cluster: the nodes are a pool that an autoscaler starts and removes
     /// (`None`: every node registers at time 0 and stays).
     pub elastic: Option<ElasticOptions>,
@@ -73,6 +77,7 @@ impl Default for SimOptions {
             sample_ms: 60_000,
             failures: Vec::new(),
             reservations: Vec::new(),
+            job_reservations: Vec::new(),
             elastic: None,
         }
     }
@@ -215,6 +220,11 @@ pub struct SimResult {
     pub reservations: (u64, u64),
     /// Reservation state changes seen, by state (`GANTRY_RESERVATION_*`).
     pub reservation_states: BTreeMap<u32, u64>,
+    /// What became of each of [`SimOptions::job_reservations`], in the same order.
+    pub job_reservations: Vec<JobReservationRecord>,
+    /// Rayon replans seen: reservations moved (`ReservationReplanned`) and removed
+    /// (`ReservationEnded { why: Replanned }`).
+    pub replans: (u64, u64),
     /// Per leaf queue: samples over time, guarantee reached, what rebalancing took.
     pub queues: QueueStats,
 }
@@ -233,6 +243,8 @@ enum Due {
     Fail(usize),
     /// A reservation request (index into the options' reservations).
     Reserve(usize),
+    /// A deadline job's Rayon reservation (index into the options' job reservations).
+    ReserveJob(usize),
     /// A failed node registers again.
     Back(usize),
     /// A periodic scheduling cycle.
@@ -305,6 +317,14 @@ struct Sim<'a> {
     reservations_refused: u64,
     /// Reservation state changes seen, by state (`GANTRY_RESERVATION_*`).
     reservation_states: BTreeMap<u32, u64>,
+    /// What became of each job reservation.
+    job_reservations: Vec<JobReservationRecord>,
+    /// Reservation id → index into `job_reservations`.
+    reservation_of: HashMap<u64, usize>,
+    /// Per job: the queue its stages go to instead of the job's own (an admitted reservation's).
+    queue_override: Vec<Option<String>>,
+    /// Replans seen: moved, removed.
+    replans: (u64, u64),
     /// Told (virtual time, jobs ended, jobs) whenever a job ends.
     progress: Option<&'a mut dyn FnMut(u64, usize, usize)>,
     /// Registered time per node, for node-hours: (since, total).
@@ -401,6 +421,19 @@ pub fn run_with_progress<'a>(
         reservations_requested: 0,
         reservations_refused: 0,
         reservation_states: BTreeMap::new(),
+        job_reservations: options
+            .job_reservations
+            .iter()
+            .map(|r| JobReservationRecord {
+                job: r.job,
+                answer: ReservationAnswer::NotSubmitted,
+                replanned: 0,
+                ended: None,
+            })
+            .collect(),
+        reservation_of: HashMap::new(),
+        queue_override: vec![None; jobs.len()],
+        replans: (0, 0),
         progress,
         node_time: HashMap::new(),
         rack_of: nodes.iter().map(|n| (n.name.clone(), n.rack.clone())).collect(),
@@ -439,6 +472,18 @@ impl Sim<'_> {
         if let Some(a) = &self.elastic {
             let check = a.options.check_ms;
             self.push(check, Due::Check);
+        }
+        // Before the arrivals, so that a reservation submitted at its job's arrival is answered
+        // before the job's first stage is submitted.
+        for (i, r) in self.options.job_reservations.iter().enumerate() {
+            if r.job >= self.jobs.len() {
+                return Err(SimError::Input(format!(
+                    "job reservation {i} names job {}, of {}",
+                    r.job,
+                    self.jobs.len()
+                )));
+            }
+            self.push(r.at_ms, Due::ReserveJob(i));
         }
         for (i, job) in self.jobs.iter().enumerate() {
             self.push(job.submit_ms, Due::Arrival(i));
@@ -717,6 +762,10 @@ impl Sim<'_> {
                 }
                 Ok(true)
             }
+            Due::ReserveJob(k) => {
+                self.reserve_job(k);
+                Ok(true)
+            }
             Due::Sample => {
                 // Taken once this instant is over (its events and its cycle applied).
                 self.sample_due = true;
@@ -724,6 +773,39 @@ impl Sim<'_> {
                     self.push(self.now + self.options.sample_ms, Due::Sample);
                 }
                 Ok(false)
+            }
+        }
+    }
+
+    /// Submits job reservation `k` to the Rayon planner; an admitted one's job will submit its
+    /// stages to the reservation's queue.
+    fn reserve_job(&mut self, k: usize) {
+        let r = &self.options.job_reservations[k];
+        let job = r.job;
+        let event = Event::ReservationSubmitted { id: None, request: r.request.clone() };
+        match self.engine.handle(self.now, event) {
+            Ok(cmds) => {
+                for c in &cmds {
+                    match c {
+                        Command::ReservationAdmitted { reservation, queue, .. } => {
+                            self.job_reservations[k].answer =
+                                ReservationAnswer::Admitted { id: reservation.0, queue: queue.clone() };
+                            self.reservation_of.insert(reservation.0, k);
+                            if self.state[job].ended.is_none() {
+                                self.queue_override[job] = Some(queue.clone());
+                            }
+                        }
+                        Command::ReservationRejected { reason, .. } => {
+                            self.job_reservations[k].answer = ReservationAnswer::Rejected(reason.clone());
+                        }
+                        _ => {}
+                    }
+                }
+                self.apply(cmds);
+            }
+            Err(e) => {
+                tracing::debug!(job = %self.jobs[job].name, error = %e, "reservation refused");
+                self.job_reservations[k].answer = ReservationAnswer::Refused(e.to_string());
             }
         }
     }
@@ -778,7 +860,11 @@ impl Sim<'_> {
         let job = &self.jobs[i];
         let s = self.state[i].stage;
         let Some(stage) = job.stages.get(s) else { return };
-        let spec_queue = if job.queue.is_empty() { "root.default".to_owned() } else { job.queue.clone() };
+        let spec_queue = match &self.queue_override[i] {
+            Some(q) => q.clone(),
+            None if job.queue.is_empty() => "root.default".to_owned(),
+            None => job.queue.clone(),
+        };
         let spec = AppSpec {
             name: if job.stages.len() > 1 { format!("{}#{s}", job.name) } else { job.name.clone() },
             queue: spec_queue.clone(),
@@ -841,12 +927,28 @@ impl Sim<'_> {
                 Command::ReservationStateChanged { state, .. } => {
                     *self.reservation_states.entry(state).or_default() += 1;
                 }
+                Command::ReservationReplanned { reservation, .. } => {
+                    self.replans.0 += 1;
+                    if let Some(&k) = self.reservation_of.get(&reservation.0) {
+                        self.job_reservations[k].replanned += 1;
+                    }
+                }
+                Command::ReservationEnded { reservation, why } => {
+                    if why == ReservationEnd::Replanned {
+                        self.replans.1 += 1;
+                    }
+                    if let Some(k) = self.reservation_of.remove(&reservation.0) {
+                        let job = self.job_reservations[k].job;
+                        self.job_reservations[k].ended = Some((self.now, why));
+                        // Later stages go to the plan queue (its default); the engine has moved
+                        // the job's current application there.
+                        self.queue_override[job] = None;
+                    }
+                }
                 Command::AppAccepted { .. }
                 | Command::ReservationRecorded { .. }
                 | Command::ReservationAdmitted { .. }
-                | Command::ReservationRejected { .. }
-                | Command::ReservationReplanned { .. }
-                | Command::ReservationEnded { .. } => {}
+                | Command::ReservationRejected { .. } => {}
             }
         }
         self.start_launches(launches);
@@ -1024,6 +1126,8 @@ impl Sim<'_> {
             launches: self.launches,
             reservations: (self.reservations_requested, self.reservations_refused),
             reservation_states: self.reservation_states,
+            job_reservations: self.job_reservations,
+            replans: self.replans,
             queues,
         }
     }
