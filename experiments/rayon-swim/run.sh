@@ -18,16 +18,17 @@
 #   ([engine] rebalance_interval_ms = 1000), the whole imbalance at once (per-round bound and
 #   natural termination 1.0), no dead zone, no wait before the kill, 250 ms grace. The table
 #   "preemption" repeats the main runs with YARN's defaults (3 s rounds, 15 s wait, 10 % x 0.2
-#   per round, dead zone 10 %).
+#   per round, dead zone 10 %), and the table "operations" with deploy/OPERATIONS.md's settings
+#   for plans (YARN's but the whole imbalance a round).
 # Clusters: cluster.toml (20 x 4 cores / 8 GiB; 29 % CPU used) for every table, and
 #   cluster-busy.toml (20 x 2 cores / 4 GiB; 59 %) for the main table again.
 # Failures: --lose-nodes 0.05 (one node of 20) for good at 43,200 s (mid-run), chosen by the
-#   seed. The table "loss times" moves that loss over the day (every 2 h from 1 h) with each
-#   replanner, and "25 % lost" loses 5 nodes at 43,200 s.
+#   seed. The table "exposed" moves that loss to 12 instants at which the plan is nearly full
+#   for the coming hour (so that the loss must re-plan), with each replanner.
 #
 # SEEDS (default 3) seeds for the main tables (the seed picks the deadline jobs and the lost
 # node); the other tables run seed 1. Prints markdown tables (summarise.py); the runs stay in
-# $OUT/runs. About three to four minutes on 2 cores once built.
+# $OUT/runs. About six minutes on 2 cores once built (122 runs of 1.5 to 5 s).
 source "$(dirname "$0")/../common.sh"
 here="$(cd "$(dirname "$0")" && pwd)"
 plugin="$(plugin_so gantry-preemption gantry_preemption)"
@@ -51,6 +52,10 @@ config() { # NAME SETTING…: queues, the preemption plugin with these settings 
 fast="$(config fast 1000 'monitoring_interval_ms = 1000' 'max_wait_before_kill_ms = 0' \
   'total_preemption_per_round = 1.0' 'natural_termination_factor = 1.0' \
   'max_ignored_over_capacity = 0.0' 'kill_grace_ms = 250')"
+# deploy/OPERATIONS.md's advice for plans: YARN's rounds and wait, the whole imbalance a round.
+operations="$(config operations 3000 'monitoring_interval_ms = 3000' 'max_wait_before_kill_ms = 15000' \
+  'total_preemption_per_round = 1.0' 'natural_termination_factor = 1.0' \
+  'max_ignored_over_capacity = 0.1' 'kill_grace_ms = 250')"
 yarn="$(config yarn 3000 'monitoring_interval_ms = 3000' 'max_wait_before_kill_ms = 15000' \
   'total_preemption_per_round = 0.1' 'natural_termination_factor = 0.2' \
   'max_ignored_over_capacity = 0.1' 'kill_grace_ms = 250')"
@@ -83,24 +88,34 @@ for seed in $(seq 1 "$seeds"); do
 done
 # YARN's preemption defaults instead of the fast settings.
 main preemption cluster "$yarn" 1
+main operations cluster "$operations" 1
 # The reservation's window ends 1 s before the deadline (room for getting the capacity back).
 for a in gree gree-l; do
   simulate margin cluster "${a^^}, margin 1 s" "$fast" 1 --reservations "$a" --reservation-margin 1s
   simulate margin cluster "${a^^}, margin 1 s, 5 % lost" "$fast" 1 --reservations "$a" \
     --reservation-margin 1s "${loss[@]}"
 done
-# One node lost at other times of the day, each replanner (GREE).
-for h in 1 3 5 7 9 11 13 15 17 19 21 23; do
+# Reservations submitted 6 h before their jobs arrive (Rayon's production jobs reserve ahead), so
+# that the plan holds the coming hours' reservations when the node is lost.
+for a in gree gree-l; do
+  simulate lead cluster "${a^^}, lead 6 h" "$fast" 1 --reservations "$a" --reservation-lead 6h
   for r in rayon yarn; do
-    simulate loss-times cluster "GREE, $r replanner, node lost at ${h} h" "$fast" 1 --reservations gree \
-      --replanner "$r" --lose-nodes 0.05 --lose-at $((h * 3600))
+    simulate lead cluster "${a^^}, lead 6 h, 5 % lost, $([ "$r" = yarn ] && echo YARN || echo Rayon) replanner" "$fast" 1 --reservations "$a" \
+      --reservation-lead 6h --replanner "$r" "${loss[@]}"
   done
 done
-# A quarter of the nodes lost at mid-run.
+# The loss where it hurts: one node (5 %) lost at 12 instants at which the plan of the run
+# without failures (seed 1; identical up to the loss) reserves more than 95 % of its capacity
+# somewhere in the next hour (plan.csv), spread evenly over those instants; each replanner.
 for a in gree gree-l; do
-  for r in rayon yarn; do
-    simulate quarter cluster "${a^^}, 25 % lost, $r replanner" "$fast" 1 --reservations "$a" \
-      --replanner "$r" --lose-nodes 0.25 --lose-at 43200
+  plan_csv="$OUT/runs/main/cluster/$(echo "${a^^}" | tr -c 'a-zA-Z0-9.\n' '_')/seed1/plan.csv"
+  [ -f "$plan_csv" ] || { echo "no $plan_csv" >&2; exit 1; }
+  for t in $(awk -F, 'NR > 1 && $4 > 0.95 * $2 { print $1 }' "$plan_csv" |
+             awk '{ t[NR] = $1 } END { for (k = 0; k < 12 && NR > 0; k++) print t[1 + int(k * NR / 12)] }'); do
+    for r in rayon yarn; do
+      simulate exposed cluster "${a^^};$r;$t" "$fast" 1 --reservations "$a" --replanner "$r" \
+        --lose-nodes 0.05 --lose-at "$t"
+    done
   done
 done
 python3 "$here/summarise.py" "$OUT/runs.txt"

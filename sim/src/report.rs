@@ -498,10 +498,16 @@ const H: f64 = 360.0;
 const PAD: f64 = 50.0;
 
 /// One line of a plot: its name, its colour, its points (x, y).
-type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
+pub(crate) type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
 
 /// A line plot of `series` with y in 0..=`y_max`.
-fn line_plot(title: &str, x_label: &str, y_label: &str, y_max: f64, series: &[Series<'_>]) -> String {
+pub(crate) fn line_plot(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    y_max: f64,
+    series: &[Series<'_>],
+) -> String {
     let mut svg = svg_start(H);
     panel(&mut svg, 0.0, title, x_label, y_label, y_max, series);
     svg.push_str("</svg>\n");
@@ -809,6 +815,7 @@ mod tests {
             job_reservations: Vec::new(),
             replans: (0, 0),
             queues: Default::default(),
+            plan: Vec::new(),
         }
     }
 

@@ -191,6 +191,24 @@ pub struct Sample {
     pub gpus_registered: f64,
 }
 
+/// The Rayon plan at one sample time (runs whose engine has a plan).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PlanSample {
+    /// Virtual time, ms.
+    pub t_ms: u64,
+    /// CPU the plan can hand out now (the plan queue's guarantee), millicores.
+    pub capacity_cpu: u64,
+    /// CPU the plan's reservations hold now (their allocations), millicores.
+    pub reserved_cpu: u64,
+    /// The most CPU reserved at any plan step in the next hour (one step in ten), millicores:
+    /// a capacity loss that leaves less than this overcommits the plan and re-plans.
+    pub reserved_next_hour_cpu: u64,
+    /// CPU the reservations' queues use now (their jobs' containers), millicores.
+    pub used_cpu: u64,
+    /// Reservations in the plan.
+    pub reservations: u32,
+}
+
 /// Everything a run produced.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimResult {
@@ -227,6 +245,8 @@ pub struct SimResult {
     pub replans: (u64, u64),
     /// Per leaf queue: samples over time, guarantee reached, what rebalancing took.
     pub queues: QueueStats,
+    /// The Rayon plan at each sample time (empty without a plan).
+    pub plan: Vec<PlanSample>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -325,6 +345,8 @@ struct Sim<'a> {
     queue_override: Vec<Option<String>>,
     /// Replans seen: moved, removed.
     replans: (u64, u64),
+    /// The plan at each sample.
+    plan: Vec<PlanSample>,
     /// Told (virtual time, jobs ended, jobs) whenever a job ends.
     progress: Option<&'a mut dyn FnMut(u64, usize, usize)>,
     /// Registered time per node, for node-hours: (since, total).
@@ -434,6 +456,7 @@ pub fn run_with_progress<'a>(
         reservation_of: HashMap::new(),
         queue_override: vec![None; jobs.len()],
         replans: (0, 0),
+        plan: Vec::new(),
         progress,
         node_time: HashMap::new(),
         rack_of: nodes.iter().map(|n| (n.name.clone(), n.rack.clone())).collect(),
@@ -829,6 +852,7 @@ impl Sim<'_> {
             None => (self.node_time.values().filter(|(since, _)| since.is_some()).count(), 0),
         };
         self.queues.sample(self.now, self.engine.state());
+        self.sample_plan();
         self.samples.push(Sample {
             t_ms: self.now,
             cpu: share(0, self),
@@ -841,6 +865,33 @@ impl Sim<'_> {
             cpu_registered: registered(0, self),
             memory_registered: registered(1, self),
             gpus_registered: registered(2, self),
+        });
+    }
+
+    /// Records the Rayon plan now, if the engine has one.
+    fn sample_plan(&mut self) {
+        let Some(book) = self.engine.reservation_book() else { return };
+        let step = book.config().step_ms;
+        let now = book.skyline(self.now, self.now.saturating_add(1), step);
+        // No plan before the first reservation.
+        let Some(&(_, capacity, reserved)) = now.first() else { return };
+        let (capacity_cpu, reserved_cpu) = (capacity.cpu_millis, reserved.cpu_millis);
+        let reserved_next_hour_cpu = book
+            .skyline(self.now, self.now.saturating_add(3_600_000), step.saturating_mul(10))
+            .iter()
+            .map(|(_, _, r)| r.cpu_millis)
+            .max()
+            .unwrap_or(0);
+        let queues = self.engine.state().queues();
+        let used_cpu =
+            book.reservations().filter_map(|r| queues.get(r.queue as usize)).map(|q| q.used.cpu_millis).sum();
+        self.plan.push(PlanSample {
+            t_ms: self.now,
+            capacity_cpu,
+            reserved_cpu,
+            reserved_next_hour_cpu,
+            used_cpu,
+            reservations: book.reservations().count() as u32,
         });
     }
 
@@ -1129,6 +1180,7 @@ impl Sim<'_> {
             job_reservations: self.job_reservations,
             replans: self.replans,
             queues,
+            plan: self.plan,
         }
     }
 }

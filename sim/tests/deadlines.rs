@@ -262,8 +262,15 @@ fn a_reserved_job_meets_its_deadline_when_preemption_takes_back_the_borrowed_cap
         "{:?}",
         r.job_reservations[0].ended
     );
+    // The plan at the 60 s sample: 4 cores, all reserved for the job, which uses them.
+    let at_60 = r.plan.iter().find(|p| p.t_ms == 60 * S).expect("a sample at 60 s");
+    assert_eq!(
+        (at_60.capacity_cpu, at_60.reserved_cpu, at_60.used_cpu, at_60.reservations),
+        (4000, 4000, 4000, 1)
+    );
     let s = deadlines::summarise(&r, &picks, 0);
     assert_eq!((s.deadline_jobs, s.admitted, s.admitted_met, s.kept_met), (1, 1, 1, 1));
+    assert_eq!(s.plan_capacity_cores, 4.0);
     assert_eq!((s.best_effort_jobs, s.best_effort_completed), (1, 1));
     assert_eq!(s.accepted_share, 1.0);
 }
