@@ -190,13 +190,34 @@ impl Preemption {
 
     /// The `order` hook's work: the leaves take turns by need. The next request is the first
     /// pending one (in the engine's order) of the leaf whose usage, plus what the requests
-    /// already ordered ask for, is the smallest share of its guarantee (leaves without a guarantee
-    /// last; the engine's order between equals). So room freed in one cycle is shared by the
+    /// already ordered ask for, is the smallest share of its guarantee (for a leaf without one,
+    /// of its ideal share; last if that is nothing too; the engine's order between equals). So room freed in one cycle is shared by the
     /// under-served queues request by request, as YARN re-sorts its queues after each
     /// assignment, instead of going wholly to the queue furthest below at the cycle's start.
     pub fn order_view(&self, view: &View<'_>, out: &mut Decisions) {
         let m = Measure::new(self.config.resource_calculator, plan::cluster_of(view));
-        // Per leaf: its guarantee, its projected usage, and its pending requests in order.
+        // A leaf without a guarantee is measured against its ideal share instead (what its
+        // guaranteed siblings leave idle, which `rebalance` reclaims for it): ranking it last
+        // would hand the room `rebalance` freed for it straight back to the borrower, round
+        // after round (found with Rayon's reservation queues, guaranteed nothing until their
+        // allocation starts).
+        let inputs: Vec<crate::ideal::QueueInput> = view
+            .queues
+            .iter()
+            .enumerate()
+            .map(|(q, rec)| {
+                let leaf = rec.flags & GANTRY_QUEUE_LEAF != 0;
+                crate::ideal::QueueInput {
+                    parent: (rec.parent != GANTRY_NONE).then_some(rec.parent as usize).filter(|&p| p < q),
+                    guarantee: m.of(&rec.absolute_guaranteed),
+                    maximum: m.of(&rec.absolute_maximum),
+                    held: if leaf { m.of(&rec.used) } else { 0.0 },
+                    demand: if leaf { m.of(&rec.used.plus(&rec.pending)) } else { 0.0 },
+                }
+            })
+            .collect();
+        let ideal = crate::ideal::ideal_assignment(&inputs, m.total());
+        // Per leaf: its guarantee (or ideal), its projected usage, and its pending requests in order.
         let mut leaves: Vec<TurnTaker> = Vec::new();
         let mut leaf_of: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
         let mut orphans = Vec::new();
@@ -208,7 +229,10 @@ impl Preemption {
                 continue;
             };
             let slot = *leaf_of.entry(q.0).or_insert_with(|| {
-                leaves.push((m.of(&q.1.absolute_guaranteed), m.of(&q.1.used), Default::default()));
+                let guarantee = m.of(&q.1.absolute_guaranteed);
+                let share =
+                    if guarantee > 0.0 { guarantee } else { ideal.get(q.0 as usize).copied().unwrap_or(0.0) };
+                leaves.push((share, m.of(&q.1.used), Default::default()));
                 leaves.len() - 1
             });
             leaves[slot].2.push_back((pos, ri));
@@ -409,6 +433,32 @@ mod tests {
         assert!(out.as_slice().iter().all(|d| d.kind == GANTRY_DECISION_ORDER));
         // y (0) → x (0.8) → z (1.5) → w (no guarantee); the engine's order within a queue.
         assert_eq!(got, vec![ry, rx1, rx2, rz1, rz2, rw]);
+    }
+
+    #[test]
+    fn a_leaf_without_a_guarantee_is_served_up_to_its_ideal_share_before_a_borrower() {
+        // 10 GiB; prod (50 %) has `default` (all of prod's guarantee, idle) and `r` (nothing
+        // guaranteed, as a Rayon reservation before its allocation starts); adhoc (50 %) holds
+        // all 10. `rebalance` reclaims prod's idle 5 GiB for r (its ideal share), so `order` must
+        // give r the freed room before adhoc, which is twice over its guarantee: with r ranked
+        // last the room went straight back to adhoc, round after round.
+        let mut c = Cluster::new();
+        c.node("n0", gib(10), &[]);
+        let prod = c.queue("root.prod", 0, 0.5, 1.0);
+        let adhoc = c.queue("root.adhoc", 0, 0.5, 1.0);
+        c.queue("root.prod.default", prod, 1.0, 1.0);
+        let r = c.queue("root.prod.r", prod, 0.0, 1.0);
+        let (a_adhoc, a_r) = (c.app(adhoc, 0), c.app(r, 1));
+        for _ in 0..10 {
+            c.container(a_adhoc, 0, gib(1), 0, false);
+        }
+        let adhoc_more = c.pending(a_adhoc, gib(1), 1, &[]);
+        let reserved = c.pending(a_r, gib(1), 5, &[]);
+        let p = Preemption::with_config(PreemptionConfig::default());
+        let mut out = Decisions::new();
+        p.order_view(&c.view(), &mut out);
+        let got: Vec<u32> = out.as_slice().iter().map(|d| d.subject).collect();
+        assert_eq!(got, vec![reserved, adhoc_more]);
     }
 
     #[test]
