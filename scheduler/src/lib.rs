@@ -63,6 +63,16 @@ pub fn build_engine(
     config: &SchedulerConfig,
     metrics: Option<&std::sync::Arc<metrics::SchedulerMetrics>>,
 ) -> Result<Engine, BuildError> {
+    build_engine_with(config, metrics, config.engine_config())
+}
+
+/// [`build_engine`] with the engine's configuration given (the simulator's flags may replace the
+/// file's reservation plan).
+pub fn build_engine_with(
+    config: &SchedulerConfig,
+    metrics: Option<&std::sync::Arc<metrics::SchedulerMetrics>>,
+    engine_config: gantry_engine::EngineConfig,
+) -> Result<Engine, BuildError> {
     let mut policies: Vec<Box<dyn Policy>> = Vec::with_capacity(config.plugins.len());
     for p in &config.plugins {
         let json = serde_json::to_string(&p.config)
@@ -104,5 +114,5 @@ pub fn build_engine(
         place: index(&config.profile.place),
         rebalance: index(&config.profile.rebalance),
     };
-    Ok(Engine::new(config.engine_config(), policies, profile)?)
+    Ok(Engine::new(engine_config, policies, profile)?)
 }

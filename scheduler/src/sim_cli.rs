@@ -475,8 +475,8 @@ pub fn engine_for(config: Option<&PathBuf>, seed: Option<u64>) -> Result<Engine,
 }
 
 /// [`engine_for`], with Rayon's plan when `plan` is given: the configuration's queues and
-/// plugins, loaded as [`crate::build_engine`] loads them, and `plan` as the engine's
-/// reservations (the scheduler's own `[reservations]` section, if any, is replaced).
+/// plugins ([`crate::build_engine_with`]), and `plan` as the engine's reservations (the
+/// configuration's own `[reservations]` section, if any, is replaced).
 pub fn engine_with_plan(
     config: Option<&PathBuf>,
     seed: Option<u64>,
@@ -492,40 +492,8 @@ pub fn engine_with_plan(
     if seed.is_some() {
         cfg.engine.seed = seed;
     }
-    let mut policies: Vec<Box<dyn gantry_engine::Policy>> = Vec::with_capacity(cfg.plugins.len());
-    for p in &cfg.plugins {
-        let json = serde_json::to_string(&p.config)
-            .map_err(|e| crate::BuildError::PluginConfig { name: p.name.clone(), message: e.to_string() })?;
-        let plugin = crate::plugin_host::DynamicPlugin::load(&cfg.plugin_path(p), &json)
-            .map_err(|error| crate::BuildError::Plugin { name: p.name.clone(), error })?;
-        let hooks = plugin.info().hooks;
-        for (hook, id, assigned) in [
-            ("admit", gantry_sdk::abi::GANTRY_HOOK_ADMIT, &cfg.profile.admit),
-            ("order", gantry_sdk::abi::GANTRY_HOOK_ORDER, &cfg.profile.order),
-            ("place", gantry_sdk::abi::GANTRY_HOOK_PLACE, &cfg.profile.place),
-            ("rebalance", gantry_sdk::abi::GANTRY_HOOK_REBALANCE, &cfg.profile.rebalance),
-        ] {
-            if assigned.as_deref() == Some(p.name.as_str()) && !hooks.has(id) {
-                return Err(crate::BuildError::Profile {
-                    hook,
-                    name: p.name.clone(),
-                    has: plugin.info().hook_names().join(", "),
-                }
-                .into());
-            }
-        }
-        policies.push(Box::new(plugin));
-    }
-    let index =
-        |name: &Option<String>| name.as_ref().and_then(|n| cfg.plugins.iter().position(|p| &p.name == n));
-    let profile = gantry_engine::Profile {
-        admit: index(&cfg.profile.admit),
-        order: index(&cfg.profile.order),
-        place: index(&cfg.profile.place),
-        rebalance: index(&cfg.profile.rebalance),
-    };
     let engine_config = EngineConfig { reservations: Some(plan), ..cfg.engine_config() };
-    Ok(Engine::new(engine_config, policies, profile)?)
+    Ok(crate::build_engine_with(&cfg, None, engine_config)?)
 }
 
 /// A sample interval giving about 2,000 samples over the trace's arrivals: whole minutes, at
