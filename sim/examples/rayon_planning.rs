@@ -82,6 +82,7 @@ use gantry_rayon::rdl::{Atom, Expr, Window};
 use gantry_rayon::replan::{Replan, ReservationInfo, replan, replan_yarn_simple};
 use gantry_sdk::abi::GantryResources;
 use gantry_sdk::rng::SplitMix64;
+use gantry_sim::report::{Series, stacked_plots};
 use gantry_sim::trace::{self, swim};
 use serde_json::{Value, json};
 
@@ -824,85 +825,18 @@ fn skyline(empty: &Plan, series: &[(String, &Plan)], loss_step: usize, a: &Args)
     }
     // Panel 1: capacity and the two agents' plans; panel 2: after the loss.
     let colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
-    let mut p1: Vec<Line<'_>> = vec![("plan capacity", "black", &lines[0])];
+    let mut p1: Vec<Series<'_>> = vec![("plan capacity", "black", lines[0].clone())];
     for (k, (name, _)) in series.iter().enumerate().take(2) {
-        p1.push((name, colours[k], &lines[k + 2]));
+        p1.push((name, colours[k], lines[k + 2].clone()));
     }
-    let mut p2: Vec<Line<'_>> = vec![("capacity after loss", "black", &lines[1])];
+    let mut p2: Vec<Series<'_>> = vec![("capacity after loss", "black", lines[1].clone())];
     for (k, (name, _)) in series.iter().enumerate().skip(2) {
-        p2.push((name, colours[k], &lines[k + 2]));
+        p2.push((name, colours[k], lines[k + 2].clone()));
     }
     let y_max = cap * 1.05;
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{SVG_W}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-        2.0 * SVG_H
-    );
-    svg_panel(&mut svg, 0.0, "Cores held by reservations (per-minute mean)", y_max, &p1);
-    svg_panel(&mut svg, SVG_H, "After the capacity loss (per-minute mean)", y_max, &p2);
-    svg.push_str("</svg>\n");
+    let svg = stacked_plots(&[
+        ("Cores held by reservations (per-minute mean)", "hours", "cores", y_max, p1),
+        ("After the capacity loss (per-minute mean)", "hours", "cores", y_max, p2),
+    ]);
     (csv, svg)
-}
-
-/// One line of a plot: name, colour, points (hours, cores).
-type Line<'a> = (&'a str, &'a str, &'a [(f64, f64)]);
-
-const SVG_W: f64 = 900.0;
-const SVG_H: f64 = 380.0;
-const SVG_PAD: f64 = 55.0;
-
-/// One line panel, hours on x and cores on y, its top `y0` pixels down.
-fn svg_panel(svg: &mut String, y0: f64, title: &str, y_max: f64, series: &[Line<'_>]) {
-    let x_max = series.iter().flat_map(|s| s.2.iter().map(|p| p.0)).fold(0.0f64, f64::max).max(1e-9);
-    let sx = |x: f64| SVG_PAD + x / x_max * (SVG_W - 2.0 * SVG_PAD);
-    let sy = |y: f64| SVG_H - SVG_PAD - y / y_max.max(1e-9) * (SVG_H - 2.0 * SVG_PAD);
-    let _ = writeln!(svg, "<g transform=\"translate(0 {y0})\">");
-    let _ = writeln!(
-        svg,
-        "<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">{title}</text>",
-        SVG_W / 2.0
-    );
-    let _ = writeln!(
-        svg,
-        "<path d=\"M{SVG_PAD},{SVG_PAD} V{} H{}\" stroke=\"black\" fill=\"none\"/>",
-        SVG_H - SVG_PAD,
-        SVG_W - SVG_PAD
-    );
-    for k in 0..=4 {
-        let f = f64::from(k) / 4.0;
-        let _ = writeln!(
-            svg,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{:.0}</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{:.0}</text>",
-            sx(f * x_max),
-            SVG_H - SVG_PAD + 16.0,
-            f * x_max,
-            SVG_PAD - 6.0,
-            sy(f * y_max) + 4.0,
-            f * y_max
-        );
-    }
-    let _ = writeln!(
-        svg,
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">time (h)</text>\
-         <text x=\"14\" y=\"{}\" text-anchor=\"middle\" transform=\"rotate(-90 14 {})\">cores</text>",
-        SVG_W / 2.0,
-        SVG_H - 14.0,
-        SVG_H / 2.0,
-        SVG_H / 2.0
-    );
-    for (i, (name, colour, points)) in series.iter().enumerate() {
-        let mut d = String::new();
-        for (x, y) in points.iter() {
-            let _ = write!(d, "{}{:.1},{:.1}", if d.is_empty() { "M" } else { " L" }, sx(*x), sy(*y));
-        }
-        let _ = writeln!(svg, "<path d=\"{d}\" stroke=\"{colour}\" fill=\"none\" stroke-width=\"1\"/>");
-        let _ = writeln!(
-            svg,
-            "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"{colour}\">{}</text>",
-            SVG_W - SVG_PAD - 260.0,
-            SVG_PAD + 14.0 * i as f64,
-            name.replace('&', "&amp;").replace('<', "&lt;")
-        );
-    }
-    svg.push_str("</g>\n");
 }

@@ -498,7 +498,21 @@ const H: f64 = 360.0;
 const PAD: f64 = 50.0;
 
 /// One line of a plot: its name, its colour, its points (x, y).
-pub(crate) type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
+pub type Series<'a> = (&'a str, &'a str, Vec<(f64, f64)>);
+
+/// One panel of [`stacked_plots`]: title, x label, y label, y maximum, lines.
+pub type Panel<'a> = (&'a str, &'a str, &'a str, f64, Vec<Series<'a>>);
+
+/// Line plots one above the other in one SVG document (the simulator's plot style, for
+/// programs that plot their own figures, such as the Rayon planning example).
+pub fn stacked_plots(panels: &[Panel<'_>]) -> String {
+    let mut svg = svg_start(H * panels.len().max(1) as f64);
+    for (k, (title, x_label, y_label, y_max, series)) in panels.iter().enumerate() {
+        panel(&mut svg, H * k as f64, title, x_label, y_label, *y_max, series);
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
 
 /// A line plot of `series` with y in 0..=`y_max`.
 pub(crate) fn line_plot(
