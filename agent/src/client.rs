@@ -187,6 +187,8 @@ pub struct ClientOptions {
     pub keepalive_timeout: Duration,
     /// When this agent process started, Unix ms (sent in `Register`).
     pub agent_started_at_ms: u64,
+    /// Sent as `authorization: Bearer …` when the stream opens (the scheduler's join token).
+    pub join_token: Option<String>,
 }
 
 impl ClientOptions {
@@ -201,6 +203,7 @@ impl ClientOptions {
             keepalive_interval: Duration::from_secs(10),
             keepalive_timeout: Duration::from_secs(20),
             agent_started_at_ms: now_ms(),
+            join_token: None,
         }
     }
 
@@ -506,7 +509,16 @@ impl Runner<'_> {
         // The channel handle lives as long as the session, so the connection does too.
         let channel = self.endpoint.connect_lazy();
         let mut grpc = AgentServiceClient::new(channel.clone());
-        let mut opening = Box::pin(async move { grpc.connect(ReceiverStream::new(out_rx)).await });
+        let mut request = tonic::Request::new(ReceiverStream::new(out_rx));
+        if let Some(token) = &self.client.options.join_token {
+            match format!("Bearer {token}").parse() {
+                Ok(value) => {
+                    request.metadata_mut().insert("authorization", value);
+                }
+                Err(_) => tracing::error!("the join token cannot be sent as gRPC metadata"),
+            }
+        }
+        let mut opening = Box::pin(async move { grpc.connect(request).await });
         let mut inbound: Option<tonic::Streaming<v1::SchedulerMessage>> = None;
         let register_deadline = tokio::time::sleep(self.client.options.register_timeout);
         tokio::pin!(register_deadline);

@@ -105,6 +105,9 @@ pub struct AgentConfig {
     pub max_concurrent_launches: u32,
     /// Resources kept back for the system.
     pub reserve: Reserve,
+    /// A file holding the token the scheduler asks agents to join with (its `[security]
+    /// join_token_file`); absent: join without one.
+    pub join_token_file: Option<PathBuf>,
 }
 
 impl Default for AgentConfig {
@@ -123,6 +126,7 @@ impl Default for AgentConfig {
             cgroup_name: "gantry".into(),
             max_concurrent_launches: 0,
             reserve: Reserve::default(),
+            join_token_file: None,
         }
     }
 }
@@ -183,6 +187,26 @@ impl AgentConfig {
             return bad("work_root", format!("{} must be an absolute path", self.work_root.display()));
         }
         Ok(())
+    }
+
+    /// The join token from `join_token_file` (trimmed), if one is configured.
+    pub fn join_token(&self) -> Result<Option<String>, ConfigError> {
+        let Some(path) = &self.join_token_file else { return Ok(None) };
+        let read = |source| ConfigError::Read { path: path.clone(), source };
+        if std::fs::metadata(path).map_err(read)?.len() > 4096 {
+            return Err(ConfigError::Invalid {
+                field: "join_token_file",
+                message: "larger than 4 KiB".into(),
+            });
+        }
+        let token = std::fs::read_to_string(path).map_err(read)?.trim().to_owned();
+        if token.len() < 16 || !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ConfigError::Invalid {
+                field: "join_token_file",
+                message: format!("{}: the token must be 16 or more printable characters", path.display()),
+            });
+        }
+        Ok(Some(token))
     }
 
     /// The node name: configured, or the host name.

@@ -46,6 +46,9 @@ pub enum DaemonError {
     /// The scheduler endpoint is malformed.
     #[error("scheduler client: {0}")]
     Client(#[from] crate::client::ClientError),
+    /// The join token could not be read.
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
 }
 
 fn now_ms() -> u64 {
@@ -128,7 +131,9 @@ pub async fn run_with(
     let (events, events_rx) = mpsc::channel::<AgentEvent>(1024);
     let (commands_tx, mut commands) = mpsc::channel::<Command>(256);
     let latency_metrics = metrics.clone();
-    let client = Client::new(ClientOptions::from_config(&config), snapshot)
+    let mut client_options = ClientOptions::from_config(&config);
+    client_options.join_token = config.join_token()?;
+    let client = Client::new(client_options, snapshot)
         .on_heartbeat_latency(move |d| latency_metrics.observe_heartbeat(d));
     let client_task = tokio::spawn(client.run(events_rx, commands_tx, stopped(stop_rx.clone())));
 

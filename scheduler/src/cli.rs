@@ -68,6 +68,16 @@ pub struct Connection {
     /// The scheduler's REST address.
     #[arg(long = "scheduler", env = "GANTRY_SCHEDULER", default_value = DEFAULT_SCHEDULER, value_name = "URL")]
     pub scheduler: String,
+    /// Bearer token for a scheduler with `[security] tokens_file`.
+    #[arg(long, env = "GANTRY_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    pub token: Option<String>,
+}
+
+impl Connection {
+    /// A client of this scheduler, sending the token if there is one.
+    pub fn client(&self) -> Result<Client, ClientError> {
+        Ok(Client::new(&self.scheduler)?.with_token(self.token.clone()))
+    }
 }
 
 /// The cluster commands. The `gantry` binary embeds them with
@@ -367,7 +377,7 @@ fn print_json(out: &mut dyn Write, v: &Value) -> Result<(), CliError> {
 }
 
 async fn submit(a: SubmitArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let client = Client::new(&a.conn.scheduler)?;
+    let client = a.conn.client()?;
     let req = a.to_submit();
     // Check here first: the same rules as the server, but the message arrives without a round
     // trip and before anything is sent.
@@ -403,7 +413,7 @@ fn flag_names(e: &ValidationError) -> String {
 }
 
 async fn apps(a: AppsArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let client = Client::new(&a.conn.scheduler)?;
+    let client = a.conn.client()?;
     let filter = AppFilter { states: a.states, queue: a.queue, user: a.user, limit: a.limit };
     let v = client.get_value(&paths::apps(&filter)).await?;
     if a.json {
@@ -439,7 +449,7 @@ async fn apps(a: AppsArgs, out: &mut dyn Write) -> Result<(), CliError> {
 }
 
 async fn app(a: AppArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let client = Client::new(&a.conn.scheduler)?;
+    let client = a.conn.client()?;
     let v = client.get_value(&paths::app(a.id)).await?;
     if a.json {
         return print_json(out, &v);
@@ -536,7 +546,7 @@ fn describe_app(app: &AppInfo) -> String {
 }
 
 async fn kill(a: KillArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let client = Client::new(&a.conn.scheduler)?;
+    let client = a.conn.client()?;
     let body = AppStateRequest { state: "KILLED".into() };
     let (status, v) = client.send_value(Method::PUT, &paths::app_state(a.id), &body).await?;
     if a.json {
@@ -558,7 +568,7 @@ async fn kill(a: KillArgs, out: &mut dyn Write) -> Result<(), CliError> {
 }
 
 async fn nodes(a: ListArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let client = Client::new(&a.conn.scheduler)?;
+    let client = a.conn.client()?;
     let v = client.get_value(&paths::nodes()).await?;
     if a.json {
         return print_json(out, &v);
@@ -590,7 +600,7 @@ async fn nodes(a: ListArgs, out: &mut dyn Write) -> Result<(), CliError> {
 }
 
 async fn set_node_drain(a: NodeArgs, drain: bool, out: &mut dyn Write) -> Result<(), CliError> {
-    let client = Client::new(&a.conn.scheduler)?;
+    let client = a.conn.client()?;
     let body = NodeStateRequest { state: if drain { "DECOMMISSIONING" } else { "RUNNING" }.into() };
     let (_, v) = client.send_value(Method::PUT, &paths::node_state(&a.name), &body).await?;
     if a.json {
@@ -603,7 +613,7 @@ async fn set_node_drain(a: NodeArgs, drain: bool, out: &mut dyn Write) -> Result
 }
 
 async fn removable(a: RemovableArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let client = Client::new(&a.conn.scheduler)?;
+    let client = a.conn.client()?;
     let v = client.get_value(&paths::removable_nodes(a.idle.unwrap_or(0))).await?;
     if a.json {
         return print_json(out, &v);
@@ -633,7 +643,7 @@ async fn removable(a: RemovableArgs, out: &mut dyn Write) -> Result<(), CliError
 }
 
 async fn queues(a: ListArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let client = Client::new(&a.conn.scheduler)?;
+    let client = a.conn.client()?;
     let v = client.get_value(&paths::scheduler()).await?;
     if a.json {
         return print_json(out, &v);
@@ -679,7 +689,7 @@ async fn queues(a: ListArgs, out: &mut dyn Write) -> Result<(), CliError> {
 }
 
 async fn logs(a: LogsArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let client = Client::new(&a.conn.scheduler)?;
+    let client = a.conn.client()?;
     let file = if a.stderr { LogFile::Stderr } else { LogFile::Stdout };
     let app = client.app(a.id).await?;
     let chosen: Vec<&ContainerInfo> = match a.container {

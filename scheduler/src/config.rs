@@ -18,6 +18,11 @@
 //! [profile]
 //! place = "firstfit"           # admit / order / place / rebalance
 //!
+//! [security]                   # absent: no authentication (loopback only, or --insecure)
+//! tokens_file = "tokens"       # REST bearer tokens, lines `TOKEN USER [admin]`
+//! join_token_file = "join"     # the token agents must present
+//! insecure = false             # allow listening beyond loopback without them
+//!
 //! [reservations]               # Rayon reservations (absent: none)
 //! queue = "root.prod"          # the reservable leaf queue; its guarantee is what the plan hands out
 //! agent = "gree"               # admission agent: "gree" (late) or "gree-l" (flat)
@@ -160,6 +165,18 @@ pub struct ProfileSection {
     pub rebalance: Option<String>,
 }
 
+/// Authentication (`[security]`); relative paths are relative to the config file.
+#[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecuritySection {
+    /// REST bearer tokens, one a line: `TOKEN USER [admin]`. Without it the REST API is open.
+    pub tokens_file: Option<PathBuf>,
+    /// The token agents present when they connect. Without it any agent may join.
+    pub join_token_file: Option<PathBuf>,
+    /// Listen beyond loopback without tokens (a trusted network only).
+    pub insecure: bool,
+}
+
 /// The Rayon reservation plan (`[reservations]`).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -238,6 +255,8 @@ pub struct SchedulerConfig {
     pub profile: ProfileSection,
     /// The reservation plan, if any.
     pub reservations: Option<ReservationsSection>,
+    /// Authentication.
+    pub security: SecuritySection,
     /// Directory that relative plugin paths are resolved against (the config file's).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -342,6 +361,24 @@ impl SchedulerConfig {
         } else {
             self.base_dir.join(&self.server.data_dir)
         }
+    }
+
+    /// A path of the configuration, resolved against the config file's directory.
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        if path.is_absolute() { path.to_owned() } else { self.base_dir.join(path) }
+    }
+
+    /// The REST tokens and the agents' join token, read from their files (none when not
+    /// configured), or why they cannot be used.
+    pub fn credentials(
+        &self,
+    ) -> Result<(Option<crate::auth::Tokens>, Option<crate::auth::JoinToken>), String> {
+        let s = &self.security;
+        let tokens =
+            s.tokens_file.as_ref().map(|p| crate::auth::Tokens::read(&self.resolve(p))).transpose()?;
+        let join =
+            s.join_token_file.as_ref().map(|p| crate::auth::JoinToken::read(&self.resolve(p))).transpose()?;
+        Ok((tokens, join))
     }
 
     /// Where a plugin's library is, resolved against the config file's directory.

@@ -6,6 +6,7 @@
 //! `gantry-scheduler` (daemon) live in `src/bin/`.
 
 pub mod api;
+pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod config;

@@ -3,7 +3,6 @@
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::api::client::Client;
 use crate::api::reservations::{ReservationDefinition, ReservationInfo, ReservationSubmit};
 use crate::cli::{CliError, Connection, parse_duration_ms, parse_duration_or_zero_ms};
 
@@ -132,12 +131,12 @@ pub async fn execute(cmd: ReserveCommand, out: &mut dyn Write) -> Result<(), Cli
         ReserveCommand::Submit(a) => submit(a, false, out).await,
         ReserveCommand::Update(a) => submit(a, true, out).await,
         ReserveCommand::Delete(a) => {
-            Client::new(&a.conn.scheduler)?.delete_reservation(&a.id).await?;
+            a.conn.client()?.delete_reservation(&a.id).await?;
             writeln!(out, "{} deleted", a.id)?;
             Ok(())
         }
         ReserveCommand::List(a) => {
-            let list = Client::new(&a.conn.scheduler)?.reservations(a.queue.as_deref()).await?;
+            let list = a.conn.client()?.reservations(a.queue.as_deref()).await?;
             if a.json {
                 return print(out, &list);
             }
@@ -150,7 +149,7 @@ pub async fn execute(cmd: ReserveCommand, out: &mut dyn Write) -> Result<(), Cli
             Ok(())
         }
         ReserveCommand::Optimize(a) => {
-            let info = Client::new(&a.conn.scheduler)?.optimize_reservations(a.time_limit).await?;
+            let info = a.conn.client()?.optimize_reservations(a.time_limit).await?;
             if a.json {
                 return print(out, &info);
             }
@@ -200,7 +199,7 @@ async fn submit(a: ReserveArgs, update: bool, out: &mut dyn Write) -> Result<(),
             rdl: Some(serde_json::Value::String(rdl)),
         },
     };
-    let info = Client::new(&a.conn.scheduler)?.submit_reservation(&body, update).await?;
+    let info = a.conn.client()?.submit_reservation(&body, update).await?;
     if a.json {
         return print(out, &info);
     }

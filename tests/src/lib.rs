@@ -167,6 +167,18 @@ impl TestAgent {
         labels: &[(&str, &str)],
         scheduler: std::net::SocketAddr,
     ) -> TestAgent {
+        Self::start_with(dir, name, rack, labels, scheduler, "")
+    }
+
+    /// As [`TestAgent::start`], with `extra` top-level TOML lines (e.g. `join_token_file`).
+    pub fn start_with(
+        dir: &Path,
+        name: &str,
+        rack: &str,
+        labels: &[(&str, &str)],
+        scheduler: std::net::SocketAddr,
+        extra: &str,
+    ) -> TestAgent {
         let work = dir.join(name);
         let port = free_port();
         let config = dir.join(format!("{name}.toml"));
@@ -175,7 +187,7 @@ impl TestAgent {
         std::fs::write(
             &config,
             format!(
-                "node_name = \"{name}\"\nrack = \"{rack}\"\nwork_root = {:?}\nmetrics_listen = \"127.0.0.1:{port}\"\n\
+                "{extra}\nnode_name = \"{name}\"\nrack = \"{rack}\"\nwork_root = {:?}\nmetrics_listen = \"127.0.0.1:{port}\"\n\
                  cgroup_name = \"{cgroup}\"\nsample_interval_ms = 200\nkill_grace_ms = 1000\n\
                  [reserve]\ncpu_millis = 0\nmemory_bytes = 0\n[labels]\n{labels}",
                 work.display().to_string(),

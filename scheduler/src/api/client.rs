@@ -106,6 +106,8 @@ pub struct Client {
     base: String,
     http: HttpClient<HttpConnector, Full<Bytes>>,
     timeout: Duration,
+    /// Sent as `Authorization: Bearer …` when set.
+    token: Option<String>,
 }
 
 impl Client {
@@ -133,12 +135,18 @@ impl Client {
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
         connector.set_nodelay(true);
         let http = HttpClient::builder(TokioExecutor::new()).build(connector);
-        Ok(Client { base, http, timeout: DEFAULT_TIMEOUT })
+        Ok(Client { base, http, timeout: DEFAULT_TIMEOUT, token: None })
     }
 
     /// The same client with another per-call deadline.
     pub fn with_timeout(mut self, timeout: Duration) -> Client {
         self.timeout = timeout;
+        self
+    }
+
+    /// The same client sending `token` as a bearer token with every request.
+    pub fn with_token(mut self, token: Option<String>) -> Client {
+        self.token = token.filter(|t| !t.is_empty());
         self
     }
 
@@ -161,6 +169,12 @@ impl Client {
             reason: e.to_string(),
         })?;
         let mut builder = Request::builder().method(method).uri(uri);
+        if let Some(token) = &self.token {
+            let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                ClientError::BadUrl { url: url.clone(), reason: "the token is not a valid header".into() }
+            })?;
+            builder = builder.header(hyper::header::AUTHORIZATION, value);
+        }
         if json_body.is_some() {
             builder = builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }

@@ -289,6 +289,7 @@ impl ApiError {
 pub fn exception_name(status: StatusCode) -> &'static str {
     match status {
         StatusCode::BAD_REQUEST => "BadRequestException",
+        StatusCode::UNAUTHORIZED => "AuthenticationException",
         StatusCode::FORBIDDEN => "ForbiddenException",
         StatusCode::NOT_FOUND => "NotFoundException",
         StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowedException",

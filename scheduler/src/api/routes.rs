@@ -293,6 +293,7 @@ async fn app_state<B: Backend>(
 async fn set_app_state<B: Backend>(
     State(b): State<B>,
     ApiPath(id): ApiPath<String>,
+    caller: MaybeCaller,
     ApiJson(body): ApiJson<AppStateRequest>,
 ) -> Result<Response, ApiError> {
     if !body.state.trim().eq_ignore_ascii_case("KILLED") {
@@ -302,6 +303,7 @@ async fn set_app_state<B: Backend>(
         )));
     }
     let app = app_of(&b, &id).await?;
+    may_act_for(&caller, &app.user, &format!("application {}", app.id))?;
     match app.state {
         AppState::Killed => return Ok(Json(AppStateInfo { state: AppState::Killed }).into_response()),
         s if s.is_terminal() => {
@@ -315,20 +317,64 @@ async fn set_app_state<B: Backend>(
     Ok((StatusCode::ACCEPTED, [(LOCATION, location)], Json(AppStateInfo { state })).into_response())
 }
 
+/// The REST API's authentication (installed by the daemon when it has tokens): a request needs
+/// `Authorization: Bearer TOKEN` of a known token, else 401 with `WWW-Authenticate: Bearer`;
+/// its [`Caller`](crate::auth::Caller) is handed to the routes as a request extension.
+pub async fn require_token(
+    State(tokens): State<std::sync::Arc<crate::auth::Tokens>>,
+    mut req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let header = req.headers().get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    match tokens.authorize(header).cloned() {
+        Some(caller) => {
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
+        None => {
+            let mut answer = ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "a valid bearer token is required (Authorization: Bearer TOKEN; the CLI reads --token or GANTRY_TOKEN)",
+            )
+            .into_response();
+            answer
+                .headers_mut()
+                .insert(axum::http::header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            answer
+        }
+    }
+}
+
+/// The authenticated caller, when the daemon has tokens.
+type MaybeCaller = Option<axum::Extension<crate::auth::Caller>>;
+
+/// Refuses (403) a caller who is neither `owner` nor an administrator; anyone when the daemon
+/// has no tokens.
+fn may_act_for(caller: &MaybeCaller, owner: &str, what: &str) -> Result<(), ApiError> {
+    match caller {
+        Some(axum::Extension(c)) if !c.admin && c.user != owner => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!("{what} belongs to `{owner}`; `{}` is not an administrator", c.user),
+        )),
+        _ => Ok(()),
+    }
+}
+
 async fn new_reservation<B: Backend>(
     State(b): State<B>,
 ) -> Result<Json<crate::api::reservations::NewReservation>, ApiError> {
     Ok(Json(b.new_reservation().await?))
 }
 
-/// The user a reservation is made for: the definition does not carry one (YARN takes it from
-/// the caller's login, which gantry's API does not have yet).
+/// The user a reservation is made for when the daemon has no tokens (with tokens: the caller).
 const RESERVATION_USER: &str = "gantry";
 
 async fn submit_reservation<B: Backend>(
     State(b): State<B>,
+    caller: MaybeCaller,
     ApiJson(body): ApiJson<crate::api::reservations::ReservationSubmit>,
 ) -> Result<Json<crate::api::reservations::ReservationInfo>, ApiError> {
+    let user = caller.map_or_else(|| RESERVATION_USER.to_owned(), |axum::Extension(c)| c.user);
     let queue = body.queue.clone().ok_or_else(|| ApiError::unprocessable("`queue` is required"))?;
     let id = body
         .reservation_id
@@ -336,13 +382,13 @@ async fn submit_reservation<B: Backend>(
         .map(crate::api::reservations::parse_reservation_id)
         .transpose()
         .map_err(ApiError::bad_request)?;
-    let request =
-        body.definition.to_request(queue, RESERVATION_USER.into()).map_err(ApiError::unprocessable)?;
+    let request = body.definition.to_request(queue, user).map_err(ApiError::unprocessable)?;
     Ok(Json(b.submit_reservation(id, request).await?))
 }
 
 async fn update_reservation<B: Backend>(
     State(b): State<B>,
+    caller: MaybeCaller,
     ApiJson(body): ApiJson<crate::api::reservations::ReservationSubmit>,
 ) -> Result<Json<crate::api::reservations::ReservationInfo>, ApiError> {
     let id = body
@@ -356,6 +402,7 @@ async fn update_reservation<B: Backend>(
         .into_iter()
         .find(|r| crate::api::reservations::parse_reservation_id(&r.reservation_id) == Ok(id))
         .ok_or_else(|| ApiError::not_found(format!("reservation {} is not in the plan", id.0)))?;
+    may_act_for(&caller, &current.user, &format!("reservation {}", current.reservation_id))?;
     let queue = body.queue.clone().unwrap_or(current.queue);
     let request = body.definition.to_request(queue, current.user).map_err(ApiError::unprocessable)?;
     Ok(Json(b.update_reservation(id, request).await?))
@@ -363,10 +410,21 @@ async fn update_reservation<B: Backend>(
 
 async fn delete_reservation<B: Backend>(
     State(b): State<B>,
+    caller: MaybeCaller,
     ApiJson(body): ApiJson<crate::api::reservations::ReservationDelete>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let id = crate::api::reservations::parse_reservation_id(&body.reservation_id)
         .map_err(ApiError::bad_request)?;
+    if caller.is_some() {
+        let owner = b
+            .reservations()
+            .await?
+            .into_iter()
+            .find(|r| crate::api::reservations::parse_reservation_id(&r.reservation_id) == Ok(id))
+            .map(|r| r.user)
+            .ok_or_else(|| ApiError::not_found(format!("reservation {} is not in the plan", id.0)))?;
+        may_act_for(&caller, &owner, &format!("reservation {}", body.reservation_id))?;
+    }
     b.delete_reservation(id).await?;
     Ok(Json(serde_json::json!({})))
 }
@@ -449,8 +507,19 @@ async fn new_application<B: Backend>(State(b): State<B>) -> Result<Json<NewAppli
 /// Validates, normalises and submits; 202 only once the backend says the app is durable.
 async fn submit<B: Backend>(
     State(b): State<B>,
+    caller: MaybeCaller,
     ApiJson(mut req): ApiJson<SubmitApp>,
 ) -> Result<Response, ApiError> {
+    if let Some(axum::Extension(c)) = &caller {
+        // The token says who submits; a body naming someone else is refused, not rewritten.
+        if req.user.as_ref().is_some_and(|u| *u != c.user) && !c.admin {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!("`{}` may not submit as `{}`", c.user, req.user.as_deref().unwrap_or_default()),
+            ));
+        }
+        req.user.get_or_insert_with(|| c.user.clone());
+    }
     req.validate().map_err(|e| ApiError::unprocessable(e.to_string()))?;
     req.normalize();
     let id = b.submit(req).await?;

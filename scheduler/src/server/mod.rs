@@ -38,6 +38,14 @@ pub enum ServerError {
         /// Why.
         source: crate::store::StoreError,
     },
+    /// The tokens could not be read.
+    #[error("security: {0}")]
+    Security(String),
+    /// The daemon would listen beyond loopback without authentication.
+    #[error(
+        "{0}: anyone who can reach it could submit or join. Configure [security] tokens_file and join_token_file, or set [security] insecure = true (gantry-scheduler --insecure) on a trusted network"
+    )]
+    Insecure(String),
     /// The data directory could not be created.
     #[error("data directory {path}: {source}")]
     DataDir {
@@ -93,6 +101,22 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_bound: impl FnOnce(Bound),
 ) -> Result<(), ServerError> {
+    let (tokens, join) = config.credentials().map_err(ServerError::Security)?;
+    if !config.security.insecure {
+        let mut open = Vec::new();
+        if tokens.is_none() && !crate::auth::is_loopback(&config.server.listen) {
+            open.push(format!("the REST API would listen on {} without tokens_file", config.server.listen));
+        }
+        if join.is_none() && !crate::auth::is_loopback(&config.server.agent_listen) {
+            open.push(format!(
+                "the agent endpoint would listen on {} without join_token_file",
+                config.server.agent_listen
+            ));
+        }
+        if !open.is_empty() {
+            return Err(ServerError::Insecure(open.join("; and ")));
+        }
+    }
     let metrics = std::sync::Arc::new(SchedulerMetrics::new());
     let engine = build_engine(config, Some(&metrics))?;
     // Nothing acknowledged is lost: the store is opened (and the engine rebuilt from it) before
@@ -135,6 +159,15 @@ pub async fn serve(
         .map_err(|source| ServerError::Listen { addr: config.server.listen.clone(), source })?;
     let app = crate::api::router(backend::DaemonBackend::new(core.clone()))
         .route("/metrics", axum::routing::get(metrics_handler).with_state((core.clone(), metrics)));
+    // With tokens, every request — `/metrics` included — needs one (Prometheus sends it with
+    // `authorization: credentials_file`).
+    let app = match tokens {
+        Some(tokens) => app.layer(axum::middleware::from_fn_with_state(
+            std::sync::Arc::new(tokens),
+            crate::api::routes::require_token,
+        )),
+        None => app,
+    };
     // TCP_NODELAY on both endpoints: replies and stream messages are small, and Nagle's
     // algorithm against the peer's delayed ACK holds a small write back for up to 40 ms.
     let api_listener = axum::serve::ListenerExt::tap_io(api_listener, |tcp| {
@@ -147,7 +180,18 @@ pub async fn serve(
     );
     on_bound(Bound { agent_addr, api_addr, core: core.clone() });
     let grpc = tonic::transport::Server::builder()
-        .add_service(agents::AgentEndpoint::new(core.clone()).into_service())
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            agents::AgentEndpoint::new(core.clone()).into_service(),
+            move |req: tonic::Request<()>| {
+                let header = req.metadata().get("authorization").and_then(|v| v.to_str().ok());
+                match &join {
+                    Some(j) if !j.admits(header) => {
+                        Err(tonic::Status::unauthenticated("the agent's join token is missing or wrong"))
+                    }
+                    _ => Ok(req),
+                }
+            },
+        ))
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(agent_listener).with_nodelay(Some(true)),
             stopped(stop_rx.clone()),
