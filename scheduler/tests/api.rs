@@ -257,6 +257,10 @@ impl Backend for Fake {
         self.state().scheduler.clone().unwrap_or_else(|| engine_scheduler_info().0)
     }
 
+    async fn container_owner(&self, _: u64) -> Option<String> {
+        None
+    }
+
     // The fake has no reservable queue; the daemon's reservation API is tested live
     // (tests/tests/reservations_live.rs).
     async fn new_reservation(&self) -> Result<api::reservations::NewReservation, ApiError> {

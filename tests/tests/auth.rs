@@ -97,6 +97,21 @@ fn tokens_and_join_tokens_let_in_exactly_who_they_name() {
     let out = gantry_cli(&api, &["apps"]);
     assert!(!out.status.success(), "no token, no listing");
 
+    // Logs: the owner's and an administrator's, not another user's.
+    let container = wait_until("alice's container to be placed", GUARD, || {
+        let v = rt.block_on(client(Some(ALICE)).get_value(&format!("/ws/v1/cluster/apps/{app}"))).ok()?;
+        v["app"]["containers"][0]["id"].as_u64()
+    });
+    let logs = |token: &str| {
+        rt.block_on(
+            client(Some(token)).get_value(&format!("/ws/v1/cluster/containers/{container}/logs/stdout")),
+        )
+    };
+    assert!(matches!(logs(CAROL), Err(ClientError::Api { status: 403, .. })), "{:?}", logs(CAROL));
+    for allowed in [ALICE, OPS] {
+        assert!(!matches!(logs(allowed), Err(ClientError::Api { status: 403 | 401, .. })));
+    }
+
     // Killing: not another user's app, unless an administrator.
     assert_eq!(status(rt.block_on(client(Some(CAROL)).kill(app))), 403);
     assert!(rt.block_on(client(Some(OPS)).kill(app)).is_ok(), "an administrator may");

@@ -133,6 +133,10 @@ pub trait Backend: Clone + Send + Sync + 'static {
         time_limit_ms: u64,
     ) -> impl Future<Output = Result<reservations::OptimizeInfo, ApiError>> + Send;
 
+    /// The user who submitted the application a container belongs to, or `None` for a container
+    /// the scheduler does not know (used to refuse other users' logs).
+    fn container_owner(&self, container: u64) -> impl Future<Output = Option<String>> + Send;
+
     /// A container's log file, fetched through its node's agent: the last `tail` bytes, or the
     /// whole file (the backend may cap it) when `tail` is `None`. Bytes, not text: programs
     /// write what they like.

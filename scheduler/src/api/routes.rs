@@ -542,9 +542,17 @@ struct LogsQuery {
 async fn logs<B: Backend>(
     State(b): State<B>,
     ApiPath((id, file)): ApiPath<(String, String)>,
+    caller: MaybeCaller,
     ApiQuery(q): ApiQuery<LogsQuery>,
 ) -> Result<Response, ApiError> {
     let id = parse_id("container", &id)?;
+    if caller.as_ref().is_some_and(|axum::Extension(c)| !c.admin) {
+        let owner = b
+            .container_owner(id)
+            .await
+            .ok_or_else(|| ApiError::not_found(format!("container {id} is not known to the scheduler")))?;
+        may_act_for(&caller, &owner, &format!("container {id}"))?;
+    }
     let file = LogFile::parse(&file).ok_or_else(|| {
         ApiError::not_found(format!("no log file `{file}`: a container has `stdout` and `stderr`"))
     })?;

@@ -447,6 +447,11 @@ impl Backend for DaemonBackend {
             .unwrap_or_default()
     }
 
+    async fn container_owner(&self, container: u64) -> Option<String> {
+        let app = self.core.read(move |c| c.app_of_container(container)).await.ok()??;
+        self.app(app).await.map(|a| a.user)
+    }
+
     async fn app(&self, id: u64) -> Option<AppInfo> {
         self.core
             .read(move |c| match c.engine().state().app_index(AppId(id)) {

@@ -705,6 +705,11 @@ impl Core {
         self.launched.get(&app).map(Vec::as_slice).unwrap_or(&[])
     }
 
+    /// The application a launched container belongs to (ended ones included, as remembered).
+    pub fn app_of_container(&self, container: u64) -> Option<u64> {
+        self.launched.iter().find(|(_, cs)| cs.iter().any(|c| c.id == container)).map(|(app, _)| *app)
+    }
+
     /// Remembers a launched container; one already remembered (restored after a restart) is
     /// updated instead.
     fn remember_launch(&mut self, app: u64, c: LaunchedContainer) {
