@@ -322,6 +322,12 @@ impl Engine {
                 }
                 self.end_app(i, GANTRY_APP_KILLED, "killed by request".into(), KillReason::AppKilled);
             }
+            Event::AppWithdrawn { app, reason } => {
+                let i = self.app_idx(app)?;
+                if !app_is_terminal(self.state.apps[i as usize].state) {
+                    self.end_app(i, GANTRY_APP_KILLED, reason, KillReason::AppKilled);
+                }
+            }
             Event::ReservationRequested(spec) => self.request_reservation(spec)?,
             Event::ReservationSubmitted { id, request } => self.submit_reservation(id, request)?,
             Event::ReservationUpdated { id, request } => {

@@ -67,6 +67,14 @@ pub enum Event {
         /// The application.
         app: AppId,
     },
+    /// The driver could not make a submission durable after the engine took it (the store's
+    /// commit failed): the application is ended as KILLED with `reason`, its containers stopped.
+    AppWithdrawn {
+        /// The application.
+        app: AppId,
+        /// Why, for its diagnostics.
+        reason: String,
+    },
     /// A client asked for a reservation.
     ReservationRequested(ReservationSpec),
     /// A client submitted a Rayon reservation to the plan (needs `EngineConfig::reservations`).

@@ -52,6 +52,13 @@ pub enum Request {
         /// client (none without a store).
         reply: oneshot::Sender<Result<(AppId, Option<crate::store::Ack>), EngineError>>,
     },
+    /// A submission the engine took could not be stored: end it (nothing unacknowledged runs).
+    Withdraw {
+        /// The app.
+        app: AppId,
+        /// Why.
+        reason: String,
+    },
     /// Kill an application.
     Kill {
         /// The app.
@@ -301,6 +308,12 @@ impl CoreHandle {
                     Some(ack) => ack.await.map(|()| id).map_err(SubmitError::Store),
                     None => Ok(id),
                 };
+                if let Err(e) = &committed {
+                    // The engine took it but the store did not: the client is told 503, so the
+                    // application must not run. (It stays visible as KILLED until it ages out.)
+                    let reason = format!("withdrawn: the submission could not be stored ({e})");
+                    self.send(Request::Withdraw { app: id, reason }).await?;
+                }
                 if let (Ok(_), Some(m)) = (&committed, &self.metrics) {
                     m.record_submissions(1);
                 }
@@ -1150,6 +1163,12 @@ impl Core {
                 })();
                 self.dirty |= result.is_ok();
                 let _ = reply.send(result);
+            }
+            Request::Withdraw { app, reason } => {
+                if let Err(e) = self.event(Event::AppWithdrawn { app, reason }) {
+                    tracing::error!(app = app.0, error = %e, "cannot withdraw an unstored submission");
+                }
+                self.dirty = true;
             }
             Request::Kill { app, reply } => {
                 let result = self.event(Event::AppKillRequested { app });
