@@ -774,15 +774,10 @@ pub fn parse_size(s: &str, bare_unit: u64) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let unit_bytes: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" => bare_unit,
-        "b" => 1,
-        "k" | "kb" | "ki" | "kib" => 1 << 10,
-        "m" | "mb" | "mi" | "mib" => 1 << 20,
-        "g" | "gb" | "gi" | "gib" => 1 << 30,
-        "t" | "tb" | "ti" | "tib" => 1 << 40,
-        "p" | "pb" | "pi" | "pib" => 1 << 50,
-        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use K, M, G, T or P)")),
+    let unit_bytes = match gantry_sdk::units::binary_unit_bytes(unit.trim()) {
+        Some(b) => b,
+        None if unit.trim().is_empty() => bare_unit,
+        None => return Err(format!("`{s}`: unknown unit `{unit}` (use K, M, G, T or P)")),
     };
     let (int, frac) = num.split_once('.').unwrap_or((num, ""));
     let bad = || format!("`{s}` is not a size (e.g. 512M, 2G, 1.5G)");

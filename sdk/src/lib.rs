@@ -54,6 +54,7 @@ pub mod abi;
 pub mod config;
 mod plugin;
 pub mod rng;
+pub mod units;
 mod view;
 
 pub use plugin::{__private, Decisions, Hooks, Plugin, PluginError};

@@ -104,15 +104,12 @@ pub fn format_cpu(millis: u64) -> String {
 /// also written `KB` / `KiB` and so on, any case; exact to the byte.
 pub fn parse_memory(s: &str) -> Result<u64, String> {
     let (num, unit) = split_unit(s);
-    let unit_bytes: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" => return Err(format!("`{s}` needs a unit: B, KiB, MiB, GiB, TiB or PiB")),
-        "b" => 1,
-        "k" | "kb" | "ki" | "kib" => 1 << 10,
-        "m" | "mb" | "mi" | "mib" => 1 << 20,
-        "g" | "gb" | "gi" | "gib" => 1 << 30,
-        "t" | "tb" | "ti" | "tib" => 1 << 40,
-        "p" | "pb" | "pi" | "pib" => 1 << 50,
-        _ => return Err(format!("unknown memory unit `{unit}` in `{s}` (use B, KiB, MiB, GiB, TiB or PiB)")),
+    let unit_bytes = match gantry_sdk::units::binary_unit_bytes(unit) {
+        Some(b) => b,
+        None if unit.is_empty() => return Err(format!("`{s}` needs a unit: B, KiB, MiB, GiB, TiB or PiB")),
+        None => {
+            return Err(format!("unknown memory unit `{unit}` in `{s}` (use B, KiB, MiB, GiB, TiB or PiB)"));
+        }
     };
     scaled(num, unit_bytes).map_err(|why| format!("`{s}` is not a memory size ({why})"))
 }
