@@ -121,10 +121,6 @@ pub struct PolicyStatus {
     pub quarantines: u64,
 }
 
-fn no_plan() -> EngineError {
-    EngineError::Conflict("no queue is reservable: configure [reservations] to use reservations".into())
-}
-
 /// The sans-IO scheduling engine.
 pub struct Engine {
     config: EngineConfig,
@@ -339,17 +335,17 @@ impl Engine {
                 self.commands.extend(commands);
             }
             Event::ReservationDeleted { id } => {
-                let book = self.book.as_mut().ok_or_else(no_plan)?;
+                let book = self.book.as_mut().ok_or(EngineError::NoPlan)?;
                 book.delete(&mut self.state, id, &mut self.commands)?;
             }
             Event::ReservationRestored { id, request, submit_ms, pieces } => {
                 let now = self.now_ms;
-                let book = self.book.as_mut().ok_or_else(no_plan)?;
+                let book = self.book.as_mut().ok_or(EngineError::NoPlan)?;
                 let restored = Restored { id, request, submit_ms, pieces };
                 book.restore(&mut self.state, now, restored, &mut self.commands)?;
             }
             Event::PlanOptimized { generation, outcome } => {
-                let book = self.book.as_mut().ok_or_else(no_plan)?;
+                let book = self.book.as_mut().ok_or(EngineError::NoPlan)?;
                 book.apply_optimized(generation, &outcome, &mut self.commands)?;
             }
             Event::ContainerStarted { container } => {
@@ -549,7 +545,7 @@ impl Engine {
     }
 
     fn book_mut(&mut self) -> Result<&mut ReservationBook, EngineError> {
-        self.book.as_mut().ok_or_else(no_plan)
+        self.book.as_mut().ok_or(EngineError::NoPlan)
     }
 
     fn submit_reservation(
@@ -568,7 +564,7 @@ impl Engine {
             None => ReservationId(self.state.next_reservation),
         };
         let now = self.now_ms;
-        let book = self.book.as_mut().ok_or_else(no_plan)?;
+        let book = self.book.as_mut().ok_or(EngineError::NoPlan)?;
         let answer = book.submit(&mut self.state, now, id, request)?;
         self.state.next_reservation = self.state.next_reservation.max(id.0 + 1);
         self.answer_reservation(id, answer);

@@ -34,4 +34,7 @@ pub enum EngineError {
     /// An event is not allowed in the current state.
     #[error("{0}")]
     Conflict(String),
+    /// A reservation event, but no queue is reservable.
+    #[error("no queue is reservable: configure [reservations] to use reservations")]
+    NoPlan,
 }

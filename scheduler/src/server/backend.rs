@@ -44,6 +44,7 @@ fn engine_error(e: EngineError) -> ApiError {
             ApiError::not_found(format!("node `{name}` is not known to the scheduler"))
         }
         EngineError::Conflict(m) => ApiError::conflict(m),
+        EngineError::NoPlan => ApiError::not_found(EngineError::NoPlan.to_string()),
         other => ApiError::unprocessable(other.to_string()),
     }
 }
@@ -213,10 +214,7 @@ impl DaemonBackend {
     /// Runs a reservation change and answers the reservation's record.
     async fn reservation_change(&self, op: ReservationOp) -> Result<ReservationOutcome, ApiError> {
         self.core.reservation(op).await.map_err(gone)?.map_err(|e| match e {
-            SubmitError::Engine(e) => match e {
-                EngineError::Conflict(m) if m.contains("no queue is reservable") => ApiError::not_found(m),
-                other => engine_error(other),
-            },
+            SubmitError::Engine(e) => engine_error(e),
             SubmitError::Store(e) => {
                 ApiError::unavailable(format!("the reservation could not be stored: {e}"))
             }
