@@ -173,7 +173,9 @@ fn the_yarn_shaped_rest_api_round_trip() {
         dir.path().join("data").display().to_string()
     );
     let (bound, _stop) = gantry_tests::start_daemon(&rt, &text);
-    let _agent = TestAgent::start(dir.path(), "n1", "r1", &[], bound.agent_addr);
+    // Its own node name: the agents' cgroups are named by process and node, and `cargo test` runs
+    // both tests of this file in one process.
+    let _agent = TestAgent::start(dir.path(), "rest-n1", "r1", &[], bound.agent_addr);
     let client = Client::new(&bound.api_addr.to_string()).expect("client");
     wait_until("the node to register", GUARD, || {
         rt.block_on(client.nodes()).ok().filter(|n| n.len() == 1).map(|_| ())
