@@ -328,12 +328,14 @@ pub enum Command {
 
 type SnapshotFn = Box<dyn Fn() -> Snapshot + Send + Sync>;
 type LatencyFn = Box<dyn Fn(Duration) + Send + Sync>;
+type ContactFn = Box<dyn Fn() + Send + Sync>;
 
 /// The agent's connection to the scheduler. Build it, then [`run`](Client::run) it in a task.
 pub struct Client {
     options: ClientOptions,
     snapshot: SnapshotFn,
     on_latency: Option<LatencyFn>,
+    on_contact: Option<ContactFn>,
 }
 
 impl std::fmt::Debug for Client {
@@ -346,13 +348,20 @@ impl Client {
     /// A client that registers with what `snapshot` returns at each (re)connect. `snapshot` is
     /// called on the client's task, so it should be cheap (copy the core's current state).
     pub fn new(options: ClientOptions, snapshot: impl Fn() -> Snapshot + Send + Sync + 'static) -> Self {
-        Client { options, snapshot: Box::new(snapshot), on_latency: None }
+        Client { options, snapshot: Box::new(snapshot), on_latency: None, on_contact: None }
     }
 
     /// Calls `f` with each measured heartbeat round trip (`Status` → `StatusAck`), e.g. to feed
     /// `gantry_agent_heartbeat_latency_seconds`.
     pub fn on_heartbeat_latency(mut self, f: impl Fn(Duration) + Send + Sync + 'static) -> Self {
         self.on_latency = Some(Box::new(f));
+        self
+    }
+
+    /// Calls `f` on every message received from the scheduler: the proof of a live session
+    /// that the agent's fencing (`crate::fencing`) waits for.
+    pub fn on_scheduler_message(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_contact = Some(Box::new(f));
         self
     }
 
@@ -572,6 +581,9 @@ impl Runner<'_> {
                 },
                 message = next_message(&mut inbound), if may_read => match message {
                     Ok(Some(message)) => {
+                        if let Some(f) = &self.client.on_contact {
+                            f();
+                        }
                         registered |= matches!(message.msg, Some(Down::Registered(_)));
                         self.handle(message, &mut outbox);
                     }
@@ -894,7 +906,10 @@ pub fn exit_to_wire(exit: &ContainerExit) -> v1::ContainerExited {
         ExitReason::Signaled { signal } => (v1::ExitReason::Signaled, signal),
         ExitReason::KilledByRequest => (v1::ExitReason::KilledByRequest, 0),
         ExitReason::MemoryLimit => (v1::ExitReason::MemoryLimit, 0),
-        ExitReason::Lost => (v1::ExitReason::Lost, 0),
+        // The wire has no fenced reason: LOST is the scheduler's word for a container that
+        // ended through no fault of its own and is rerun without counting a failure, which is
+        // what a fenced one is (and the scheduler has usually declared it lost already).
+        ExitReason::Lost | ExitReason::Fenced => (v1::ExitReason::Lost, 0),
     };
     v1::ContainerExited {
         container_id: exit.container_id,
@@ -995,6 +1010,8 @@ mod tests {
             finished_at_ms: 5,
         });
         assert_eq!((w.reason, w.exit_code, w.signal), (v1::ExitReason::MemoryLimit as i32, 137, 0));
+        let w = exit_to_wire(&ContainerExit { container_id: 3, reason: ExitReason::Fenced, finished_at_ms: 5 });
+        assert_eq!((w.reason, w.exit_code), (v1::ExitReason::Lost as i32, 137), "fenced reads as lost");
     }
 
     #[test]

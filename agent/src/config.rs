@@ -108,6 +108,12 @@ pub struct AgentConfig {
     /// A file holding the token the scheduler asks agents to join with (its `[security]
     /// join_token_file`); absent: join without one.
     pub join_token_file: Option<PathBuf>,
+    /// Fencing: after this long without any message from the scheduler, ms, the agent kills
+    /// every container it runs (exit reason `fenced`), because the scheduler declares a silent
+    /// node lost after its `node_timeout_ms` and reruns the work elsewhere. Keep it below the
+    /// scheduler's `node_timeout_ms` by at least a second of kill grace (default 8000 against
+    /// 10000) so the old copy is dead before the new one starts; 0 = never fence.
+    pub fencing_timeout_ms: u64,
 }
 
 impl Default for AgentConfig {
@@ -127,6 +133,7 @@ impl Default for AgentConfig {
             max_concurrent_launches: 0,
             reserve: Reserve::default(),
             join_token_file: None,
+            fencing_timeout_ms: 8_000,
         }
     }
 }
@@ -165,6 +172,19 @@ impl AgentConfig {
         }
         if !(10..=60_000).contains(&self.sample_interval_ms) {
             return bad("sample_interval_ms", format!("{} is not in 10..=60000", self.sample_interval_ms));
+        }
+        // A session is only known to be live by the scheduler's answers to the statuses sent
+        // every sample interval: a timeout of fewer than two intervals would fence a healthy
+        // agent.
+        let fencing_floor = (2 * self.sample_interval_ms).max(1_000);
+        if self.fencing_timeout_ms != 0 && !(fencing_floor..=86_400_000).contains(&self.fencing_timeout_ms) {
+            return bad(
+                "fencing_timeout_ms",
+                format!(
+                    "{} is not 0 (off) or in {fencing_floor}..=86400000 (at least 1 s and two sample intervals)",
+                    self.fencing_timeout_ms
+                ),
+            );
         }
         if self.kill_grace_ms > 3_600_000 {
             return bad("kill_grace_ms", format!("{} is more than an hour", self.kill_grace_ms));
@@ -264,6 +284,8 @@ mod tests {
             ("work_root = \"relative\"\n", "absolute"),
             ("cgroup_name = \"../x\"\n", "cgroup_name"),
             ("node_name = \"a b\"\n", "node_name"),
+            ("fencing_timeout_ms = 999\n", "fencing_timeout_ms"),
+            ("sample_interval_ms = 1000\nfencing_timeout_ms = 1500\n", "two sample intervals"),
         ] {
             std::fs::write(&p, text).expect("write");
             let err = AgentConfig::from_file(&p).expect_err(text).to_string();

@@ -5,7 +5,8 @@
 
 use crate::client::{AgentEvent, Client, ClientOptions, Command, LiveContainer, LiveState, Snapshot};
 use crate::config::AgentConfig;
-use crate::executor::{ExecError, Executor, ExecutorSettings, ExitNotice, LogStream};
+use crate::executor::{ExecError, Executor, ExecutorSettings, ExitNotice, KillReason, LogStream};
+use crate::fencing::{ContactClock, Fence};
 use crate::metrics::{self, AgentMetrics};
 use crate::model::{ContainerExit, ExitReason, LaunchSpec, NodeReport};
 use crate::monitor::Monitor;
@@ -133,8 +134,19 @@ pub async fn run_with(
     let latency_metrics = metrics.clone();
     let mut client_options = ClientOptions::from_config(&config);
     client_options.join_token = config.join_token()?;
+    let mut fence = Fence::new(config.fencing_timeout_ms);
+    if let Some(timeout) = fence.timeout() {
+        // Reconnect often enough that a scheduler back from a short restart hears from this
+        // agent before it fences: the default 10 s backoff ceiling alone could outlast it.
+        client_options.backoff.cap = client_options.backoff.cap.min(timeout / 4);
+    }
+    let contact = ContactClock::new();
     let client = Client::new(client_options, snapshot)
-        .on_heartbeat_latency(move |d| latency_metrics.observe_heartbeat(d));
+        .on_heartbeat_latency(move |d| latency_metrics.observe_heartbeat(d))
+        .on_scheduler_message({
+            let contact = contact.clone();
+            move || contact.touch()
+        });
     let client_task = tokio::spawn(client.run(events_rx, commands_tx, stopped(stop_rx.clone())));
 
     let launcher = Launcher::new(executor.clone(), events.clone(), metrics.clone(), config.launch_slots());
@@ -168,6 +180,7 @@ pub async fn run_with(
                 for exit in executor.collect_exits() {
                     report_exit(&events, &metrics, exit).await;
                 }
+                fence_if_due(&mut fence, &contact, &executor, &launcher, default_grace);
             }
             cmd = commands.recv() => {
                 let Some(cmd) = cmd else { break };
@@ -175,11 +188,11 @@ pub async fn run_with(
                     Command::Launch(spec) => launcher.launch(spec),
                     Command::Kill { container_id, grace, reason } => {
                         let grace = grace.unwrap_or(default_grace);
-                        if launcher.kill_when_launched(container_id, grace) {
+                        if launcher.kill_when_launched(container_id, grace, KillReason::Request) {
                             tracing::info!(container = container_id, %reason, "kill requested during its launch");
                         } else if executor.list().iter().any(|c| c.container_id == container_id) {
                             tracing::info!(container = container_id, %reason, "kill requested");
-                            spawn_kill(executor.clone(), container_id, grace);
+                            spawn_kill(executor.clone(), container_id, grace, KillReason::Request);
                         } else {
                             // Nothing of it runs here: say so, so the scheduler stops waiting.
                             let exit = ContainerExit { container_id, reason: ExitReason::Lost, finished_at_ms: now_ms() };
@@ -233,9 +246,38 @@ pub async fn run_with(
     Ok(())
 }
 
-fn spawn_kill(executor: Arc<Executor>, id: u64, grace: Duration) {
+/// Kills every container, running or being launched, once the scheduler has been silent for the
+/// fencing timeout (see [`crate::fencing`]); their exits are reported as `fenced`.
+fn fence_if_due(
+    fence: &mut Fence,
+    contact: &ContactClock,
+    executor: &Arc<Executor>,
+    launcher: &Launcher,
+    kill_grace: Duration,
+) {
+    let silent_for = contact.silent_for();
+    let mut live = executor.running();
+    live.extend(launcher.in_flight().keys());
+    let due = fence.due(silent_for, &live);
+    if due.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        silent_ms = u64::try_from(silent_for.as_millis()).unwrap_or(u64::MAX),
+        containers = ?due,
+        "no word from the scheduler for the fencing timeout: it reruns this node's work elsewhere, so this node's copies are killed"
+    );
+    let grace = crate::fencing::grace(kill_grace);
+    for id in due {
+        if !launcher.kill_when_launched(id, grace, KillReason::Fenced) {
+            spawn_kill(executor.clone(), id, grace, KillReason::Fenced);
+        }
+    }
+}
+
+fn spawn_kill(executor: Arc<Executor>, id: u64, grace: Duration, reason: KillReason) {
     tokio::spawn(async move {
-        if let Err(e) = executor.kill(id, grace).await {
+        if let Err(e) = executor.kill_as(id, grace, reason).await {
             tracing::warn!(container = id, error = %e, "kill failed");
         }
     });
@@ -285,8 +327,8 @@ struct Launcher {
     metrics: Arc<AgentMetrics>,
     /// Launches running at once: each mostly waits for a fork and two execs.
     slots: Arc<Semaphore>,
-    /// Launches accepted and not finished, with the grace of a kill that arrived meanwhile.
-    in_flight: Arc<Mutex<HashMap<u64, Option<Duration>>>>,
+    /// Launches accepted and not finished, with a kill that arrived meanwhile (its grace and why).
+    in_flight: Arc<Mutex<HashMap<u64, Option<(Duration, KillReason)>>>>,
 }
 
 impl Launcher {
@@ -305,7 +347,7 @@ impl Launcher {
         }
     }
 
-    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Option<Duration>>> {
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Option<(Duration, KillReason)>>> {
         self.in_flight.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -324,10 +366,10 @@ impl Launcher {
 
     /// Records a kill for a container whose launch is in flight; it is carried out once the
     /// launch completes. False if no launch of it is in flight.
-    fn kill_when_launched(&self, id: u64, grace: Duration) -> bool {
+    fn kill_when_launched(&self, id: u64, grace: Duration, reason: KillReason) -> bool {
         match self.in_flight().get_mut(&id) {
             Some(kill) => {
-                *kill = Some(grace);
+                *kill = Some((grace, reason));
                 true
             }
             None => false,
@@ -361,8 +403,8 @@ impl Launcher {
             }
         };
         let _ = self.events.send(AgentEvent::Started { container_id: id, started_at_ms: now_ms() }).await;
-        if let Some(grace) = kill {
-            spawn_kill(self.executor.clone(), id, grace);
+        if let Some((grace, reason)) = kill {
+            spawn_kill(self.executor.clone(), id, grace, reason);
         }
         if let Err(e) = wait_for_end(notice).await {
             tracing::warn!(container = id, error = %e, "cannot watch the container; its exit is found by scanning");
@@ -405,7 +447,7 @@ async fn report_exit(events: &mpsc::Sender<AgentEvent>, metrics: &AgentMetrics, 
         code = exit.reason.exit_code(),
         "container ended"
     );
-    if matches!(exit.reason, ExitReason::KilledByRequest | ExitReason::MemoryLimit) {
+    if matches!(exit.reason, ExitReason::KilledByRequest | ExitReason::MemoryLimit | ExitReason::Fenced) {
         metrics.record_kill(exit.reason);
     }
     // Exits are never dropped: the client keeps them until the scheduler acknowledges them.

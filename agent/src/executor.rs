@@ -351,6 +351,8 @@ pub enum KillReason {
     Request,
     /// The monitor found it over its memory limit.
     MemoryLimit,
+    /// The agent fenced itself: no word from the scheduler for its fencing timeout.
+    Fenced,
 }
 
 impl KillReason {
@@ -358,6 +360,7 @@ impl KillReason {
         match self {
             KillReason::Request => "request",
             KillReason::MemoryLimit => "memory-limit",
+            KillReason::Fenced => "fenced",
         }
     }
 
@@ -365,6 +368,7 @@ impl KillReason {
         match s.trim() {
             "request" => Some(KillReason::Request),
             "memory-limit" => Some(KillReason::MemoryLimit),
+            "fenced" => Some(KillReason::Fenced),
             _ => None,
         }
     }
@@ -377,6 +381,7 @@ pub fn classify_exit(status: ExitStatus, kill: Option<KillReason>, oom_kills: u6
     match (kill, status) {
         (Some(KillReason::Request), _) => ExitReason::KilledByRequest,
         (Some(KillReason::MemoryLimit), _) => ExitReason::MemoryLimit,
+        (Some(KillReason::Fenced), _) => ExitReason::Fenced,
         (None, ExitStatus::Exited { code: 0 }) => ExitReason::Exited { code: 0 },
         (None, _) if oom_kills > 0 => ExitReason::MemoryLimit,
         (None, ExitStatus::Exited { code }) => ExitReason::Exited { code },
@@ -993,7 +998,13 @@ impl Executor {
     /// then SIGKILL to everything left. Returns once it has ended; its exit (reported as
     /// [`ExitReason::KilledByRequest`]) comes out of [`Executor::collect_exits`].
     pub async fn kill(&self, id: u64, grace: Duration) -> Result<(), ExecError> {
-        self.request_kill(id)?;
+        self.kill_as(id, grace, KillReason::Request).await
+    }
+
+    /// [`Executor::kill`] recording `reason` instead (the first reason recorded wins), e.g.
+    /// [`KillReason::Fenced`] so the exit says why the agent stopped it.
+    pub async fn kill_as(&self, id: u64, grace: Duration, reason: KillReason) -> Result<(), ExecError> {
+        self.signal(id, Some(reason), Signal::SIGTERM)?;
         if !self.wait_ended(id, grace).await {
             self.force_kill(id)?;
             if !self.wait_ended(id, KILL_DEADLINE).await {
@@ -1503,6 +1514,8 @@ mod tests {
         assert_eq!(classify_exit(code(3), None, 0), ExitReason::Exited { code: 3 });
         assert_eq!(classify_exit(sig, None, 0), ExitReason::Signaled { signal: 9 });
         assert_eq!(KillReason::parse("memory-limit\n"), Some(KillReason::MemoryLimit));
+        assert_eq!(KillReason::parse(KillReason::Fenced.as_str()), Some(KillReason::Fenced));
+        assert_eq!(classify_exit(sig, Some(KillReason::Fenced), 0), ExitReason::Fenced);
     }
 
     #[test]

@@ -5,14 +5,16 @@
 //! per-container supervisor ([`shim`], [`executor`], [`cgroup`]), enforces limits and samples
 //! usage ([`monitor`]), remembers its containers across its own restarts (the executor's
 //! per-container control directories), exposes `/metrics` ([`metrics`]) and talks to the
-//! scheduler over one gRPC stream ([`client`]); [`daemon`] ties them together. [`procfs`] is the
-//! one reader of `/proc` process tables.
+//! scheduler over one gRPC stream ([`client`]); [`daemon`] ties them together, and kills the
+//! containers of an agent cut off from its scheduler ([`fencing`]). [`procfs`] is the one reader
+//! of `/proc` process tables.
 
 pub mod cgroup;
 pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod executor;
+pub mod fencing;
 pub mod metrics;
 pub mod model;
 pub mod monitor;

@@ -242,7 +242,7 @@ impl AgentMetrics {
         registry.register("gantry_containers", "Containers on this agent by state", m.containers.clone());
         registry.register(
             "gantry_container_kills",
-            "Containers killed by the agent, by reason (killed-by-request, memory-limit)",
+            "Containers killed by the agent, by reason (killed-by-request, memory-limit, fenced: cut off from the scheduler for the fencing timeout)",
             m.kills.clone(),
         );
         registry.register_with_unit(
@@ -258,7 +258,7 @@ impl AgentMetrics {
             env!("CARGO_PKG_VERSION"),
         );
 
-        for reason in [ExitReason::KilledByRequest, ExitReason::MemoryLimit] {
+        for reason in [ExitReason::KilledByRequest, ExitReason::MemoryLimit, ExitReason::Fenced] {
             let _ = m.kills.get_or_create(&ReasonLabels { reason: reason.name().into() });
         }
         m.set_container_states(&[("running", 0)]);

@@ -54,11 +54,15 @@ pub enum ExitReason {
     /// The agent lost track of it (its processes vanished while the agent was down and no exit
     /// record was left).
     Lost,
+    /// Killed by the agent itself because it had heard nothing from the scheduler for its
+    /// fencing timeout: the scheduler has declared (or is about to declare) the node lost and
+    /// reruns the work elsewhere, so this copy must not keep running beside the new one.
+    Fenced,
 }
 
 impl ExitReason {
-    /// A short kebab-case name (`exited`, `signaled`, `killed-by-request`, `memory-limit`, `lost`),
-    /// used in metrics labels and logs.
+    /// A short kebab-case name (`exited`, `signaled`, `killed-by-request`, `memory-limit`, `lost`,
+    /// `fenced`), used in metrics labels and logs.
     pub fn name(&self) -> &'static str {
         match self {
             ExitReason::Exited { .. } => "exited",
@@ -66,6 +70,7 @@ impl ExitReason {
             ExitReason::KilledByRequest => "killed-by-request",
             ExitReason::MemoryLimit => "memory-limit",
             ExitReason::Lost => "lost",
+            ExitReason::Fenced => "fenced",
         }
     }
 
@@ -74,7 +79,7 @@ impl ExitReason {
         match *self {
             ExitReason::Exited { code } => code,
             ExitReason::Signaled { signal } => 128 + signal,
-            ExitReason::KilledByRequest | ExitReason::MemoryLimit => 137,
+            ExitReason::KilledByRequest | ExitReason::MemoryLimit | ExitReason::Fenced => 137,
             ExitReason::Lost => -1,
         }
     }
