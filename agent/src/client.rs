@@ -46,7 +46,7 @@ use thiserror::Error;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TryRecvError;
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Endpoint;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use tracing::{debug, info, warn};
 
 use crate::config::AgentConfig;
@@ -189,6 +189,25 @@ pub struct ClientOptions {
     pub agent_started_at_ms: u64,
     /// Sent as `authorization: Bearer …` when the stream opens (the scheduler's join token).
     pub join_token: Option<String>,
+    /// TLS to the scheduler (an `https://` endpoint); `None` for plain `http://`.
+    pub tls: Option<ClientTls>,
+}
+
+/// The agent's TLS material, as PEM: the cluster CA and, for mutual TLS, this node's
+/// certificate and key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientTls {
+    /// The CA the scheduler's certificate must chain to.
+    pub ca_pem: Vec<u8>,
+    /// This node's certificate and private key.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the key.
+        f.debug_struct("ClientTls").field("client_certificate", &self.identity.is_some()).finish()
+    }
 }
 
 impl ClientOptions {
@@ -204,6 +223,7 @@ impl ClientOptions {
             keepalive_timeout: Duration::from_secs(20),
             agent_started_at_ms: now_ms(),
             join_token: None,
+            tls: None,
         }
     }
 
@@ -398,10 +418,22 @@ impl Client {
             |message: String| ClientError::Endpoint { endpoint: self.options.endpoint.clone(), message };
         let endpoint =
             Endpoint::from_shared(self.options.endpoint.clone()).map_err(|e| bad(e.to_string()))?;
-        let uri = endpoint.uri();
-        if uri.scheme_str() != Some("http") {
-            return Err(bad("the scheme must be http://".into()));
-        }
+        let uri = endpoint.uri().clone();
+        let endpoint = match (uri.scheme_str(), &self.options.tls) {
+            (Some("http"), None) => endpoint,
+            (Some("https"), Some(tls)) => {
+                let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
+                if let Some((cert, key)) = &tls.identity {
+                    config = config.identity(Identity::from_pem(cert, key));
+                }
+                endpoint.tls_config(config).map_err(|e| bad(format!("TLS: {e}")))?
+            }
+            (Some("https"), None) => return Err(bad("https:// needs tls_ca_file".into())),
+            (Some("http"), Some(_)) => {
+                return Err(bad("TLS is configured (tls_ca_file): the scheme must be https://".into()));
+            }
+            _ => return Err(bad("the scheme must be http:// or https://".into())),
+        };
         if uri.host().is_none_or(str::is_empty) {
             return Err(bad("no host".into()));
         }
@@ -1010,17 +1042,25 @@ mod tests {
             finished_at_ms: 5,
         });
         assert_eq!((w.reason, w.exit_code, w.signal), (v1::ExitReason::MemoryLimit as i32, 137, 0));
-        let w = exit_to_wire(&ContainerExit { container_id: 3, reason: ExitReason::Fenced, finished_at_ms: 5 });
+        let w =
+            exit_to_wire(&ContainerExit { container_id: 3, reason: ExitReason::Fenced, finished_at_ms: 5 });
         assert_eq!((w.reason, w.exit_code), (v1::ExitReason::Lost as i32, 137), "fenced reads as lost");
     }
 
     #[test]
-    fn endpoints_must_be_plain_http() {
-        for bad in ["", "not a uri", "https://127.0.0.1:1", "127.0.0.1:7070"] {
+    fn endpoints_are_http_or_https_with_tls_configured() {
+        for bad in ["", "not a uri", "https://127.0.0.1:1", "127.0.0.1:7070", "ftp://127.0.0.1:1"] {
             let c = Client::new(ClientOptions::new(bad), || unreachable!());
             assert!(matches!(c.endpoint(), Err(ClientError::Endpoint { .. })), "{bad}");
         }
         let c = Client::new(ClientOptions::new("http://127.0.0.1:7070"), || unreachable!());
         assert!(c.endpoint().is_ok());
+        let with_tls = |url: &str| {
+            let mut o = ClientOptions::new(url);
+            o.tls = Some(ClientTls { ca_pem: b"-----BEGIN CERTIFICATE-----".to_vec(), identity: None });
+            Client::new(o, || unreachable!())
+        };
+        assert!(with_tls("http://127.0.0.1:7070").endpoint().is_err(), "TLS configured: https only");
+        assert!(with_tls("https://127.0.0.1:7070").endpoint().is_ok());
     }
 }

@@ -108,6 +108,14 @@ pub struct AgentConfig {
     /// A file holding the token the scheduler asks agents to join with (its `[security]
     /// join_token_file`); absent: join without one.
     pub join_token_file: Option<PathBuf>,
+    /// TLS to the scheduler (`scheduler = "https://…"`): the cluster CA that signed the
+    /// scheduler's certificate (`gantry cert ca`'s `ca.pem`).
+    pub tls_ca_file: Option<PathBuf>,
+    /// This node's client certificate for mutual TLS (`gantry cert node NAME`); it must name
+    /// the node this agent registers as. Needs `tls_key_file`.
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key of `tls_cert_file`.
+    pub tls_key_file: Option<PathBuf>,
     /// Fencing: after this long without any message from the scheduler, ms, the agent kills
     /// every container it runs (exit reason `fenced`), because the scheduler declares a silent
     /// node lost after its `node_timeout_ms` and reruns the work elsewhere. Keep it below the
@@ -133,8 +141,27 @@ impl Default for AgentConfig {
             max_concurrent_launches: 0,
             reserve: Reserve::default(),
             join_token_file: None,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
             fencing_timeout_ms: 8_000,
         }
+    }
+}
+
+/// The longest rack name, label key or value: the scheduler's limit for names.
+pub const MAX_NAME_LEN: usize = 253;
+
+/// Why a rack name, label key or value would be refused by the scheduler, if it would.
+fn name_problem(s: &str, allow_empty: bool) -> Option<String> {
+    if s.is_empty() && !allow_empty {
+        Some("must not be empty".into())
+    } else if s.len() > MAX_NAME_LEN {
+        Some(format!("is {} bytes; the limit is {MAX_NAME_LEN}", s.len()))
+    } else if s.chars().any(char::is_control) {
+        Some("contains control characters".into())
+    } else {
+        None
     }
 }
 
@@ -150,8 +177,20 @@ impl AgentConfig {
             });
         }
         let text = std::fs::read_to_string(path).map_err(read)?;
-        let cfg: AgentConfig = toml::from_str(&text)
-            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })?;
+        Self::from_str_at(&text, path)
+    }
+
+    /// Parses and checks configuration text; `origin` names it in errors. Text over
+    /// [`MAX_CONFIG_BYTES`] is refused as a file of that size is.
+    pub fn from_str_at(text: &str, origin: &Path) -> Result<Self, ConfigError> {
+        if text.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(ConfigError::Parse {
+                path: origin.to_owned(),
+                message: format!("{} bytes is larger than the {MAX_CONFIG_BYTES}-byte limit", text.len()),
+            });
+        }
+        let cfg: AgentConfig = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: origin.to_owned(), message: e.to_string() })?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -169,6 +208,19 @@ impl AgentConfig {
         }
         if self.labels.len() > 64 {
             return bad("labels", format!("{} labels, more than 64", self.labels.len()));
+        }
+        // The scheduler refuses a registration whose rack or labels break its name rules; say so
+        // at load time instead of failing every registration.
+        if let Some(why) = name_problem(&self.rack, true) {
+            return bad("rack", format!("{:?} {why}", self.rack));
+        }
+        for (k, v) in &self.labels {
+            if let Some(why) = name_problem(k, false) {
+                return bad("labels", format!("key {k:?} {why}"));
+            }
+            if let Some(why) = name_problem(v, true) {
+                return bad("labels", format!("the value of {k:?} {why}"));
+            }
         }
         if !(10..=60_000).contains(&self.sample_interval_ms) {
             return bad("sample_interval_ms", format!("{} is not in 10..=60000", self.sample_interval_ms));
@@ -229,6 +281,46 @@ impl AgentConfig {
         Ok(Some(token))
     }
 
+    /// The TLS material to reach the scheduler with, read from the configured files (none
+    /// without `tls_ca_file`), or why it cannot be used.
+    pub fn client_tls(&self) -> Result<Option<crate::client::ClientTls>, ConfigError> {
+        let read_pem = |field: &'static str, path: &PathBuf| -> Result<Vec<u8>, ConfigError> {
+            let read = |source| ConfigError::Read { path: path.clone(), source };
+            if std::fs::metadata(path).map_err(read)?.len() > 1 << 20 {
+                return Err(ConfigError::Invalid {
+                    field,
+                    message: format!("{} is larger than 1 MiB", path.display()),
+                });
+            }
+            let bytes = std::fs::read(path).map_err(read)?;
+            if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+                return Err(ConfigError::Invalid {
+                    field,
+                    message: format!("{} is not a PEM file", path.display()),
+                });
+            }
+            Ok(bytes)
+        };
+        let identity = match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(c), Some(k)) => Some((read_pem("tls_cert_file", c)?, read_pem("tls_key_file", k)?)),
+            (None, None) => None,
+            _ => {
+                return Err(ConfigError::Invalid {
+                    field: "tls_cert_file",
+                    message: "tls_cert_file and tls_key_file go together".into(),
+                });
+            }
+        };
+        match &self.tls_ca_file {
+            Some(ca) => Ok(Some(crate::client::ClientTls { ca_pem: read_pem("tls_ca_file", ca)?, identity })),
+            None if identity.is_some() => Err(ConfigError::Invalid {
+                field: "tls_ca_file",
+                message: "a client certificate needs tls_ca_file to check the scheduler's".into(),
+            }),
+            None => Ok(None),
+        }
+    }
+
     /// The node name: configured, or the host name.
     pub fn node_name(&self) -> String {
         self.node_name.clone().unwrap_or_else(|| {
@@ -286,10 +378,27 @@ mod tests {
             ("node_name = \"a b\"\n", "node_name"),
             ("fencing_timeout_ms = 999\n", "fencing_timeout_ms"),
             ("sample_interval_ms = 1000\nfencing_timeout_ms = 1500\n", "two sample intervals"),
+            ("rack = \"r\\u0007\"\n", "rack"),
+            ("labels = { \"\" = \"x\" }\n", "labels"),
+            ("labels = { gpu = \"a\\nb\" }\n", "labels"),
         ] {
             std::fs::write(&p, text).expect("write");
             let err = AgentConfig::from_file(&p).expect_err(text).to_string();
             assert!(err.contains(want), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn long_labels_and_oversized_text_are_refused() {
+        let long = "x".repeat(MAX_NAME_LEN + 1);
+        for text in [format!("rack = \"{long}\"\n"), format!("labels = {{ {long} = \"1\" }}\n")] {
+            let err = AgentConfig::from_str_at(&text, Path::new("<test>")).expect_err("long name");
+            assert!(err.to_string().contains("limit is 253"), "{err}");
+        }
+        let ok = format!("labels = {{ {} = \"{}\" }}\n", "k".repeat(MAX_NAME_LEN), "v".repeat(MAX_NAME_LEN));
+        AgentConfig::from_str_at(&ok, Path::new("<test>")).expect("names of exactly the limit");
+        let huge = format!("# {}\n", "x".repeat(MAX_CONFIG_BYTES as usize));
+        let err = AgentConfig::from_str_at(&huge, Path::new("<test>")).expect_err("too large");
+        assert!(err.to_string().contains("byte limit"), "{err}");
     }
 }

@@ -134,6 +134,7 @@ pub async fn run_with(
     let latency_metrics = metrics.clone();
     let mut client_options = ClientOptions::from_config(&config);
     client_options.join_token = config.join_token()?;
+    client_options.tls = config.client_tls()?;
     let mut fence = Fence::new(config.fencing_timeout_ms);
     if let Some(timeout) = fence.timeout() {
         // Reconnect often enough that a scheduler back from a short restart hears from this

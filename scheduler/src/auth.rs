@@ -21,6 +21,8 @@ pub struct Caller {
     pub user: String,
     /// Whether the user administers the cluster (may kill and read any application).
     pub admin: bool,
+    /// The groups the tokens file lists for the user (`groups=a,b`), for queue ACLs.
+    pub groups: Vec<String>,
 }
 
 /// The REST tokens, by value.
@@ -64,19 +66,35 @@ impl Tokens {
             }
             let bad = |m: String| format!("line {}: {m}", i + 1);
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let (token, user, admin) = match fields.as_slice() {
-                [t, u] => (*t, *u, false),
-                [t, u, "admin"] => (*t, *u, true),
-                _ => return Err(bad("expected `TOKEN USER [admin]`".into())),
+            let (token, user, rest) = match fields.as_slice() {
+                [t, u, rest @ ..] => (*t, *u, rest),
+                _ => return Err(bad("expected `TOKEN USER [admin] [groups=a,b]`".into())),
             };
+            let (mut admin, mut groups) = (false, Vec::new());
+            for word in rest {
+                match (*word, word.strip_prefix("groups=")) {
+                    ("admin", _) if !admin => admin = true,
+                    (_, Some(list)) if groups.is_empty() => {
+                        groups = list.split(',').map(str::to_owned).collect();
+                        if groups.iter().any(|g| !valid_principal(g)) {
+                            return Err(bad(format!("`{word}` is not a list of group names")));
+                        }
+                    }
+                    _ => {
+                        return Err(bad(format!(
+                            "unexpected `{word}`: expected `TOKEN USER [admin] [groups=a,b]`"
+                        )));
+                    }
+                }
+            }
             check_token(token, "a token").map_err(bad)?;
-            if user.len() > 253 || user.chars().any(char::is_control) {
+            if !valid_principal(user) {
                 return Err(bad(format!("user `{user}` is not a valid name")));
             }
             if !seen.insert(token.to_owned()) {
                 return Err(bad("the token is listed twice".into()));
             }
-            entries.push((token.as_bytes().to_vec(), Caller { user: user.to_owned(), admin }));
+            entries.push((token.as_bytes().to_vec(), Caller { user: user.to_owned(), admin, groups }));
         }
         if entries.is_empty() {
             return Err("no tokens".into());
@@ -145,6 +163,206 @@ impl JoinToken {
     }
 }
 
+/// Whether `name` can be a user or group name: 1..=253 bytes, no spaces, commas or controls
+/// (the separators of the tokens file and of ACLs).
+fn valid_principal(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && !name.chars().any(|c| c.is_control() || c.is_whitespace() || c == ',')
+}
+
+/// One access control list in YARN's format: `users groups`, each a comma-separated list; `*`
+/// admits everyone and a single space (or an empty string) no one.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Acl {
+    everyone: bool,
+    users: HashSet<String>,
+    groups: HashSet<String>,
+}
+
+impl Acl {
+    /// Parses an ACL; errors say which name is wrong.
+    pub fn parse(text: &str) -> Result<Acl, String> {
+        if text.trim() == "*" {
+            return Ok(Acl { everyone: true, ..Acl::default() });
+        }
+        // The first space separates users from groups, so ` ml` is the group `ml` alone.
+        let (users, groups) = text.split_once(' ').unwrap_or((text, ""));
+        let list = |part: &str| -> Result<HashSet<String>, String> {
+            part.trim()
+                .split(',')
+                .filter(|n| !n.is_empty())
+                .map(|n| {
+                    if valid_principal(n) && n != "*" {
+                        Ok(n.to_owned())
+                    } else {
+                        Err(format!("ACL `{text}`: `{n}` is not a user or group name"))
+                    }
+                })
+                .collect()
+        };
+        let users = list(users)?;
+        let groups = list(groups)?;
+        Ok(Acl { everyone: false, users, groups })
+    }
+
+    /// Whether the ACL admits `caller`.
+    pub fn admits(&self, caller: &Caller) -> bool {
+        self.everyone
+            || self.users.contains(&caller.user)
+            || caller.groups.iter().any(|g| self.groups.contains(g))
+    }
+}
+
+/// What a caller wants to do in a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueRight {
+    /// Submit applications (and reservations) to it.
+    Submit,
+    /// Kill and read the logs of anyone's applications in it.
+    Administer,
+}
+
+/// The queues' ACLs. As in YARN, a right granted on a queue holds on every queue below it, and
+/// administering a queue includes submitting to it; cluster administrators (`admin` in the
+/// tokens file) hold every right.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueAcls {
+    /// Dotted queue path → (submit, administer); `root` always present.
+    acls: std::collections::HashMap<String, (Option<Acl>, Option<Acl>)>,
+}
+
+impl QueueAcls {
+    /// Root's ACLs.
+    pub fn new(root_submit: &str, root_administer: &str) -> Result<QueueAcls, String> {
+        let mut acls = std::collections::HashMap::new();
+        acls.insert("root".to_owned(), (Some(Acl::parse(root_submit)?), Some(Acl::parse(root_administer)?)));
+        Ok(QueueAcls { acls })
+    }
+
+    /// Sets a queue's own ACLs (absent = only what its ancestors grant).
+    pub fn set(&mut self, path: &str, submit: Option<&str>, administer: Option<&str>) -> Result<(), String> {
+        let submit = submit.map(Acl::parse).transpose()?;
+        let administer = administer.map(Acl::parse).transpose()?;
+        self.acls.insert(path.to_owned(), (submit, administer));
+        Ok(())
+    }
+
+    /// Whether `caller` holds `right` on the queue at `path` (a full dotted path; a path below
+    /// an unknown queue is judged by its known ancestors).
+    pub fn allows(&self, caller: &Caller, path: &str, right: QueueRight) -> bool {
+        if caller.admin {
+            return true;
+        }
+        let mut prefix = path;
+        loop {
+            if let Some((submit, administer)) = self.acls.get(prefix) {
+                let admits = |acl: &Option<Acl>| acl.as_ref().is_some_and(|a| a.admits(caller));
+                if admits(administer) || (right == QueueRight::Submit && admits(submit)) {
+                    return true;
+                }
+            }
+            match prefix.rfind('.') {
+                Some(dot) => prefix = &prefix[..dot],
+                None => return false,
+            }
+        }
+    }
+}
+
+/// The account a user's containers run as (`[security] accounts`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Accounts {
+    by_user: std::collections::BTreeMap<String, String>,
+    allow_root: bool,
+}
+
+/// The value of `accounts` that stands for the user's own name.
+const OWN_ACCOUNT: &str = "$user";
+
+/// Whether `name` may be a Unix account name (POSIX portable characters, as useradd accepts).
+fn valid_account(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && !name.starts_with('-')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+impl Accounts {
+    /// The mapping, checked: account names valid, and none is `root` unless `allow_root`.
+    pub fn new(
+        map: &std::collections::BTreeMap<String, String>,
+        allow_root: bool,
+    ) -> Result<Accounts, String> {
+        for (user, account) in map {
+            if account != OWN_ACCOUNT && !valid_account(account) {
+                return Err(format!(
+                    "security.accounts: `{account}` (for `{user}`) is not a valid account name"
+                ));
+            }
+            if (account == "root" || (account == OWN_ACCOUNT && user == "root")) && !allow_root {
+                return Err(format!(
+                    "security.accounts maps `{user}` to root; set security.allow_root_containers = true if you really mean it"
+                ));
+            }
+        }
+        Ok(Accounts { by_user: map.clone(), allow_root })
+    }
+
+    /// The account `user`'s containers run as: `None` for the agent's own `container_user`,
+    /// or an error when the mapping gives no usable account (e.g. `$user` for a user whose
+    /// name is no account name, or root when root is not allowed).
+    pub fn account_for(&self, user: &str) -> Result<Option<String>, String> {
+        let Some(mapped) = self.by_user.get(user).or_else(|| self.by_user.get("*")) else {
+            return Ok(None);
+        };
+        let account = if mapped == OWN_ACCOUNT { user } else { mapped.as_str() };
+        if !valid_account(account) {
+            return Err(format!(
+                "user `{user}` has no account to run containers as (`{account}` is not an account name)"
+            ));
+        }
+        if account == "root" && !self.allow_root {
+            return Err(format!(
+                "user `{user}` would run containers as root, which this cluster does not allow"
+            ));
+        }
+        Ok(Some(account.to_owned()))
+    }
+}
+
+/// The cluster's access rules for authenticated REST requests.
+#[derive(Debug)]
+pub struct Policy {
+    /// Who may submit to and administer each queue.
+    pub acls: QueueAcls,
+    /// The account each user's containers run as.
+    pub accounts: Accounts,
+}
+
+/// An authenticated request: its caller and the rules, handed to the REST routes by the
+/// token middleware.
+#[derive(Debug, Clone)]
+pub struct Access {
+    /// Who is calling.
+    pub caller: Caller,
+    /// The cluster's rules.
+    pub policy: std::sync::Arc<Policy>,
+}
+
+impl Access {
+    /// Whether the caller holds `right` on `queue`.
+    pub fn may(&self, queue: &str, right: QueueRight) -> bool {
+        self.policy.acls.allows(&self.caller, queue, right)
+    }
+
+    /// Whether the caller may act on something `owner` owns in `queue`: the owner, the queue's
+    /// administrators, or a cluster administrator.
+    pub fn may_act_on(&self, owner: &str, queue: &str) -> bool {
+        self.caller.user == owner || self.may(queue, QueueRight::Administer)
+    }
+}
+
 /// Reads a small secret file (at most 1 MiB).
 fn read_secret(path: &Path) -> Result<String, String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -169,7 +387,10 @@ mod tests {
             "# ops\nalice-token-0123456789 alice\n\nops-token-0123456789abc ops admin  # on call\n",
         )
         .expect("valid");
-        assert_eq!(t.caller("alice-token-0123456789"), Some(&Caller { user: "alice".into(), admin: false }));
+        assert_eq!(
+            t.caller("alice-token-0123456789"),
+            Some(&Caller { user: "alice".into(), admin: false, groups: vec![] })
+        );
         assert_eq!(t.authorize(Some("Bearer ops-token-0123456789abc")).map(|c| c.admin), Some(true));
         assert_eq!(t.authorize(Some("ops-token-0123456789abc")), None, "the scheme is required");
         assert_eq!(t.authorize(Some("Bearer ops-token-0123456789ab")), None);
@@ -184,6 +405,79 @@ mod tests {
             let err = Tokens::parse(text).expect_err(text);
             assert!(err.contains(why), "{text:?}: {err}");
         }
+    }
+
+    fn caller(user: &str, groups: &[&str]) -> Caller {
+        Caller { user: user.into(), admin: false, groups: groups.iter().map(|g| (*g).to_owned()).collect() }
+    }
+
+    #[test]
+    fn tokens_carry_groups() {
+        let t = Tokens::parse(
+            "bob-token-0123456789ab bob groups=ml,etl\nops-token-0123456789ab ops admin groups=sre\n",
+        )
+        .expect("valid");
+        assert_eq!(
+            t.caller("bob-token-0123456789ab").map(|c| c.groups.clone()),
+            Some(vec!["ml".into(), "etl".into()])
+        );
+        assert_eq!(t.caller("ops-token-0123456789ab").map(|c| c.admin), Some(true));
+        for bad in ["x-token-0123456789abcd x groups=a,,b\n", "x-token-0123456789abcd x admin admin\n"] {
+            assert!(Tokens::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn acls_follow_yarn_users_groups_everyone_and_no_one() {
+        let acl = Acl::parse("alice,bob ml").expect("acl");
+        assert!(acl.admits(&caller("alice", &[])) && acl.admits(&caller("carol", &["ml"])));
+        assert!(!acl.admits(&caller("carol", &["etl"])));
+        assert!(Acl::parse("*").expect("all").admits(&caller("anyone", &[])));
+        for nobody in [" ", ""] {
+            assert!(!Acl::parse(nobody).expect("none").admits(&caller("alice", &["ml"])));
+        }
+        assert!(Acl::parse(" ml").expect("groups only").admits(&caller("x", &["ml"])));
+        assert!(Acl::parse("a,* b").is_err());
+    }
+
+    #[test]
+    fn queue_rights_are_inherited_and_administering_includes_submitting() {
+        let mut acls = QueueAcls::new(" ", "ops").expect("root");
+        acls.set("root.prod", Some("alice"), Some("bob")).expect("prod");
+        acls.set("root.prod.etl", Some(" etl"), None).expect("etl");
+        let (alice, bob, ops, eve) =
+            (caller("alice", &[]), caller("bob", &[]), caller("ops", &[]), caller("eve", &["etl"]));
+        assert!(acls.allows(&alice, "root.prod", QueueRight::Submit));
+        assert!(acls.allows(&alice, "root.prod.etl", QueueRight::Submit), "inherited from root.prod");
+        assert!(!acls.allows(&alice, "root.prod", QueueRight::Administer));
+        assert!(!acls.allows(&alice, "root.dev", QueueRight::Submit), "root admits no one");
+        assert!(acls.allows(&bob, "root.prod.etl", QueueRight::Submit), "administer includes submit");
+        assert!(acls.allows(&bob, "root.prod.etl", QueueRight::Administer));
+        assert!(acls.allows(&ops, "root.dev", QueueRight::Administer), "root's administrators");
+        assert!(
+            acls.allows(&eve, "root.prod.etl", QueueRight::Submit)
+                && !acls.allows(&eve, "root.prod", QueueRight::Submit)
+        );
+        let admin = Caller { admin: true, ..caller("root-ops", &[]) };
+        assert!(acls.allows(&admin, "root.anything", QueueRight::Administer));
+    }
+
+    #[test]
+    fn accounts_map_users_and_refuse_root_unless_allowed() {
+        let map =
+            |pairs: &[(&str, &str)]| pairs.iter().map(|(u, a)| ((*u).to_owned(), (*a).to_owned())).collect();
+        assert_eq!(Accounts::new(&map(&[]), false).expect("empty").account_for("alice"), Ok(None));
+        let a = Accounts::new(&map(&[("alice", "svc-alice"), ("*", "$user")]), false).expect("valid");
+        assert_eq!(a.account_for("alice"), Ok(Some("svc-alice".into())));
+        assert_eq!(a.account_for("bob"), Ok(Some("bob".into())));
+        assert!(a.account_for("root").is_err(), "$user must not make root");
+        assert!(a.account_for("bad name").is_err());
+        assert!(Accounts::new(&map(&[("ops", "root")]), false).is_err());
+        assert_eq!(
+            Accounts::new(&map(&[("ops", "root")]), true).expect("allowed").account_for("ops"),
+            Ok(Some("root".into()))
+        );
+        assert!(Accounts::new(&map(&[("x", "no/slash")]), false).is_err());
     }
 
     #[test]

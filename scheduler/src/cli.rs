@@ -71,12 +71,15 @@ pub struct Connection {
     /// Bearer token for a scheduler with `[security] tokens_file`.
     #[arg(long, env = "GANTRY_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     pub token: Option<String>,
+    /// The cluster CA certificate (`gantry cert ca`'s `ca.pem`) for an `https://` scheduler.
+    #[arg(long = "ca-cert", env = "GANTRY_CA_CERT", value_name = "PEM")]
+    pub ca_cert: Option<std::path::PathBuf>,
 }
 
 impl Connection {
     /// A client of this scheduler, sending the token if there is one.
     pub fn client(&self) -> Result<Client, ClientError> {
-        Ok(Client::new(&self.scheduler)?.with_token(self.token.clone()))
+        Ok(Client::with_ca(&self.scheduler, self.ca_cert.as_deref())?.with_token(self.token.clone()))
     }
 }
 

@@ -13,6 +13,7 @@
 //! [[plugins]]
 //! name = "firstfit"            # local name used by [profile]
 //! path = "target/release/libgantry_minimal.so"   # relative to this file
+//! call_budget_ms = 1000        # longest a hook call may take (default 1000; 0 = no limit)
 //! [plugins.config]             # passed to the plugin's create() as JSON
 //!
 //! [profile]
@@ -132,6 +133,14 @@ pub struct QueueSection {
     /// Maximum share of the parent (default 1.0).
     #[serde(default = "one")]
     pub maximum: f64,
+    /// Who may submit here (YARN's `acl_submit_applications`: `users groups`, `*`, or a
+    /// single space for no one); a queue also admits whoever its ancestors admit. Absent: only
+    /// what the ancestors allow.
+    #[serde(default)]
+    pub acl_submit_applications: Option<String>,
+    /// Who administers this queue and those below it (YARN's `acl_administer_queue`).
+    #[serde(default)]
+    pub acl_administer_queue: Option<String>,
 }
 
 fn one() -> f64 {
@@ -146,9 +155,31 @@ pub struct PluginSection {
     pub name: String,
     /// Path of the shared library; relative paths are relative to the config file.
     pub path: PathBuf,
+    /// Longest one hook call may take, ms: past it the call fails and the built-in policy stands
+    /// in, so a plugin that hangs cannot stop scheduling. Budgeted calls run on a worker thread
+    /// over a copy of the view; 0 calls directly, without a copy and without a limit.
+    #[serde(default = "default_call_budget_ms")]
+    pub call_budget_ms: u64,
     /// The plugin's own configuration, handed to its `create` as JSON.
     #[serde(default)]
     pub config: toml::Table,
+}
+
+/// A hang stops scheduling for at most a second by default; generous for plugins that answer
+/// in milliseconds (BENCHMARKS.md).
+pub const DEFAULT_CALL_BUDGET_MS: u64 = 1000;
+/// Longest configurable call budget, ms.
+pub const MAX_CALL_BUDGET_MS: u64 = 600_000;
+
+fn default_call_budget_ms() -> u64 {
+    DEFAULT_CALL_BUDGET_MS
+}
+
+impl PluginSection {
+    /// The time budget of one hook call (zero: unlimited, direct calls).
+    pub fn call_budget(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.call_budget_ms)
+    }
 }
 
 /// Which plugin answers each extension point (by local name); absent = built-in.
@@ -175,6 +206,28 @@ pub struct SecuritySection {
     pub join_token_file: Option<PathBuf>,
     /// Listen beyond loopback without tokens (a trusted network only).
     pub insecure: bool,
+    /// The scheduler's certificate chain (PEM), served on the agents' endpoint and the REST API
+    /// (HTTPS); `gantry cert scheduler` makes one. Needs `tls_key_file`.
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key of `tls_cert_file` (PEM).
+    pub tls_key_file: Option<PathBuf>,
+    /// Mutual TLS: agents must present a certificate signed by this CA (`gantry cert ca`) that
+    /// names the node they register as (`gantry cert node NAME`). Needs `tls_cert_file`.
+    pub tls_client_ca_file: Option<PathBuf>,
+    /// Who may submit to every queue: root's ACL in YARN's format, `users groups` with
+    /// comma-separated lists, `*` for everyone, a single space for no one (default `*`).
+    pub acl_submit_applications: Option<String>,
+    /// Who administers every queue (kills and reads anyone's apps there, and may submit);
+    /// default a single space: only the tokens file's `admin`s.
+    pub acl_administer_queue: Option<String>,
+    /// The account each user's containers run as: `USER = "ACCOUNT"`, `"*"` for everyone not
+    /// listed, `"$user"` for an account of the user's own name. Absent: the agent's
+    /// `container_user` for everyone. Needs `tokens_file` (the token, not the request, names
+    /// the user).
+    pub accounts: std::collections::BTreeMap<String, String>,
+    /// Whether a user may be mapped to `root` (never by default; agents also refuse it unless
+    /// their own `allow_root` is set).
+    pub allow_root_containers: bool,
 }
 
 /// The Rayon reservation plan (`[reservations]`).
@@ -282,8 +335,11 @@ impl SchedulerConfig {
     }
 
     /// Parses and checks configuration text; `origin` names it in errors, `base_dir` resolves
-    /// relative plugin paths.
+    /// relative plugin paths. Text over [`MAX_CONFIG_BYTES`] is refused as a file of that size is.
     pub fn from_str_at(text: &str, origin: &Path, base_dir: PathBuf) -> Result<Self, ConfigError> {
+        if text.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge { path: origin.to_owned(), size: text.len() as u64 });
+        }
         let mut cfg: SchedulerConfig = toml::from_str(text)
             .map_err(|e| ConfigError::Parse { path: origin.to_owned(), message: e.to_string() })?;
         cfg.base_dir = base_dir;
@@ -299,6 +355,12 @@ impl SchedulerConfig {
             }
             if !names.insert(p.name.as_str()) {
                 return Err(format!("plugin `{}` is defined twice", p.name));
+            }
+            if p.call_budget_ms > MAX_CALL_BUDGET_MS {
+                return Err(format!(
+                    "plugin `{}`: call_budget_ms {} is above {MAX_CALL_BUDGET_MS} (0 means no limit)",
+                    p.name, p.call_budget_ms
+                ));
             }
         }
         let profile = [
@@ -329,6 +391,7 @@ impl SchedulerConfig {
         if let Some(r) = &self.reservations {
             r.plan_config()?;
         }
+        self.check_security()?;
         // Let the engine validate queues and tunables now, so a bad file fails at load time.
         gantry_engine::Engine::builtin(self.engine_config()).map_err(|e| e.to_string())?;
         Ok(())
@@ -381,6 +444,64 @@ impl SchedulerConfig {
         Ok((tokens, join))
     }
 
+    /// Checks `[security]` and the queues' ACLs for consistency (files are read at start).
+    fn check_security(&self) -> Result<(), String> {
+        let s = &self.security;
+        match (&s.tls_cert_file, &s.tls_key_file) {
+            (Some(_), None) => return Err("security.tls_cert_file needs security.tls_key_file".into()),
+            (None, Some(_)) => return Err("security.tls_key_file needs security.tls_cert_file".into()),
+            _ => {}
+        }
+        if s.tls_client_ca_file.is_some() && s.tls_cert_file.is_none() {
+            return Err("security.tls_client_ca_file (mutual TLS) needs the scheduler's own tls_cert_file and tls_key_file".into());
+        }
+        self.queue_acls()?;
+        let acls_set = s.acl_submit_applications.is_some()
+            || s.acl_administer_queue.is_some()
+            || self
+                .queues
+                .iter()
+                .any(|q| q.acl_submit_applications.is_some() || q.acl_administer_queue.is_some());
+        if s.tokens_file.is_none() && acls_set {
+            return Err("queue ACLs need security.tokens_file: without tokens no caller is known".into());
+        }
+        if s.tokens_file.is_none() && !s.accounts.is_empty() {
+            return Err("security.accounts needs security.tokens_file: without tokens the request, not a token, would name the user".into());
+        }
+        crate::auth::Accounts::new(&s.accounts, s.allow_root_containers)?;
+        Ok(())
+    }
+
+    /// The queues' ACLs (root's from `[security]`).
+    pub fn queue_acls(&self) -> Result<crate::auth::QueueAcls, String> {
+        let s = &self.security;
+        let mut acls = crate::auth::QueueAcls::new(
+            s.acl_submit_applications.as_deref().unwrap_or("*"),
+            s.acl_administer_queue.as_deref().unwrap_or(" "),
+        )
+        .map_err(|e| format!("security: {e}"))?;
+        for q in &self.queues {
+            acls.set(&q.path, q.acl_submit_applications.as_deref(), q.acl_administer_queue.as_deref())
+                .map_err(|e| format!("queue {}: {e}", q.path))?;
+        }
+        Ok(acls)
+    }
+
+    /// The user → account mapping for containers.
+    pub fn accounts(&self) -> Result<crate::auth::Accounts, String> {
+        crate::auth::Accounts::new(&self.security.accounts, self.security.allow_root_containers)
+    }
+
+    /// The scheduler's TLS material (none when not configured), read and checked.
+    pub fn server_tls(&self) -> Result<Option<crate::tls::ServerTls>, String> {
+        let s = &self.security;
+        let (Some(cert), Some(key)) = (&s.tls_cert_file, &s.tls_key_file) else { return Ok(None) };
+        let ca = s.tls_client_ca_file.as_ref().map(|p| self.resolve(p));
+        crate::tls::ServerTls::load(&self.resolve(cert), &self.resolve(key), ca.as_deref())
+            .map(Some)
+            .map_err(|e| e.to_string())
+    }
+
     /// Where a plugin's library is, resolved against the config file's directory.
     pub fn plugin_path(&self, plugin: &PluginSection) -> PathBuf {
         if plugin.path.is_absolute() { plugin.path.clone() } else { self.base_dir.join(&plugin.path) }
@@ -428,6 +549,7 @@ mod tests {
         assert_eq!(c.engine_config().queues.len(), 2);
         assert_eq!(c.plugin_path(&c.plugins[0]), PathBuf::from("/etc/gantry/plugins/libgantry_minimal.so"));
         assert_eq!(c.plugins[0].config.get("threshold").and_then(|v| v.as_float()), Some(0.6));
+        assert_eq!(c.plugins[0].call_budget_ms, DEFAULT_CALL_BUDGET_MS, "a hang is bounded by default");
     }
 
     #[test]
@@ -446,11 +568,22 @@ mod tests {
                 "[[plugins]]\nname = \"a\"\npath = \"x.so\"\n[[plugins]]\nname = \"a\"\npath = \"y.so\"\n",
                 "defined twice",
             ),
+            (
+                "[[plugins]]\nname = \"a\"\npath = \"x.so\"\ncall_budget_ms = 600001\n",
+                "call_budget_ms 600001",
+            ),
+            ("[[plugins]]\nname = \"a\"\npath = \"x.so\"\ncall_budget_ms = -1\n", "TOML"),
             ("[engine\n", "TOML"),
         ];
         for (text, want) in cases {
             let err = parse(text).expect_err(text).to_string();
             assert!(err.contains(want) || (want == "TOML" && err.contains("<test>")), "{text:?}: {err}");
         }
+    }
+
+    #[test]
+    fn oversized_text_is_refused_as_an_oversized_file_is() {
+        let huge = format!("# {}\n", "x".repeat(MAX_CONFIG_BYTES as usize));
+        assert!(matches!(parse(&huge), Err(ConfigError::TooLarge { .. })));
     }
 }

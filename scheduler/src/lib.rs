@@ -8,15 +8,18 @@
 pub mod api;
 pub mod auth;
 pub mod bench;
+pub mod cert_cli;
 pub mod cli;
 pub mod config;
 pub mod dev;
+pub mod loadgen;
 pub mod metrics;
 pub mod plugin_host;
 pub mod reserve_cli;
 pub mod server;
 pub mod sim_cli;
 pub mod store;
+pub mod tls;
 
 use config::SchedulerConfig;
 use gantry_engine::{Engine, EngineError, Policy, Profile};
@@ -78,13 +81,14 @@ pub fn build_engine_with(
     for p in &config.plugins {
         let json = serde_json::to_string(&p.config)
             .map_err(|e| BuildError::PluginConfig { name: p.name.clone(), message: e.to_string() })?;
-        let plugin = DynamicPlugin::load(&config.plugin_path(p), &json)
+        let plugin = DynamicPlugin::load_budgeted(&config.plugin_path(p), &json, p.call_budget())
             .map_err(|error| BuildError::Plugin { name: p.name.clone(), error })?;
         tracing::info!(
             plugin = %p.name,
             library = %plugin.info().name,
             version = %plugin.info().version,
             hooks = ?plugin.info().hook_names(),
+            call_budget_ms = p.call_budget_ms,
             "plugin loaded"
         );
         let hooks = plugin.info().hooks;

@@ -206,7 +206,7 @@ impl Backend for Fake {
         Ok(NewApplication { application_id: id, maximum_resource_capability: res(4000, 8 * GIB, 1).into() })
     }
 
-    async fn submit(&self, req: SubmitApp) -> Result<u64, ApiError> {
+    async fn submit(&self, req: SubmitApp, _account: Option<String>) -> Result<u64, ApiError> {
         let mut s = self.state();
         if s.persist_fails {
             return Err(ApiError::unavailable("cannot persist the submission: disk I/O error"));
@@ -257,7 +257,7 @@ impl Backend for Fake {
         self.state().scheduler.clone().unwrap_or_else(|| engine_scheduler_info().0)
     }
 
-    async fn container_owner(&self, _: u64) -> Option<String> {
+    async fn container_owner(&self, _: u64) -> Option<(String, String)> {
         None
     }
 

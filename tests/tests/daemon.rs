@@ -54,7 +54,11 @@ fn app(name: &str, argv: &[&str], count: u32, gang: bool, cpu_millis: u64) -> (A
         }],
         ..Default::default()
     };
-    let t = LaunchTemplate { argv: argv.iter().map(|s| (*s).to_owned()).collect(), env: Vec::new() };
+    let t = LaunchTemplate {
+        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
+        env: Vec::new(),
+        account: None,
+    };
     (spec, vec![t])
 }
 

@@ -1,9 +1,9 @@
 //! A small client of the REST API, for the `gantry` CLI, end-to-end tests and scripts in Rust.
 //!
 //! It is built on hyper-util's client, which is already in the dependency tree through axum
-//! and tonic: `reqwest` would add a second HTTP stack (and a TLS one) for no gain, and `ureq`
-//! a second, blocking one. The price is plain `http://` only — the scheduler serves plain HTTP
-//! on the cluster network, and TLS, where wanted, belongs to a proxy in front of it.
+//! and tonic: `reqwest` would add a second HTTP stack for no gain, and `ureq` a second,
+//! blocking one. `https://` goes through hyper-rustls with the same rustls the scheduler uses,
+//! trusting only the cluster CA given ([`Client::with_ca`]; the CLI's `--ca-cert`).
 //!
 //! Every call has a deadline ([`DEFAULT_TIMEOUT`]) and every answer a size limit
 //! ([`MAX_RESPONSE_BYTES`]): a CLI must not hang on a dead scheduler nor fill memory from a
@@ -16,6 +16,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, StatusCode, Uri};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -102,9 +103,9 @@ pub struct KillOutcome {
 /// A client of one scheduler's REST API. Cheap to clone; connections are pooled.
 #[derive(Debug, Clone)]
 pub struct Client {
-    /// `http://host:port` plus any path prefix, without a trailing slash.
+    /// `http(s)://host:port` plus any path prefix, without a trailing slash.
     base: String,
-    http: HttpClient<HttpConnector, Full<Bytes>>,
+    http: HttpClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
     timeout: Duration,
     /// Sent as `Authorization: Bearer …` when set.
     token: Option<String>,
@@ -115,26 +116,43 @@ impl Client {
     /// when behind a proxy; a bare `host:port` means `http://host:port`). Needs a Tokio runtime
     /// only for the calls, not to be built.
     pub fn new(url: &str) -> Result<Client, ClientError> {
+        Client::with_ca(url, None)
+    }
+
+    /// A client of the scheduler at `url`, `http://` or `https://`; an `https://` scheduler's
+    /// certificate must chain to the CA certificate in `ca` (PEM, `gantry cert ca`'s `ca.pem`).
+    pub fn with_ca(url: &str, ca: Option<&std::path::Path>) -> Result<Client, ClientError> {
         let bad = |reason: &str| ClientError::BadUrl { url: url.to_owned(), reason: reason.to_owned() };
         let trimmed = url.trim();
         let full = if trimmed.contains("://") { trimmed.to_owned() } else { format!("http://{trimmed}") };
         let uri: Uri = full.parse().map_err(|e: hyper::http::uri::InvalidUri| bad(&e.to_string()))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(bad("https is not supported: the scheduler serves plain http (use http://…)"));
+        let scheme = match uri.scheme_str() {
+            Some(s @ ("http" | "https")) => s.to_owned(),
+            _ => return Err(bad("the address must start with http:// or https://")),
+        };
+        let tls = match (scheme.as_str(), ca) {
+            (_, Some(ca)) => crate::tls::client_config(ca).map_err(|e| bad(&e.to_string()))?,
+            ("https", None) => {
+                return Err(bad("https needs the cluster CA certificate (--ca-cert or GANTRY_CA_CERT)"));
             }
-            _ => return Err(bad("the address must start with http://")),
-        }
+            // Plain http: the TLS side is never used; it trusts nothing.
+            _ => crate::tls::client_config_trusting_nothing().map_err(|e| bad(&e.to_string()))?,
+        };
         let authority = uri.authority().ok_or_else(|| bad("it names no host"))?;
         if uri.query().is_some() {
             return Err(bad("it must not have a query string"));
         }
-        let base = format!("http://{authority}{}", uri.path().trim_end_matches('/'));
+        let base = format!("{scheme}://{authority}{}", uri.path().trim_end_matches('/'));
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
         connector.set_nodelay(true);
-        let http = HttpClient::builder(TokioExecutor::new()).build(connector);
+        connector.enforce_http(false);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
+        let http = HttpClient::builder(TokioExecutor::new()).build(https);
         Ok(Client { base, http, timeout: DEFAULT_TIMEOUT, token: None })
     }
 

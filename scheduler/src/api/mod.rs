@@ -35,6 +35,8 @@ use types::{
 /// long command lines stays far below it; anything larger is a mistake or an attack, and gets
 /// 413 before it is buffered.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// The queue of a submission that names none.
+pub const DEFAULT_QUEUE: &str = "root.default";
 
 /// Largest `tail` a log request may ask for, in bytes. Logs are read through the agent into
 /// memory, so one request must not be able to pull an unbounded file.
@@ -86,8 +88,14 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// only once the submission is durable: the client is told 202 Accepted on `Ok`.
     /// Typical errors: [`ApiError::unavailable`] when the store cannot commit,
     /// [`ApiError::unprocessable`] when the engine refuses the spec (unknown queue, …),
-    /// [`ApiError::conflict`] for an `application-id` already used.
-    fn submit(&self, req: SubmitApp) -> impl Future<Output = Result<u64, ApiError>> + Send;
+    /// [`ApiError::conflict`] for an `application-id` already used. `account` is the Unix
+    /// account its containers run as (`None`: the agent's `container_user`), decided by the
+    /// router from `[security] accounts`.
+    fn submit(
+        &self,
+        req: SubmitApp,
+        account: Option<String>,
+    ) -> impl Future<Output = Result<u64, ApiError>> + Send;
 
     /// Asks to kill a live application. The router has already answered unknown and terminal
     /// applications itself, so this is called only for apps that looked live a moment ago.
@@ -133,9 +141,9 @@ pub trait Backend: Clone + Send + Sync + 'static {
         time_limit_ms: u64,
     ) -> impl Future<Output = Result<reservations::OptimizeInfo, ApiError>> + Send;
 
-    /// The user who submitted the application a container belongs to, or `None` for a container
-    /// the scheduler does not know (used to refuse other users' logs).
-    fn container_owner(&self, container: u64) -> impl Future<Output = Option<String>> + Send;
+    /// The user who submitted the application a container belongs to and the app's queue, or
+    /// `None` for a container the scheduler does not know (used to refuse other users' logs).
+    fn container_owner(&self, container: u64) -> impl Future<Output = Option<(String, String)>> + Send;
 
     /// A container's log file, fetched through its node's agent: the last `tail` bytes, or the
     /// whole file (the backend may cap it) when `tail` is `None`. Bytes, not text: programs

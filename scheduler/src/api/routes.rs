@@ -28,7 +28,7 @@
 //! backend cannot do it now (e.g. cannot persist).
 
 use crate::api::types::*;
-use crate::api::{ApiError, AppFilter, Backend, LogFile, MAX_BODY_BYTES, MAX_LOG_TAIL_BYTES};
+use crate::api::{ApiError, AppFilter, Backend, DEFAULT_QUEUE, LogFile, MAX_BODY_BYTES, MAX_LOG_TAIL_BYTES};
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::header::{CONTENT_TYPE, LOCATION, X_CONTENT_TYPE_OPTIONS};
@@ -191,9 +191,11 @@ async fn node_state<B: Backend>(
 async fn set_node_state<B: Backend>(
     State(b): State<B>,
     ApiPath(id): ApiPath<String>,
+    access: MaybeAccess,
     ApiJson(body): ApiJson<NodeStateRequest>,
 ) -> Result<Json<NodeStateInfo>, ApiError> {
     let drain = body.drains().map_err(ApiError::bad_request)?;
+    cluster_admin_only(&access, &format!("draining node {id}"))?;
     let state = b.set_node_drain(id, drain).await?;
     Ok(Json(NodeStateInfo { state }))
 }
@@ -293,17 +295,12 @@ async fn app_state<B: Backend>(
 async fn set_app_state<B: Backend>(
     State(b): State<B>,
     ApiPath(id): ApiPath<String>,
-    caller: MaybeCaller,
+    access: MaybeAccess,
     ApiJson(body): ApiJson<AppStateRequest>,
 ) -> Result<Response, ApiError> {
-    if !body.state.trim().eq_ignore_ascii_case("KILLED") {
-        return Err(ApiError::bad_request(format!(
-            "only KILLED may be requested (got `{}`); every other state is the scheduler's to set",
-            body.state
-        )));
-    }
+    body.kills().map_err(ApiError::bad_request)?;
     let app = app_of(&b, &id).await?;
-    may_act_for(&caller, &app.user, &format!("application {}", app.id))?;
+    may_act_on(&access, &app.user, &app.queue, &format!("application {}", app.id))?;
     match app.state {
         AppState::Killed => return Ok(Json(AppStateInfo { state: AppState::Killed }).into_response()),
         s if s.is_terminal() => {
@@ -321,14 +318,17 @@ async fn set_app_state<B: Backend>(
 /// `Authorization: Bearer TOKEN` of a known token, else 401 with `WWW-Authenticate: Bearer`;
 /// its [`Caller`](crate::auth::Caller) is handed to the routes as a request extension.
 pub async fn require_token(
-    State(tokens): State<std::sync::Arc<crate::auth::Tokens>>,
+    State((tokens, policy)): State<(
+        std::sync::Arc<crate::auth::Tokens>,
+        std::sync::Arc<crate::auth::Policy>,
+    )>,
     mut req: Request,
     next: axum::middleware::Next,
 ) -> Response {
     let header = req.headers().get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     match tokens.authorize(header).cloned() {
         Some(caller) => {
-            req.extensions_mut().insert(caller);
+            req.extensions_mut().insert(crate::auth::Access { caller, policy });
             next.run(req).await
         }
         None => {
@@ -345,17 +345,50 @@ pub async fn require_token(
     }
 }
 
-/// The authenticated caller, when the daemon has tokens.
-type MaybeCaller = Option<axum::Extension<crate::auth::Caller>>;
+/// The authenticated caller and the access rules, when the daemon has tokens.
+type MaybeAccess = Option<axum::Extension<crate::auth::Access>>;
 
-/// Refuses (403) a caller who is neither `owner` nor an administrator; anyone when the daemon
-/// has no tokens.
-fn may_act_for(caller: &MaybeCaller, owner: &str, what: &str) -> Result<(), ApiError> {
-    match caller {
-        Some(axum::Extension(c)) if !c.admin && c.user != owner => Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            format!("{what} belongs to `{owner}`; `{}` is not an administrator", c.user),
-        )),
+fn forbidden(message: String) -> ApiError {
+    ApiError::new(StatusCode::FORBIDDEN, message)
+}
+
+/// Refuses (403) a caller who is neither `owner` nor an administrator of `queue` (or of the
+/// cluster); anyone when the daemon has no tokens.
+fn may_act_on(access: &MaybeAccess, owner: &str, queue: &str, what: &str) -> Result<(), ApiError> {
+    match access {
+        Some(axum::Extension(a)) if !a.may_act_on(owner, queue) => Err(forbidden(format!(
+            "{what} belongs to `{owner}`; `{}` does not administer {queue}",
+            a.caller.user
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses (403) a caller without `right` on `queue`; anyone when the daemon has no tokens.
+fn may_use_queue(access: &MaybeAccess, queue: &str, right: crate::auth::QueueRight) -> Result<(), ApiError> {
+    match access {
+        Some(axum::Extension(a)) if !a.may(queue, right) => Err(forbidden(format!(
+            "`{}` may not {} {queue} (its acl_{} does not list the user or a group of theirs)",
+            a.caller.user,
+            match right {
+                crate::auth::QueueRight::Submit => "submit to",
+                crate::auth::QueueRight::Administer => "administer",
+            },
+            match right {
+                crate::auth::QueueRight::Submit => "submit_applications",
+                crate::auth::QueueRight::Administer => "administer_queue",
+            },
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses (403) a caller who is not a cluster administrator; anyone without tokens.
+fn cluster_admin_only(access: &MaybeAccess, what: &str) -> Result<(), ApiError> {
+    match access {
+        Some(axum::Extension(a)) if !a.caller.admin => {
+            Err(forbidden(format!("{what} needs a cluster administrator; `{}` is not one", a.caller.user)))
+        }
         _ => Ok(()),
     }
 }
@@ -366,16 +399,28 @@ async fn new_reservation<B: Backend>(
     Ok(Json(b.new_reservation().await?))
 }
 
+/// The queue of the reservation a submission names (`reservation_17`), for its ACL check.
+async fn reservation_queue<B: Backend>(b: &B, text: &str) -> Result<String, ApiError> {
+    let id = crate::api::reservations::parse_reservation_id(text).map_err(ApiError::unprocessable)?;
+    b.reservations()
+        .await?
+        .into_iter()
+        .find(|r| crate::api::reservations::parse_reservation_id(&r.reservation_id) == Ok(id))
+        .map(|r| r.reservation_queue)
+        .ok_or_else(|| ApiError::unprocessable(format!("reservation {text} is not in the plan")))
+}
+
 /// The user a reservation is made for when the daemon has no tokens (with tokens: the caller).
 const RESERVATION_USER: &str = "gantry";
 
 async fn submit_reservation<B: Backend>(
     State(b): State<B>,
-    caller: MaybeCaller,
+    access: MaybeAccess,
     ApiJson(body): ApiJson<crate::api::reservations::ReservationSubmit>,
 ) -> Result<Json<crate::api::reservations::ReservationInfo>, ApiError> {
-    let user = caller.map_or_else(|| RESERVATION_USER.to_owned(), |axum::Extension(c)| c.user);
     let queue = body.queue.clone().ok_or_else(|| ApiError::unprocessable("`queue` is required"))?;
+    may_use_queue(&access, &full_queue_path(&queue), crate::auth::QueueRight::Submit)?;
+    let user = access.map_or_else(|| RESERVATION_USER.to_owned(), |axum::Extension(a)| a.caller.user);
     let id = body
         .reservation_id
         .as_deref()
@@ -388,7 +433,7 @@ async fn submit_reservation<B: Backend>(
 
 async fn update_reservation<B: Backend>(
     State(b): State<B>,
-    caller: MaybeCaller,
+    access: MaybeAccess,
     ApiJson(body): ApiJson<crate::api::reservations::ReservationSubmit>,
 ) -> Result<Json<crate::api::reservations::ReservationInfo>, ApiError> {
     let id = body
@@ -402,28 +447,29 @@ async fn update_reservation<B: Backend>(
         .into_iter()
         .find(|r| crate::api::reservations::parse_reservation_id(&r.reservation_id) == Ok(id))
         .ok_or_else(|| ApiError::not_found(format!("reservation {} is not in the plan", id.0)))?;
-    may_act_for(&caller, &current.user, &format!("reservation {}", current.reservation_id))?;
+    may_act_on(&access, &current.user, &current.queue, &format!("reservation {}", current.reservation_id))?;
     let queue = body.queue.clone().unwrap_or(current.queue);
+    may_use_queue(&access, &full_queue_path(&queue), crate::auth::QueueRight::Submit)?;
     let request = body.definition.to_request(queue, current.user).map_err(ApiError::unprocessable)?;
     Ok(Json(b.update_reservation(id, request).await?))
 }
 
 async fn delete_reservation<B: Backend>(
     State(b): State<B>,
-    caller: MaybeCaller,
+    access: MaybeAccess,
     ApiJson(body): ApiJson<crate::api::reservations::ReservationDelete>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let id = crate::api::reservations::parse_reservation_id(&body.reservation_id)
         .map_err(ApiError::bad_request)?;
-    if caller.is_some() {
-        let owner = b
+    if access.is_some() {
+        let (owner, queue) = b
             .reservations()
             .await?
             .into_iter()
             .find(|r| crate::api::reservations::parse_reservation_id(&r.reservation_id) == Ok(id))
-            .map(|r| r.user)
+            .map(|r| (r.user, r.queue))
             .ok_or_else(|| ApiError::not_found(format!("reservation {} is not in the plan", id.0)))?;
-        may_act_for(&caller, &owner, &format!("reservation {}", body.reservation_id))?;
+        may_act_on(&access, &owner, &queue, &format!("reservation {}", body.reservation_id))?;
     }
     b.delete_reservation(id).await?;
     Ok(Json(serde_json::json!({})))
@@ -488,8 +534,11 @@ struct OptimizeQuery {
 
 async fn optimize_reservations<B: Backend>(
     State(b): State<B>,
+    access: MaybeAccess,
     ApiQuery(q): ApiQuery<OptimizeQuery>,
 ) -> Result<Json<crate::api::reservations::OptimizeInfo>, ApiError> {
+    // It may move anyone's reservations.
+    cluster_admin_only(&access, "optimising the reservation plan")?;
     let limit = match q.time_limit.as_deref() {
         None => 10_000,
         Some(s) => crate::cli::parse_duration_ms(s).map_err(ApiError::bad_request)?,
@@ -507,22 +556,36 @@ async fn new_application<B: Backend>(State(b): State<B>) -> Result<Json<NewAppli
 /// Validates, normalises and submits; 202 only once the backend says the app is durable.
 async fn submit<B: Backend>(
     State(b): State<B>,
-    caller: MaybeCaller,
+    access: MaybeAccess,
     ApiJson(mut req): ApiJson<SubmitApp>,
 ) -> Result<Response, ApiError> {
-    if let Some(axum::Extension(c)) = &caller {
+    let mut account = None;
+    if let Some(axum::Extension(a)) = &access {
+        let c = &a.caller;
         // The token says who submits; a body naming someone else is refused, not rewritten.
         if req.user.as_ref().is_some_and(|u| *u != c.user) && !c.admin {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                format!("`{}` may not submit as `{}`", c.user, req.user.as_deref().unwrap_or_default()),
-            ));
+            return Err(forbidden(format!(
+                "`{}` may not submit as `{}`",
+                c.user,
+                req.user.as_deref().unwrap_or_default()
+            )));
         }
         req.user.get_or_insert_with(|| c.user.clone());
     }
     req.validate().map_err(|e| ApiError::unprocessable(e.to_string()))?;
     req.normalize();
-    let id = b.submit(req).await?;
+    if let Some(axum::Extension(a)) = &access {
+        let queue = match (&req.queue, &req.reservation_id) {
+            (Some(q), _) => q.clone(),
+            // The reservation's queue (the backend checks the reservation exists).
+            (None, Some(r)) => reservation_queue(&b, r).await?,
+            (None, None) => DEFAULT_QUEUE.to_owned(),
+        };
+        may_use_queue(&access, &queue, crate::auth::QueueRight::Submit)?;
+        let user = req.user.as_deref().unwrap_or(&a.caller.user);
+        account = a.policy.accounts.account_for(user).map_err(forbidden)?;
+    }
+    let id = b.submit(req, account).await?;
     let location = format!("{PREFIX}/apps/{id}");
     Ok((StatusCode::ACCEPTED, [(LOCATION, location)], Json(SubmitResponse { application_id: id }))
         .into_response())
@@ -542,16 +605,16 @@ struct LogsQuery {
 async fn logs<B: Backend>(
     State(b): State<B>,
     ApiPath((id, file)): ApiPath<(String, String)>,
-    caller: MaybeCaller,
+    access: MaybeAccess,
     ApiQuery(q): ApiQuery<LogsQuery>,
 ) -> Result<Response, ApiError> {
     let id = parse_id("container", &id)?;
-    if caller.as_ref().is_some_and(|axum::Extension(c)| !c.admin) {
-        let owner = b
+    if access.as_ref().is_some_and(|axum::Extension(a)| !a.caller.admin) {
+        let (owner, queue) = b
             .container_owner(id)
             .await
             .ok_or_else(|| ApiError::not_found(format!("container {id} is not known to the scheduler")))?;
-        may_act_for(&caller, &owner, &format!("container {id}"))?;
+        may_act_on(&access, &owner, &queue, &format!("container {id}"))?;
     }
     let file = LogFile::parse(&file).ok_or_else(|| {
         ApiError::not_found(format!("no log file `{file}`: a container has `stdout` and `stderr`"))

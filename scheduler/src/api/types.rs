@@ -960,6 +960,20 @@ pub struct AppStateRequest {
     pub state: String,
 }
 
+impl AppStateRequest {
+    /// `Ok` when the request asks for `KILLED` (any case, blanks around), else why it is refused.
+    pub fn kills(&self) -> Result<(), String> {
+        if self.state.trim().eq_ignore_ascii_case("KILLED") {
+            Ok(())
+        } else {
+            Err(format!(
+                "only KILLED may be requested (got `{}`); every other state is the scheduler's to set",
+                self.state
+            ))
+        }
+    }
+}
+
 /// `GET /ws/v1/cluster/nodes/{id}/state`, and the answer to a `PUT` there.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeStateInfo {
@@ -1326,9 +1340,7 @@ impl SubmitApp {
     /// Writes the queue as a full path: `default` → `root.default`, `root.prod` unchanged.
     pub fn normalize(&mut self) {
         if let Some(q) = &mut self.queue {
-            if q != "root" && !q.starts_with("root.") {
-                *q = format!("root.{q}");
-            }
+            *q = full_queue_path(q);
         }
     }
 
@@ -1345,6 +1357,11 @@ impl SubmitApp {
             requests: self.containers.iter().map(ContainerRequest::to_request_spec).collect(),
         }
     }
+}
+
+/// A queue path as users may write it (`prod`) made full (`root.prod`); full paths unchanged.
+pub fn full_queue_path(queue: &str) -> String {
+    if queue == "root" || queue.starts_with("root.") { queue.to_owned() } else { format!("root.{queue}") }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -30,6 +30,11 @@ enum Command {
         #[command(subcommand)]
         command: TraceCommand,
     },
+    /// Make the cluster's TLS certificates: a CA, the scheduler's, each node's.
+    Cert {
+        #[command(subcommand)]
+        command: gantry_scheduler::cert_cli::CertCommand,
+    },
     /// Measure parts of gantry on this machine.
     Bench {
         #[command(subcommand)]
@@ -50,6 +55,10 @@ enum BenchCommand {
     /// Placements per second through the engine and a placement policy, on one core, with the
     /// scheduling cycle's p50/p99 duration.
     Engine(gantry_scheduler::bench::EngineBenchArgs),
+    /// Simulated agents streaming status and a steady submission rate against a real
+    /// scheduler: status and submission round trips, the scheduler's CPU and memory, and
+    /// whether anything was lost.
+    Load(gantry_scheduler::loadgen::LoadArgs),
 }
 
 fn sim(args: &gantry_scheduler::sim_cli::SimArgs) -> anyhow::Result<()> {
@@ -70,6 +79,19 @@ fn bench_engine(args: &gantry_scheduler::bench::EngineBenchArgs) -> anyhow::Resu
         println!("  placements/s (cycle time)  {:>12.0}", r.placements_per_sec);
         println!("  cycle p50 / p99            {:>9.3} ms / {:.3} ms", r.cycle_p50_ms, r.cycle_p99_ms);
         println!("  submissions/s              {:>12.0}", r.submissions_per_sec);
+    }
+    Ok(())
+}
+
+fn bench_load(args: &gantry_scheduler::loadgen::LoadArgs) -> anyhow::Result<()> {
+    let r = gantry_scheduler::loadgen::run(args)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r).context("encoding JSON")?);
+    } else {
+        print!("{}", r.summary());
+    }
+    if !r.nothing_lost {
+        anyhow::bail!("something was lost under load (see the report)");
     }
     Ok(())
 }
@@ -128,7 +150,15 @@ fn main() -> ExitCode {
         Command::Plugin { command: PluginCommand::Inspect { path, json } } => inspect(path, json),
         Command::Cluster(c) => gantry_scheduler::cli::run(c).map_err(Into::into),
         Command::Bench { command: BenchCommand::Engine(args) } => bench_engine(&args),
+        Command::Bench { command: BenchCommand::Load(args) } => bench_load(&args),
         Command::Sim(args) => sim(&args),
+        Command::Cert { command } => gantry_scheduler::cert_cli::run(&command)
+            .map(|lines| {
+                for l in lines {
+                    println!("{l}");
+                }
+            })
+            .map_err(Into::into),
         Command::Trace { command: TraceCommand::Gen(args) } => {
             gantry_scheduler::sim_cli::run_trace_gen(&args)
                 .map(|(files, jobs)| {

@@ -23,12 +23,21 @@ const OUTGOING_QUEUE: usize = 4096;
 pub struct AgentEndpoint {
     core: CoreHandle,
     next_stream: Arc<AtomicU64>,
+    /// Mutual TLS: a registration must name the node its client certificate names.
+    node_certificates: bool,
 }
 
 impl AgentEndpoint {
     /// A service relaying to `core`.
     pub fn new(core: CoreHandle) -> Self {
-        AgentEndpoint { core, next_stream: Arc::new(AtomicU64::new(1)) }
+        AgentEndpoint { core, next_stream: Arc::new(AtomicU64::new(1)), node_certificates: false }
+    }
+
+    /// With mutual TLS: refuses a registration whose node name its client certificate does not
+    /// carry, so a node's key cannot be used to pose as another node (and take its work).
+    pub fn require_node_certificates(mut self, on: bool) -> Self {
+        self.node_certificates = on;
+        self
     }
 
     /// As a tonic service. Accepts agent messages up to [`gantry_proto::MAX_MESSAGE_BYTES`]:
@@ -47,6 +56,7 @@ impl AgentService for AgentEndpoint {
         &self,
         request: GrpcRequest<Streaming<v1::AgentMessage>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
+        let peer_certs = request.peer_certs();
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(REGISTER_TIMEOUT, inbound.message())
             .await
@@ -57,6 +67,13 @@ impl AgentService for AgentEndpoint {
         };
         if register.node_name.is_empty() {
             return Err(Status::invalid_argument("Register without a node name"));
+        }
+        if self.node_certificates {
+            crate::tls::certificate_names_node(peer_certs.as_deref().map(Vec::as_slice), &register.node_name)
+                .map_err(|why| {
+                    tracing::warn!(node = %register.node_name, %why, "agent refused");
+                    Status::permission_denied(format!("registration refused: {why}"))
+                })?;
         }
         let node = register.node_name.clone();
         let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);

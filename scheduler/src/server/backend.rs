@@ -445,9 +445,9 @@ impl Backend for DaemonBackend {
             .unwrap_or_default()
     }
 
-    async fn container_owner(&self, container: u64) -> Option<String> {
+    async fn container_owner(&self, container: u64) -> Option<(String, String)> {
         let app = self.core.read(move |c| c.app_of_container(container)).await.ok()??;
-        self.app(app).await.map(|a| a.user)
+        self.app(app).await.map(|a| (a.user, a.queue))
     }
 
     async fn app(&self, id: u64) -> Option<AppInfo> {
@@ -485,8 +485,8 @@ impl Backend for DaemonBackend {
         Ok(NewApplication { application_id: id, maximum_resource_capability: max.into() })
     }
 
-    async fn submit(&self, req: SubmitApp) -> Result<u64, ApiError> {
-        let mut spec = req.to_app_spec("root.default", "gantry");
+    async fn submit(&self, req: SubmitApp, account: Option<String>) -> Result<u64, ApiError> {
+        let mut spec = req.to_app_spec(crate::api::DEFAULT_QUEUE, "gantry");
         if let Some(text) = &req.reservation_id {
             let id = crate::api::reservations::parse_reservation_id(text).map_err(ApiError::unprocessable)?;
             let (plan, queue) = self
@@ -512,6 +512,7 @@ impl Backend for DaemonBackend {
             .map(|c| LaunchTemplate {
                 argv: c.command.clone(),
                 env: c.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                account: account.clone(),
             })
             .collect();
         let id = self
@@ -669,7 +670,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        let template = LaunchTemplate { argv: vec!["true".into()], env: Vec::new() };
+        let template = LaunchTemplate { argv: vec!["true".into()], env: Vec::new(), account: None };
         handle.submit(spec, vec![template]).await.expect("core").expect("accepted");
         let container = match next_down(&mut rx).await {
             Down::Launch(l) => l.container_id,

@@ -36,6 +36,10 @@ pub struct LaunchTemplate {
     pub argv: Vec<String>,
     /// Extra environment.
     pub env: Vec<(String, String)>,
+    /// The Unix account the containers run as (`[security] accounts`); `None` = the agent's
+    /// `container_user`. Absent in templates stored before accounts existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
 }
 
 /// Messages to the core.
@@ -1022,6 +1026,7 @@ impl Core {
                         app_id: app.0,
                         argv: t.argv,
                         env: t.env.into_iter().collect(),
+                        user: t.account.unwrap_or_default(),
                         cpu_millis: i64::try_from(resources.cpu_millis).unwrap_or(i64::MAX),
                         memory_bytes: i64::try_from(resources.memory_bytes).unwrap_or(i64::MAX),
                         gpus,

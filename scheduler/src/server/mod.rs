@@ -102,14 +102,16 @@ pub async fn serve(
     on_bound: impl FnOnce(Bound),
 ) -> Result<(), ServerError> {
     let (tokens, join) = config.credentials().map_err(ServerError::Security)?;
+    let tls = config.server_tls().map_err(ServerError::Security)?;
+    let mutual_tls = tls.as_ref().is_some_and(crate::tls::ServerTls::mutual);
     if !config.security.insecure {
         let mut open = Vec::new();
         if tokens.is_none() && !crate::auth::is_loopback(&config.server.listen) {
             open.push(format!("the REST API would listen on {} without tokens_file", config.server.listen));
         }
-        if join.is_none() && !crate::auth::is_loopback(&config.server.agent_listen) {
+        if join.is_none() && !mutual_tls && !crate::auth::is_loopback(&config.server.agent_listen) {
             open.push(format!(
-                "the agent endpoint would listen on {} without join_token_file",
+                "the agent endpoint would listen on {} without join_token_file or tls_client_ca_file",
                 config.server.agent_listen
             ));
         }
@@ -117,6 +119,16 @@ pub async fn serve(
             return Err(ServerError::Insecure(open.join("; and ")));
         }
     }
+    if tokens.is_some() && tls.is_none() && !crate::auth::is_loopback(&config.server.listen) {
+        tracing::warn!(
+            listen = %config.server.listen,
+            "REST bearer tokens cross the network in clear: configure [security] tls_cert_file and tls_key_file"
+        );
+    }
+    let policy = std::sync::Arc::new(crate::auth::Policy {
+        acls: config.queue_acls().map_err(ServerError::Security)?,
+        accounts: config.accounts().map_err(ServerError::Security)?,
+    });
     let metrics = std::sync::Arc::new(SchedulerMetrics::new());
     let engine = build_engine(config, Some(&metrics))?;
     // Nothing acknowledged is lost: the store is opened (and the engine rebuilt from it) before
@@ -163,25 +175,41 @@ pub async fn serve(
     // `authorization: credentials_file`).
     let app = match tokens {
         Some(tokens) => app.layer(axum::middleware::from_fn_with_state(
-            std::sync::Arc::new(tokens),
+            (std::sync::Arc::new(tokens), policy),
             crate::api::routes::require_token,
         )),
         None => app,
     };
     // TCP_NODELAY on both endpoints: replies and stream messages are small, and Nagle's
     // algorithm against the peer's delayed ACK holds a small write back for up to 40 ms.
-    let api_listener = axum::serve::ListenerExt::tap_io(api_listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY on an API connection");
+    let api_task = match &tls {
+        Some(tls) => {
+            let listener = tls
+                .rest_listener(api_listener)
+                .map_err(|source| ServerError::Listen { addr: config.server.listen.clone(), source })?;
+            tokio::spawn(
+                axum::serve(listener, app).with_graceful_shutdown(stopped(stop_rx.clone())).into_future(),
+            )
         }
-    });
-    let api_task = tokio::spawn(
-        axum::serve(api_listener, app).with_graceful_shutdown(stopped(stop_rx.clone())).into_future(),
-    );
+        None => {
+            let listener = axum::serve::ListenerExt::tap_io(api_listener, |tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "TCP_NODELAY on an API connection");
+                }
+            });
+            tokio::spawn(
+                axum::serve(listener, app).with_graceful_shutdown(stopped(stop_rx.clone())).into_future(),
+            )
+        }
+    };
     on_bound(Bound { agent_addr, api_addr, core: core.clone() });
-    let grpc = tonic::transport::Server::builder()
+    let mut grpc = tonic::transport::Server::builder();
+    if let Some(tls) = &tls {
+        grpc = grpc.tls_config(tls.agent_endpoint())?;
+    }
+    let grpc = grpc
         .add_service(tonic::service::interceptor::InterceptedService::new(
-            agents::AgentEndpoint::new(core.clone()).into_service(),
+            agents::AgentEndpoint::new(core.clone()).require_node_certificates(mutual_tls).into_service(),
             move |req: tonic::Request<()>| {
                 let header = req.metadata().get("authorization").and_then(|v| v.to_str().ok());
                 match &join {
