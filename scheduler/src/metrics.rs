@@ -14,7 +14,7 @@
 
 #![forbid(unsafe_code)]
 
-use gantry_engine::{Engine, Policy, PolicyError, RejectReason};
+use gantry_engine::{Engine, Policy, PolicyError, RejectReason, hook_name};
 use gantry_exposition::StateLabels;
 use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, Hooks, View};
@@ -64,13 +64,8 @@ const CONTAINER_STATES: [(u32, &str); 3] = [
     (GANTRY_CONTAINER_STOPPING, "stopping"),
 ];
 
-/// The extension points, as the `hook` label spells them.
-const HOOKS: [(u32, &str); 4] = [
-    (GANTRY_HOOK_ADMIT, "admit"),
-    (GANTRY_HOOK_ORDER, "order"),
-    (GANTRY_HOOK_PLACE, "place"),
-    (GANTRY_HOOK_REBALANCE, "rebalance"),
-];
+/// The extension points; the `hook` label is [`hook_name`]'s spelling.
+const HOOKS: [u32; 4] = [GANTRY_HOOK_ADMIT, GANTRY_HOOK_ORDER, GANTRY_HOOK_PLACE, GANTRY_HOOK_REBALANCE];
 
 /// Why the metrics could not be encoded.
 #[derive(Debug, Error)]
@@ -225,6 +220,7 @@ pub struct SchedulerMetrics {
     plugin_failures: Family<PluginLabels, Counter>,
     plugin_quarantines: Family<PluginLabels, Counter>,
     plugin_quarantined: Family<PluginLabels, IntGauge>,
+    plugin_call_timeouts: Family<HookLabels, Counter>,
     submissions: Counter,
 
     queue_guaranteed: QueueGauges,
@@ -276,11 +272,6 @@ fn raise_to(counter: &Counter, total: u64) {
     }
 }
 
-/// The `hook` label of a `GANTRY_HOOK_*` id.
-fn hook_name(hook: u32) -> &'static str {
-    HOOKS.iter().find(|(id, _)| *id == hook).map_or("unknown", |(_, name)| name)
-}
-
 /// Counts records by state, in the order of `names`; states not in `names` are not counted.
 fn count_states<'a>(names: &[(u32, &'a str)], states: impl Iterator<Item = u32>) -> Vec<(&'a str, u64)> {
     let mut counts: Vec<(&str, u64)> = names.iter().map(|(_, name)| (*name, 0)).collect();
@@ -309,6 +300,7 @@ impl SchedulerMetrics {
             plugin_failures: Family::default(),
             plugin_quarantines: Family::default(),
             plugin_quarantined: Family::default(),
+            plugin_call_timeouts: Family::default(),
             submissions: Counter::default(),
             queue_guaranteed: QueueGauges::default(),
             queue_maximum: QueueGauges::default(),
@@ -390,6 +382,11 @@ impl SchedulerMetrics {
             "gantry_scheduler_plugin_quarantined",
             "1 while a plugin is quarantined and the built-in policy stands in for it, else 0",
             m.plugin_quarantined.clone(),
+        );
+        r.register(
+            "gantry_scheduler_plugin_call_timeouts",
+            "Plugin calls that ran past the plugin's call_budget_ms (each also counts as a failure)",
+            m.plugin_call_timeouts.clone(),
         );
         r.register(
             "gantry_scheduler_submissions",
@@ -874,11 +871,11 @@ impl TimedPolicy {
         let name = name.into();
         let hooks = inner.hooks();
         let histograms = HOOKS
-            .iter()
-            .filter(|(id, _)| hooks.has(*id))
-            .map(|(id, hook)| {
-                let labels = HookLabels { plugin: name.clone(), hook: (*hook).to_owned() };
-                (*id, metrics.hook_duration.get_or_create(&labels).clone())
+            .into_iter()
+            .filter(|id| hooks.has(*id))
+            .map(|id| {
+                let labels = HookLabels { plugin: name.clone(), hook: hook_name(id).to_owned() };
+                (id, metrics.hook_duration.get_or_create(&labels).clone())
             })
             .collect();
         TimedPolicy { name, inner, metrics, histograms }
@@ -901,6 +898,10 @@ impl Policy for TimedPolicy {
         match self.histograms.iter().find(|(id, _)| *id == view.hook) {
             Some((_, histogram)) => histogram.observe(elapsed.as_secs_f64()),
             None => self.metrics.observe_hook(&self.name, hook_name(view.hook), elapsed),
+        }
+        if let Err(PolicyError::TimedOut { hook, .. }) = &result {
+            let labels = HookLabels { plugin: self.name.clone(), hook: (*hook).to_owned() };
+            self.metrics.plugin_call_timeouts.get_or_create(&labels).inc();
         }
         result
     }
@@ -1029,8 +1030,33 @@ mod tests {
         }
     }
 
+    /// A plugin whose every call ran past its budget, as the plugin host reports it.
+    struct OverBudget;
+
+    impl Policy for OverBudget {
+        fn name(&self) -> &str {
+            "over-budget"
+        }
+        fn hooks(&self) -> Hooks {
+            Hooks { place: true, ..Hooks::NONE }
+        }
+        fn call(&mut self, _view: &View<'_>, _out: &mut Decisions) -> Result<(), PolicyError> {
+            Err(PolicyError::TimedOut { hook: "place", budget_ms: 200 })
+        }
+    }
+
+    /// An engine whose place plugin `slow` times out, after one cycle of [`small_cluster`].
+    fn timed_out_engine(metrics: &Arc<SchedulerMetrics>) -> Engine {
+        let timed = TimedPolicy::new("slow", Box::new(OverBudget), Arc::clone(metrics));
+        let profile = Profile { place: Some(0), ..Profile::default() };
+        let mut engine = Engine::new(config(), vec![Box::new(timed)], profile).expect("engine");
+        small_cluster(&mut engine);
+        metrics.update_from_engine(&engine);
+        engine
+    }
+
     /// Every family of the classic exposition, with its type.
-    const FAMILIES: [(&str, &str); 42] = [
+    const FAMILIES: [(&str, &str); 43] = [
         ("gantry_scheduler_pending_requests", "gauge"),
         ("gantry_scheduler_pending_containers", "gauge"),
         ("gantry_scheduler_allocations_total", "counter"),
@@ -1041,6 +1067,7 @@ mod tests {
         ("gantry_scheduler_plugin_failures_total", "counter"),
         ("gantry_scheduler_plugin_quarantines_total", "counter"),
         ("gantry_scheduler_plugin_quarantined", "gauge"),
+        ("gantry_scheduler_plugin_call_timeouts_total", "counter"),
         ("gantry_scheduler_submissions_total", "counter"),
         ("gantry_queue_guaranteed_cpu_cores", "gauge"),
         ("gantry_queue_guaranteed_memory_bytes", "gauge"),
@@ -1084,6 +1111,7 @@ mod tests {
         let mut planned = Engine::builtin(planned_config()).expect("engine");
         run(&mut planned, 0, vec![node("n1", 0), reservation("atom(1c/1GiB, 1, 2, 10s, 20s)")]);
         metrics.update_from_engine(&planned);
+        drop(timed_out_engine(&metrics));
         let timed = TimedPolicy::new("garbage", Box::new(Garbage), Arc::clone(&metrics));
         let profile = Profile { place: Some(0), ..Profile::default() };
         let mut engine = Engine::new(config(), vec![Box::new(timed)], profile).expect("engine");
@@ -1241,6 +1269,21 @@ mod tests {
         assert_eq!(value(&t, "gantry_apps{state=\"running\"}"), 2.0, "the GPU app and dev (waiting) run on");
         assert_eq!(value(&t, "gantry_apps{state=\"accepted\"}"), 0.0);
         assert_eq!(value(&t, "gantry_containers{state=\"stopping\"}"), 0.0);
+    }
+
+    #[test]
+    fn a_call_over_budget_counts_as_a_timeout_and_a_failure() {
+        let metrics = Arc::new(SchedulerMetrics::new());
+        let engine = timed_out_engine(&metrics);
+        let t = metrics.encode();
+        assert_eq!(
+            value(&t, "gantry_scheduler_plugin_call_timeouts_total{plugin=\"slow\",hook=\"place\"}"),
+            1.0
+        );
+        assert_eq!(value(&t, "gantry_scheduler_plugin_failures_total{plugin=\"slow\"}"), 1.0);
+        assert_eq!(value(&t, "gantry_scheduler_plugin_quarantined{plugin=\"slow\"}"), 1.0);
+        assert_eq!(engine.stats().fallback_placements, 1, "first-fit placed that cycle");
+        assert!(engine.stats().placements > 0);
     }
 
     #[test]

@@ -6,12 +6,24 @@
 //! vtable, the vtable's `struct_size` covers v1.0, its major is 1, its name and version are
 //! non-null UTF-8, and its capability bits agree with its hook pointers. Libraries are never
 //! unloaded: a plugin's code may still be referenced by the threads or statics it created.
+//!
+//! **Time budget.** A hook that never returns (a loop, a deadlock) would stop the engine's thread
+//! and with it all scheduling. A plugin loaded with a call budget ([`DynamicPlugin::load_budgeted`])
+//! is called on a worker thread of its own, over an owned [`Snapshot`] of the view rather than the
+//! engine's arrays; the engine waits at most the budget. A call past it fails
+//! ([`PolicyError::TimedOut`]) and the built-in policy stands in; the plugin is *stuck* until that
+//! call returns: each call meanwhile fails at once ([`PolicyError::StillRunning`]), so no second
+//! call waits behind the first, and the late result is discarded. The stuck thread only reads its
+//! own snapshot, so nothing it reads is freed or changed under it. The copy costs time (see
+//! BENCHMARKS.md), which is why a budget of zero keeps the direct, zero-copy call.
 
-use gantry_engine::{Policy, PolicyError};
+use gantry_engine::{Policy, PolicyError, hook_name};
 use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, Hooks, View};
 use std::ffi::{CString, c_void};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
 use thiserror::Error;
 
 /// Longest plugin name or version string read from a vtable.
@@ -111,6 +123,14 @@ pub enum LoadError {
         code: i32,
         /// Plugin's message.
         message: String,
+    },
+    /// The thread that calls a plugin with a time budget could not be started.
+    #[error("plugin `{name}`: cannot start its worker thread: {source}")]
+    Worker {
+        /// Plugin name.
+        name: String,
+        /// Why.
+        source: std::io::Error,
     },
 }
 
@@ -316,6 +336,30 @@ pub fn inspect(path: &Path) -> Result<PluginInfo, LoadError> {
 /// A plugin instance in a loaded library, usable by the engine as a [`Policy`].
 pub struct DynamicPlugin {
     info: PluginInfo,
+    caller: Caller,
+}
+
+/// How hooks are called.
+enum Caller {
+    /// On the caller's thread, over the engine's own arrays: no copy, no time limit.
+    Direct(Instance),
+    /// On the plugin's worker thread, over a snapshot, waiting at most a budget.
+    Budgeted(Worker),
+}
+
+impl std::fmt::Debug for DynamicPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DynamicPlugin")
+            .field("info", &self.info)
+            .field("budget", &self.call_budget())
+            .finish()
+    }
+}
+
+/// A plugin instance with the host buffers its hooks write into: all one call needs. It lives
+/// on exactly one thread at a time (the engine's, or the plugin's worker), and destroys the
+/// instance when dropped.
+struct Instance {
     vtable: GantryPluginV1,
     instance: *mut c_void,
     /// Host-owned decision buffer; always fully initialised (`len` is the capacity offered).
@@ -323,15 +367,9 @@ pub struct DynamicPlugin {
     message: Vec<u8>,
 }
 
-// SAFETY: the instance pointer is only used through `&mut self` (one thread at a time), which is
-// what the ABI asks of hosts; the vtable points at static code and data.
-unsafe impl Send for DynamicPlugin {}
-
-impl std::fmt::Debug for DynamicPlugin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DynamicPlugin").field("info", &self.info).finish()
-    }
-}
+// SAFETY: the instance pointer is only used through `&mut Instance`, so by one thread at a time,
+// which is what the ABI asks of hosts (sdk/ABI.md §12); the vtable points at static code and data.
+unsafe impl Send for Instance {}
 
 fn output(decisions: &mut [GantryDecision], message: &mut [u8], attempt: u32) -> GantryOutput {
     GantryOutput {
@@ -378,18 +416,44 @@ impl DynamicPlugin {
                 });
             }
         }
-        Ok(DynamicPlugin {
-            info,
+        let instance = Instance {
             vtable,
             instance,
             decisions: vec![GantryDecision::default(); INITIAL_DECISIONS],
             message,
-        })
+        };
+        Ok(DynamicPlugin { info, caller: Caller::Direct(instance) })
+    }
+
+    /// [`DynamicPlugin::load`], with every hook call limited to `budget` (zero: no limit, the
+    /// direct call). The instance is created on this thread, then handed to a worker thread of its
+    /// own, which makes every later call and the `destroy`.
+    pub fn load_budgeted(path: &Path, config_json: &str, budget: Duration) -> Result<Self, LoadError> {
+        let plugin = Self::load(path, config_json)?;
+        if budget.is_zero() {
+            return Ok(plugin);
+        }
+        let DynamicPlugin { info, caller } = plugin;
+        let instance = match caller {
+            Caller::Direct(instance) => instance,
+            Caller::Budgeted(worker) => return Ok(DynamicPlugin { info, caller: Caller::Budgeted(worker) }),
+        };
+        let worker = Worker::start(&info.name, instance, budget)
+            .map_err(|source| LoadError::Worker { name: info.name.clone(), source })?;
+        Ok(DynamicPlugin { info, caller: Caller::Budgeted(worker) })
     }
 
     /// What the plugin says about itself.
     pub fn info(&self) -> &PluginInfo {
         &self.info
+    }
+
+    /// The time budget of one hook call; `None` when calls are direct and unlimited.
+    pub fn call_budget(&self) -> Option<Duration> {
+        match &self.caller {
+            Caller::Direct(_) => None,
+            Caller::Budgeted(w) => Some(w.budget),
+        }
     }
 }
 
@@ -418,6 +482,19 @@ impl Policy for DynamicPlugin {
         self.info.hooks
     }
 
+    fn call(&mut self, view: &View<'_>, out: &mut Decisions) -> Result<(), PolicyError> {
+        if !self.info.hooks.has(view.hook) {
+            return Err(PolicyError::Unsupported);
+        }
+        match &mut self.caller {
+            Caller::Direct(instance) => instance.call(view, out),
+            Caller::Budgeted(worker) => worker.call(&self.info.name, view, out),
+        }
+    }
+}
+
+impl Instance {
+    /// Calls the hook named by `view.hook`, growing the decision buffer once if asked.
     fn call(&mut self, view: &View<'_>, out: &mut Decisions) -> Result<(), PolicyError> {
         let hook = match view.hook {
             GANTRY_HOOK_ADMIT => self.vtable.admit,
@@ -471,13 +548,201 @@ impl Policy for DynamicPlugin {
     }
 }
 
-impl Drop for DynamicPlugin {
+impl Drop for Instance {
     fn drop(&mut self) {
         if let Some(destroy) = self.vtable.destroy {
             if !self.instance.is_null() {
                 // SAFETY: the instance came from this vtable's `create` and is destroyed once.
                 unsafe { destroy(self.instance) };
             }
+        }
+    }
+}
+
+/// An owned copy of a [`View`]: what a budgeted call reads, so that a call abandoned past its
+/// budget never reads memory the engine frees or changes. Its buffers are reused from call to
+/// call, so a copy allocates only when the cluster grew.
+#[derive(Debug, Default)]
+struct Snapshot {
+    hook: u32,
+    now_ms: u64,
+    cycle: u64,
+    seed: u64,
+    cluster: GantryResources,
+    strings: Vec<u8>,
+    labels: Vec<GantryLabel>,
+    nodes: Vec<GantryNode>,
+    gpus: Vec<GantryGpu>,
+    queues: Vec<GantryQueue>,
+    apps: Vec<GantryApp>,
+    requests: Vec<GantryRequest>,
+    containers: Vec<GantryContainer>,
+    reservations: Vec<GantryReservation>,
+    pending: Vec<u32>,
+    node_usage: Vec<GantryNodeUsage>,
+}
+
+/// Makes `to` an exact copy of `from`, reusing its allocation.
+fn copy_into<T: Copy>(to: &mut Vec<T>, from: &[T]) {
+    to.clear();
+    to.extend_from_slice(from);
+}
+
+impl Snapshot {
+    /// Makes this an exact copy of `view`.
+    fn copy_from(&mut self, view: &View<'_>) {
+        let View { hook, now_ms, cycle, seed, cluster, .. } = *view;
+        (self.hook, self.now_ms, self.cycle, self.seed, self.cluster) = (hook, now_ms, cycle, seed, cluster);
+        copy_into(&mut self.strings, view.strings);
+        copy_into(&mut self.labels, view.labels);
+        copy_into(&mut self.nodes, view.nodes);
+        copy_into(&mut self.gpus, view.gpus);
+        copy_into(&mut self.queues, view.queues);
+        copy_into(&mut self.apps, view.apps);
+        copy_into(&mut self.requests, view.requests);
+        copy_into(&mut self.containers, view.containers);
+        copy_into(&mut self.reservations, view.reservations);
+        copy_into(&mut self.pending, view.pending);
+        copy_into(&mut self.node_usage, view.node_usage);
+    }
+
+    /// The view over this copy.
+    fn view(&self) -> View<'_> {
+        View {
+            hook: self.hook,
+            now_ms: self.now_ms,
+            cycle: self.cycle,
+            seed: self.seed,
+            cluster: self.cluster,
+            strings: &self.strings,
+            labels: &self.labels,
+            nodes: &self.nodes,
+            gpus: &self.gpus,
+            queues: &self.queues,
+            apps: &self.apps,
+            requests: &self.requests,
+            containers: &self.containers,
+            reservations: &self.reservations,
+            pending: &self.pending,
+            node_usage: &self.node_usage,
+        }
+    }
+}
+
+/// One budgeted call, sent to the worker and sent back with its result; the same buffers go
+/// back and forth, so steady state allocates nothing.
+#[derive(Debug)]
+struct Job {
+    snapshot: Snapshot,
+    decisions: Decisions,
+    result: Result<(), PolicyError>,
+}
+
+impl Default for Job {
+    fn default() -> Self {
+        Job { snapshot: Snapshot::default(), decisions: Decisions::new(), result: Ok(()) }
+    }
+}
+
+/// The engine's side of a plugin's worker thread.
+struct Worker {
+    budget: Duration,
+    /// Calls to make; `None` once dropping (closing it ends the worker's loop).
+    jobs: Option<mpsc::Sender<Job>>,
+    replies: mpsc::Receiver<Job>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// The hook of a call that ran past its budget and has not returned yet.
+    stuck: Option<&'static str>,
+    /// The buffers of the last call that came back, for the next one.
+    spare: Option<Job>,
+}
+
+/// The error of a call to a plugin whose worker thread has ended (it only ends when its
+/// channels close, so this means the worker was lost; the plugin is not called again).
+fn worker_gone() -> PolicyError {
+    PolicyError::Failed("the plugin's worker thread has ended".into())
+}
+
+impl Worker {
+    /// Starts the thread `gantry-plugin:NAME`, which owns `instance` from now on.
+    fn start(name: &str, instance: Instance, budget: Duration) -> std::io::Result<Worker> {
+        let (jobs, job_rx) = mpsc::channel::<Job>();
+        let (reply_tx, replies) = mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name(format!("gantry-plugin:{name}"))
+            .spawn(move || serve(instance, &job_rx, &reply_tx))?;
+        Ok(Worker { budget, jobs: Some(jobs), replies, thread: Some(thread), stuck: None, spare: None })
+    }
+
+    /// Copies `view`, hands it to the worker and waits at most the budget for the answer.
+    fn call(&mut self, name: &str, view: &View<'_>, out: &mut Decisions) -> Result<(), PolicyError> {
+        if let Some(hook) = self.stuck {
+            match self.replies.try_recv() {
+                Ok(late) => {
+                    tracing::info!(
+                        plugin = name,
+                        hook,
+                        "the call past its budget returned; its result is discarded"
+                    );
+                    self.stuck = None;
+                    self.spare = Some(late);
+                }
+                Err(mpsc::TryRecvError::Empty) => return Err(PolicyError::StillRunning { hook }),
+                Err(mpsc::TryRecvError::Disconnected) => return Err(worker_gone()),
+            }
+        }
+        let mut job = self.spare.take().unwrap_or_default();
+        job.snapshot.copy_from(view);
+        let Some(jobs) = &self.jobs else { return Err(worker_gone()) };
+        jobs.send(job).map_err(|_| worker_gone())?;
+        match self.replies.recv_timeout(self.budget) {
+            Ok(mut job) => {
+                let result = std::mem::replace(&mut job.result, Ok(()));
+                if result.is_ok() {
+                    out.extend_from_slice(job.decisions.as_slice());
+                }
+                self.spare = Some(job);
+                result
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let hook = hook_name(view.hook);
+                self.stuck = Some(hook);
+                Err(PolicyError::TimedOut { hook, budget_ms: self.budget.as_millis() as u64 })
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(worker_gone()),
+        }
+    }
+}
+
+/// The worker thread: calls the plugin for each job until the engine's side is dropped, then
+/// destroys the instance (dropping it) on this thread, after its last call.
+fn serve(mut instance: Instance, jobs: &mpsc::Receiver<Job>, replies: &mpsc::Sender<Job>) {
+    while let Ok(mut job) = jobs.recv() {
+        job.decisions.clear();
+        let Job { snapshot, decisions, .. } = &mut job;
+        // A plugin's own panics are caught by its SDK glue (or abort at the C boundary); this
+        // catches the host's, so that one bad call does not end the worker.
+        job.result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            instance.call(&snapshot.view(), decisions)
+        }))
+        .unwrap_or_else(|_| Err(PolicyError::Panicked("the plugin host panicked during the call".into())));
+        if replies.send(job).is_err() {
+            break;
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.jobs = None;
+        if self.stuck.is_some() && self.replies.try_recv().is_err() {
+            // A call is still running: waiting for it could block forever. The thread ends, and
+            // destroys the instance, when (if) that call returns.
+            return;
+        }
+        if let Some(thread) = self.thread.take() {
+            // Idle, so it ends at once: the instance is destroyed before the plugin is gone.
+            let _ = thread.join();
         }
     }
 }

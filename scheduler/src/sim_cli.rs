@@ -12,7 +12,7 @@ use gantry_sim::sim::{SimOptions, run_with_progress};
 use gantry_sim::trace::alibaba::{AlibabaOptions, GpuSpecAs};
 use gantry_sim::trace::{self, Job};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A trace format `gantry sim` reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -459,17 +459,25 @@ pub fn read_traces(
     Ok(jobs)
 }
 
+/// A scheduler configuration as a simulation uses it: `seed` replaces the file's, and plugins are
+/// called directly, without a time budget — the simulator's clock is virtual, so a wall-clock
+/// budget would make a run's results depend on the machine it runs on.
+fn sim_config(path: &Path, seed: Option<u64>) -> Result<SchedulerConfig, SimCliError> {
+    let mut cfg = SchedulerConfig::from_file(path).map_err(|e| SimCliError::Config(e.to_string()))?;
+    if seed.is_some() {
+        cfg.engine.seed = seed;
+    }
+    for plugin in &mut cfg.plugins {
+        plugin.call_budget_ms = 0;
+    }
+    Ok(cfg)
+}
+
 /// Builds the engine a simulation runs: the configuration's queues and plugins, or the
 /// built-in policies.
 pub fn engine_for(config: Option<&PathBuf>, seed: Option<u64>) -> Result<Engine, SimCliError> {
     match config {
-        Some(path) => {
-            let mut cfg = SchedulerConfig::from_file(path).map_err(|e| SimCliError::Config(e.to_string()))?;
-            if seed.is_some() {
-                cfg.engine.seed = seed;
-            }
-            Ok(crate::build_engine(&cfg, None)?)
-        }
+        Some(path) => Ok(crate::build_engine(&sim_config(path, seed)?, None)?),
         None => Ok(Engine::builtin(EngineConfig { seed: seed.unwrap_or(0), ..EngineConfig::default() })?),
     }
 }
@@ -488,10 +496,7 @@ pub fn engine_with_plan(
             EngineConfig { seed: seed.unwrap_or(0), reservations: Some(plan), ..EngineConfig::default() };
         return Ok(Engine::builtin(engine_config)?);
     };
-    let mut cfg = SchedulerConfig::from_file(path).map_err(|e| SimCliError::Config(e.to_string()))?;
-    if seed.is_some() {
-        cfg.engine.seed = seed;
-    }
+    let cfg = sim_config(path, seed)?;
     let engine_config = EngineConfig { reservations: Some(plan), ..cfg.engine_config() };
     Ok(crate::build_engine_with(&cfg, None, engine_config)?)
 }

@@ -31,7 +31,7 @@ pub use engine::{APP_KILL_GRACE_MS, Engine, EngineStats, PolicyStatus, Reclaimed
 pub use error::EngineError;
 pub use event::{Command, Event, KillReason, NodeCondition};
 pub use model::*;
-pub use policy::{Policy, PolicyError, Profile, StaticPolicy};
+pub use policy::{Policy, PolicyError, Profile, StaticPolicy, hook_name};
 pub use reservations::{
     PlanConfig, PlannedPiece, PlannedReservation, Replanner, ReservationBook, ReservationEnd,
     ReservationRequest,

@@ -20,6 +20,35 @@ pub enum PolicyError {
     /// The policy's output broke the protocol (return code, buffer sizes).
     #[error("policy broke the ABI protocol: {0}")]
     Protocol(String),
+    /// The call ran past its time budget; the host stopped waiting and left the plugin to finish
+    /// on its own thread.
+    #[error("its {hook} call exceeded its {budget_ms} ms budget")]
+    TimedOut {
+        /// The hook (`admit`, `order`, `place`, `rebalance`).
+        hook: &'static str,
+        /// The budget, ms.
+        budget_ms: u64,
+    },
+    /// An earlier call ran past its budget and has not returned yet, so the plugin cannot be
+    /// called: the call fails at once rather than wait behind it.
+    #[error("its earlier {hook} call ran past its budget and has not returned yet")]
+    StillRunning {
+        /// The hook of the call still running.
+        hook: &'static str,
+    },
+}
+
+/// The name of hook `GANTRY_HOOK_*` (`admit`, `order`, `place`, `rebalance`; `unknown` otherwise),
+/// for errors, logs and metric labels.
+pub fn hook_name(hook: u32) -> &'static str {
+    use gantry_sdk::abi::*;
+    match hook {
+        GANTRY_HOOK_ADMIT => "admit",
+        GANTRY_HOOK_ORDER => "order",
+        GANTRY_HOOK_PLACE => "place",
+        GANTRY_HOOK_REBALANCE => "rebalance",
+        _ => "unknown",
+    }
 }
 
 /// A scheduling policy as the engine sees it.

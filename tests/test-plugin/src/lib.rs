@@ -20,6 +20,9 @@
 //! | `order-garbage`      | `order` emits a duplicate and an out-of-range ORDER                |
 //! | `rebalance-kill-all` | `rebalance` kills every container and preempts one out of range    |
 //! | `fail-then-ok`       | `place` fails for its first 3 calls, then is sane                  |
+//! | `hang`               | `place` never returns                                              |
+//! | `slow-then-ok`       | `place` sleeps 1.5 s in its first call, then is sane               |
+//! | `checksum`           | every hook fails with a checksum of everything its view shows      |
 
 use core::ffi::CStr;
 use gantry_sdk::abi::{
@@ -35,6 +38,10 @@ pub const BAD_KIND: u32 = 77;
 pub const FLOOD_REASON: u32 = 42;
 /// How many `place` calls fail in `fail-then-ok` mode.
 pub const FAILING_CALLS: u32 = 3;
+/// How long the first `place` call of `slow-then-ok` takes, ms: well past a test's budget.
+pub const SLOW_CALL_MS: u64 = 1500;
+/// Start of the message of every `checksum` call; 16 hex digits follow.
+pub const CHECKSUM_PREFIX: &str = "view checksum ";
 
 /// How the plugin misbehaves. See the crate documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,11 +72,17 @@ pub enum Mode {
     RebalanceKillAll,
     /// `place` fails for its first calls, then is sane.
     FailThenOk,
+    /// `place` never returns.
+    Hang,
+    /// `place` takes [`SLOW_CALL_MS`] once, then is sane.
+    SlowThenOk,
+    /// Every hook fails with [`view_checksum`] of its view as the message.
+    Checksum,
 }
 
 impl Mode {
     /// Every mode with its configuration name.
-    pub const ALL: [(&'static str, Mode); 13] = [
+    pub const ALL: [(&'static str, Mode); 16] = [
         ("ok", Mode::Ok),
         ("panic", Mode::Panic),
         ("panic-create", Mode::PanicCreate),
@@ -83,6 +96,9 @@ impl Mode {
         ("order-garbage", Mode::OrderGarbage),
         ("rebalance-kill-all", Mode::RebalanceKillAll),
         ("fail-then-ok", Mode::FailThenOk),
+        ("hang", Mode::Hang),
+        ("slow-then-ok", Mode::SlowThenOk),
+        ("checksum", Mode::Checksum),
     ];
 
     /// The mode called `name`.
@@ -121,6 +137,19 @@ fn parse_mode(config: &str) -> Result<Mode, PluginError> {
         return Err(err("unexpected text after the \"mode\" string"));
     }
     Mode::from_name(name).ok_or_else(|| err(&format!("unknown mode {name:?}")))
+}
+
+/// A checksum (FNV-1a, 64 bits) of everything `view` shows: its scalars and every record of
+/// every array, through their `Debug` text. Two views give the same checksum when they show the
+/// same cluster, wherever their arrays live.
+pub fn view_checksum(view: &View<'_>) -> u64 {
+    let text = format!("{view:?}");
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// `checksum`'s answer: an error carrying the view's checksum, which the host passes on.
+fn checksum_error(view: &View<'_>) -> PluginError {
+    PluginError::new(format!("{CHECKSUM_PREFIX}{:016x}", view_checksum(view)))
 }
 
 /// The misbehaving plugin.
@@ -220,11 +249,17 @@ impl Plugin for TestMisbehave {
         Ok(TestMisbehave { mode, place_calls: 0, allocated: Vec::new() })
     }
 
-    fn admit(&mut self, _view: &View<'_>, _out: &mut Decisions) -> Result<(), PluginError> {
+    fn admit(&mut self, view: &View<'_>, _out: &mut Decisions) -> Result<(), PluginError> {
+        if self.mode == Mode::Checksum {
+            return Err(checksum_error(view));
+        }
         Ok(())
     }
 
     fn order(&mut self, view: &View<'_>, out: &mut Decisions) -> Result<(), PluginError> {
+        if self.mode == Mode::Checksum {
+            return Err(checksum_error(view));
+        }
         if self.mode == Mode::OrderGarbage {
             if let Some(&first) = view.pending.first() {
                 out.order(first);
@@ -241,6 +276,16 @@ impl Plugin for TestMisbehave {
         let requests = u32::try_from(view.requests.len()).unwrap_or(u32::MAX);
         match self.mode {
             Mode::Panic => panic!("test plugin panic"),
+            Mode::Hang => loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            },
+            Mode::SlowThenOk => {
+                if self.place_calls == 1 {
+                    std::thread::sleep(std::time::Duration::from_millis(SLOW_CALL_MS));
+                }
+                self.first_fit(view, out);
+            }
+            Mode::Checksum => return Err(checksum_error(view)),
             Mode::Error => return Err(PluginError::new("test plugin error")),
             Mode::FailThenOk if self.place_calls <= FAILING_CALLS => {
                 return Err(PluginError::new(format!(
@@ -294,6 +339,9 @@ impl Plugin for TestMisbehave {
     }
 
     fn rebalance(&mut self, view: &View<'_>, out: &mut Decisions) -> Result<(), PluginError> {
+        if self.mode == Mode::Checksum {
+            return Err(checksum_error(view));
+        }
         if self.mode == Mode::RebalanceKillAll {
             let containers = u32::try_from(view.containers.len()).unwrap_or(u32::MAX);
             for c in 0..containers {
@@ -488,6 +536,26 @@ mod tests {
         let preempts: Vec<_> = d.iter().filter(|d| d.kind == GANTRY_DECISION_PREEMPT).collect();
         assert_eq!(preempts.len(), 1);
         assert_eq!(preempts[0].subject, 4 + 1);
+    }
+
+    #[test]
+    fn checksum_follows_the_view_not_where_it_lives() {
+        let c = Cluster::new();
+        let copy = Cluster { nodes: c.nodes.clone(), ..Cluster::new() };
+        assert_eq!(view_checksum(&c.view()), view_checksum(&copy.view()));
+        let mut other = Cluster::new();
+        other.containers[3].start_ms = 1;
+        assert_ne!(view_checksum(&c.view()), view_checksum(&other.view()), "one field differs");
+        let e = run(TestMisbehave::place, &mut plugin("checksum")).unwrap_err();
+        assert_eq!(e.message, format!("{CHECKSUM_PREFIX}{:016x}", view_checksum(&c.view())));
+        assert!(run(TestMisbehave::rebalance, &mut plugin("checksum")).is_err());
+    }
+
+    #[test]
+    fn slow_then_ok_places_every_time() {
+        let mut p = plugin("slow-then-ok");
+        assert_eq!(places(&run(TestMisbehave::place, &mut p).unwrap()).len(), 3, "slow, then sane");
+        assert_eq!(places(&run(TestMisbehave::place, &mut p).unwrap()).len(), 3);
     }
 
     #[test]
