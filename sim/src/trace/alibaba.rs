@@ -55,8 +55,8 @@
 //! - **name** = the pod's `name`.
 
 use super::{
-    DEFAULT_QUEUE, Job, Stage, TraceError, parse_u32, parse_u64, read_text, secs_to_ms, sort_by_submit,
-    split_csv, validate_job,
+    DEFAULT_QUEUE, Job, Stage, TraceError, check_line_len, parse_u32, parse_u64, read_text, secs_to_ms,
+    sort_by_submit, split_csv, validate_job,
 };
 use gantry_engine::{RackAffinity, Resources};
 use std::path::Path;
@@ -188,6 +188,7 @@ pub fn parse_with_stats(
             format!("expected a header line naming the columns {}; the file is empty", COLUMNS.join(",")),
         ));
     };
+    check_line_len(file_name, hi + 1, header)?;
     let header_fields = split_csv(header).map_err(|m| err(hi + 1, m))?;
     let mut idx = [0usize; COLUMNS.len()];
     let mut missing = Vec::new();
@@ -215,6 +216,7 @@ pub fn parse_with_stats(
     let mut jobs = Vec::new();
     for (i, line) in lines {
         let lineno = i + 1;
+        check_line_len(file_name, lineno, line)?;
         let at = |m: String| err(lineno, m);
         let f = split_csv(line).map_err(at)?;
         if f.len() != header_fields.len() {

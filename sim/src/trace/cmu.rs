@@ -43,8 +43,8 @@
 //! into one job set, sorted by arrival, files in the order given for equal times.
 
 use super::{
-    DEFAULT_QUEUE, Job, Stage, TraceError, parse_f64, parse_i64, parse_u32, read_text, secs_f64_to_ms,
-    secs_to_ms, sort_by_submit, split_csv, validate_job,
+    DEFAULT_QUEUE, Job, Stage, TraceError, check_line_len, parse_f64, parse_i64, parse_u32, read_text,
+    secs_f64_to_ms, secs_to_ms, sort_by_submit, split_csv, validate_job,
 };
 use gantry_engine::{RackAffinity, Resources};
 use std::collections::BTreeMap;
@@ -199,6 +199,7 @@ pub fn parse(text: &str, file_name: &str, cfg: &CmuConfig) -> Result<Vec<Job>, T
     let mut jobs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let lineno = i + 1;
+        check_line_len(file_name, lineno, line)?;
         let at = |m: String| TraceError::new(file_name, lineno, m);
         let t = line.trim();
         if t.is_empty() || t.starts_with('#') {

@@ -58,7 +58,7 @@
 //!
 //! Jobs come back sorted by `submit_ms`, lines with equal times in file order.
 
-use super::{DEFAULT_QUEUE, Job, Stage, TraceError, read_text, sort_by_submit, validate_job};
+use super::{DEFAULT_QUEUE, Job, Stage, TraceError, check_line_len, read_text, sort_by_submit, validate_job};
 use gantry_engine::{RackAffinity, Resources};
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
@@ -82,6 +82,7 @@ pub fn parse(text: &str, file_name: &str) -> Result<Vec<Job>, TraceError> {
     let mut jobs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let lineno = i + 1;
+        check_line_len(file_name, lineno, line)?;
         let trimmed = line.trim();
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;

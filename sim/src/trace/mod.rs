@@ -85,10 +85,53 @@ impl TraceError {
     }
 }
 
-/// Reads a whole trace file as UTF-8. An unreadable file is an error at line 0.
+/// The largest trace file read: 1 GiB, ten times the largest log of the Parallel Workloads
+/// Archive. A trace is read whole into memory, so a bigger file (or a device that never ends)
+/// is refused rather than exhausting it.
+pub const MAX_TRACE_BYTES: u64 = 1 << 30;
+
+/// The longest line of a trace: 1 MiB, far beyond any record of the formats read here.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// Reads a whole trace file as UTF-8, at most [`MAX_TRACE_BYTES`]. An unreadable or oversized
+/// file is an error at line 0.
 pub(crate) fn read_text(path: &Path) -> Result<String, TraceError> {
-    std::fs::read_to_string(path)
-        .map_err(|e| TraceError::new(&path.display().to_string(), 0, format!("cannot read the file: {e}")))
+    use std::io::Read as _;
+    let name = path.display().to_string();
+    let fail = |e: std::io::Error| TraceError::new(&name, 0, format!("cannot read the file: {e}"));
+    let too_large = || {
+        TraceError::new(
+            &name,
+            0,
+            format!("the file is larger than the {MAX_TRACE_BYTES}-byte limit for a trace"),
+        )
+    };
+    let file = std::fs::File::open(path).map_err(fail)?;
+    if file.metadata().map_err(fail)?.len() > MAX_TRACE_BYTES {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    // `take` as well as the length: a FIFO or a device has none.
+    file.take(MAX_TRACE_BYTES + 1).read_to_end(&mut bytes).map_err(fail)?;
+    if bytes.len() as u64 > MAX_TRACE_BYTES {
+        return Err(too_large());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let line = 1 + e.as_bytes()[..e.utf8_error().valid_up_to()].iter().filter(|&&b| b == b'\n').count();
+        TraceError::new(&name, line, "the file is not UTF-8 text")
+    })
+}
+
+/// Refuses a line longer than [`MAX_LINE_BYTES`] before it is parsed.
+pub(crate) fn check_line_len(file: &str, lineno: usize, line: &str) -> Result<(), TraceError> {
+    if line.len() > MAX_LINE_BYTES {
+        return Err(TraceError::new(
+            file,
+            lineno,
+            format!("the line is {} bytes long; expected at most {MAX_LINE_BYTES}", line.len()),
+        ));
+    }
+    Ok(())
 }
 
 /// Sorts jobs by submission time, keeping the trace's order among equal times (a stable sort),

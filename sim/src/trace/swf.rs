@@ -56,8 +56,8 @@
 //! - No rack affinity: the logs say nothing about the network.
 
 use super::{
-    DEFAULT_QUEUE, Job, Stage, TraceError, parse_f64, parse_i64, read_text, secs_f64_to_ms, sort_by_submit,
-    validate_job,
+    DEFAULT_QUEUE, Job, Stage, TraceError, check_line_len, parse_f64, parse_i64, read_text, secs_f64_to_ms,
+    sort_by_submit, validate_job,
 };
 use gantry_engine::{RackAffinity, Resources};
 use std::path::Path;
@@ -160,6 +160,7 @@ pub fn parse_with_stats(
     let mut jobs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let lineno = i + 1;
+        check_line_len(file_name, lineno, line)?;
         let at = |m: String| TraceError::new(file_name, lineno, m);
         let t = line.trim();
         if t.is_empty() || t.starts_with(';') {

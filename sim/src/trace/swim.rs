@@ -48,7 +48,8 @@
 //! and 21,895 reduce tasks.
 
 use super::{
-    DEFAULT_QUEUE, Job, Stage, TraceError, parse_u64, read_text, secs_to_ms, sort_by_submit, validate_job,
+    DEFAULT_QUEUE, Job, Stage, TraceError, check_line_len, parse_u64, read_text, secs_to_ms, sort_by_submit,
+    validate_job,
 };
 use gantry_engine::{MAX_CONTAINERS_PER_REQUEST, RackAffinity, Resources};
 use std::path::Path;
@@ -144,6 +145,7 @@ pub fn parse(text: &str, file_name: &str, model: &SwimModel) -> Result<Vec<Job>,
     let mut jobs = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let lineno = i + 1;
+        check_line_len(file_name, lineno, line)?;
         let at = |m: String| TraceError::new(file_name, lineno, m);
         if line.trim().is_empty() {
             continue;
