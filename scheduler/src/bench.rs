@@ -151,7 +151,6 @@ pub fn run(args: &EngineBenchArgs) -> Result<EngineBenchResult, BenchError> {
     let total: Duration = cycles.iter().sum();
     let mut sorted = cycles.clone();
     sorted.sort();
-    let pct = |p: f64| sorted[((sorted.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1e3;
     Ok(EngineBenchResult {
         plugin: args.plugin.clone(),
         nodes: args.nodes,
@@ -159,10 +158,19 @@ pub fn run(args: &EngineBenchArgs) -> Result<EngineBenchResult, BenchError> {
         placements,
         cycles: cycles.len() as u64,
         placements_per_sec: placements as f64 / total.as_secs_f64().max(1e-9),
-        cycle_p50_ms: pct(0.5),
-        cycle_p99_ms: pct(0.99),
+        cycle_p50_ms: quantile_ms(&sorted, 0.5),
+        cycle_p99_ms: quantile_ms(&sorted, 0.99),
         submissions_per_sec: f64::from(args.requests) / submitting.as_secs_f64().max(1e-9),
     })
+}
+
+/// The `p`-quantile (0..=1) of ascending `sorted`, nearest rank, in ms; 0 without samples.
+pub(crate) fn quantile_ms(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((sorted.len() - 1) as f64 * p.clamp(0.0, 1.0)).round() as usize;
+    sorted[rank].as_secs_f64() * 1e3
 }
 
 #[cfg(test)]
