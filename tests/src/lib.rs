@@ -126,7 +126,12 @@ pub fn start_daemon(
 /// Runs the real `gantry` CLI against the scheduler whose REST API listens on `api`
 /// (`GANTRY_SCHEDULER`), and returns what it did.
 pub fn gantry_cli(api: &str, args: &[&str]) -> std::process::Output {
-    Command::new(gantry_bin().expect("gantry binary"))
+    gantry_cli_in(None, api, args)
+}
+
+/// [`gantry_cli`] run inside the network namespace `netns` (see [`command_in`]).
+pub fn gantry_cli_in(netns: Option<&Path>, api: &str, args: &[&str]) -> std::process::Output {
+    command_in(netns, &gantry_bin().expect("gantry binary"))
         .args(args)
         .env("GANTRY_SCHEDULER", format!("http://{api}"))
         .output()
@@ -146,6 +151,21 @@ pub fn wait_until<T>(what: &str, guard: std::time::Duration, mut f: impl FnMut()
     }
 }
 
+/// A command running `program`, inside the network namespace `netns` (a path such as
+/// `/run/netns/NAME`, from `ip netns add`) when one is given. `nsenter --net` switches only the
+/// network namespace: the process keeps the host's mounts, so the agent still finds its cgroup
+/// tree (`ip netns exec` remounts `/sys` and would hide it).
+pub fn command_in(netns: Option<&Path>, program: &Path) -> Command {
+    match netns {
+        None => Command::new(program),
+        Some(ns) => {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net={}", ns.display())).arg(program);
+            c
+        }
+    }
+}
+
 /// A real `gantry-agent` on loopback, with its own work root, cgroup parent, rack and labels,
 /// reporting to the scheduler at `scheduler`. Killed when dropped, with the containers it left
 /// (containers outlive a killed agent by design).
@@ -153,8 +173,13 @@ pub struct TestAgent {
     child: std::process::Child,
     /// Its work root.
     pub work: PathBuf,
+    /// Where its `/metrics` listens (`127.0.0.1:PORT`, in its network namespace).
+    pub metrics: String,
     config: PathBuf,
     cgroup: String,
+    netns: Option<PathBuf>,
+    /// `http` or `https` (TLS to the scheduler, with `tls_ca_file` in the extra lines).
+    scheme: &'static str,
 }
 
 impl TestAgent {
@@ -179,6 +204,40 @@ impl TestAgent {
         scheduler: std::net::SocketAddr,
         extra: &str,
     ) -> TestAgent {
+        Self::start_in(None, dir, name, rack, labels, scheduler, extra)
+    }
+
+    /// As [`TestAgent::start_with`], inside the network namespace `netns` (see [`command_in`])
+    /// when one is given.
+    pub fn start_in(
+        netns: Option<&Path>,
+        dir: &Path,
+        name: &str,
+        rack: &str,
+        labels: &[(&str, &str)],
+        scheduler: std::net::SocketAddr,
+        extra: &str,
+    ) -> TestAgent {
+        Self::start_full(netns, dir, name, rack, labels, scheduler, extra, "http")
+    }
+
+    /// As [`TestAgent::start_with`], reaching the scheduler over `https://` (`extra` names the
+    /// agent's `tls_ca_file` and, for mutual TLS, its certificate and key).
+    pub fn start_https(dir: &Path, name: &str, scheduler: std::net::SocketAddr, extra: &str) -> TestAgent {
+        Self::start_full(None, dir, name, "r1", &[], scheduler, extra, "https")
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_full(
+        netns: Option<&Path>,
+        dir: &Path,
+        name: &str,
+        rack: &str,
+        labels: &[(&str, &str)],
+        scheduler: std::net::SocketAddr,
+        extra: &str,
+        scheme: &'static str,
+    ) -> TestAgent {
         let work = dir.join(name);
         let port = free_port();
         let config = dir.join(format!("{name}.toml"));
@@ -194,15 +253,17 @@ impl TestAgent {
             ),
         )
         .expect("agent config");
-        let child = Self::spawn(&config, scheduler);
-        TestAgent { child, work, config, cgroup }
+        let netns = netns.map(Path::to_path_buf);
+        let child = Self::spawn(netns.as_deref(), &config, &format!("{scheme}://{scheduler}"));
+        let metrics = format!("127.0.0.1:{port}");
+        TestAgent { child, work, metrics, config, cgroup, netns, scheme }
     }
 
-    fn spawn(config: &Path, scheduler: std::net::SocketAddr) -> std::process::Child {
-        Command::new(agent_bin().expect("agent binary"))
+    fn spawn(netns: Option<&Path>, config: &Path, url: &str) -> std::process::Child {
+        command_in(netns, &agent_bin().expect("agent binary"))
             .args(["run", "--config"])
             .arg(config)
-            .args(["--scheduler", &format!("http://{scheduler}")])
+            .args(["--scheduler", url])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .spawn()
@@ -211,7 +272,8 @@ impl TestAgent {
 
     /// Starts the agent again with the same configuration (after [`TestAgent::kill9`]).
     pub fn restart(&mut self, scheduler: std::net::SocketAddr) {
-        self.child = Self::spawn(&self.config, scheduler);
+        self.child =
+            Self::spawn(self.netns.as_deref(), &self.config, &format!("{}://{scheduler}", self.scheme));
     }
 
     /// SIGKILLs the agent (its containers keep running).
@@ -278,8 +340,13 @@ pub fn scheduler_config(dir: &Path, server: &str, rest: &str) -> SchedulerFiles 
 
 /// Starts the real `gantry-scheduler` binary with `config`.
 pub fn start_scheduler(config: &Path) -> KilledOnDrop {
+    start_scheduler_in(None, config)
+}
+
+/// [`start_scheduler`] inside the network namespace `netns` (see [`command_in`]).
+pub fn start_scheduler_in(netns: Option<&Path>, config: &Path) -> KilledOnDrop {
     KilledOnDrop(
-        Command::new(scheduler_bin().expect("scheduler binary"))
+        command_in(netns, &scheduler_bin().expect("scheduler binary"))
             .arg("--config")
             .arg(config)
             .stdin(std::process::Stdio::null())
