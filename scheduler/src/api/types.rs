@@ -1185,6 +1185,14 @@ fn check_labels(field: &str, labels: &BTreeMap<String, String>) -> Result<(), Va
 
 fn check_queue(q: &str) -> Result<(), ValidationError> {
     check_text("queue", q, false)?;
+    // The engine sees the full path (`normalize`), which must fit its name limit too.
+    let full = full_queue_path(q);
+    if full.len() > MAX_NAME_LEN {
+        return Err(invalid(
+            "queue",
+            format!("its full path `{full}` is {} bytes long; the limit is {MAX_NAME_LEN}", full.len()),
+        ));
+    }
     if q.chars().any(char::is_whitespace) {
         return Err(invalid("queue", "must not contain spaces"));
     }
