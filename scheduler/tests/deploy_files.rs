@@ -68,6 +68,9 @@ fn prometheus_config_passes_promtool() {
         std::fs::copy(deploy().join("prometheus").join(file), dir.path().join(file)).expect("copy");
     }
     std::fs::write(dir.path().join("gantry-token"), "a-token-for-prometheus-0123\n").expect("token");
+    // And that the CA file for the scheduler's HTTPS exists: a real one, made by gantry's code.
+    let (ca, _) = gantry_scheduler::tls::create_ca(&dir.path().join("ca"), "test", 1).expect("ca");
+    std::fs::copy(ca, dir.path().join("gantry-ca.pem")).expect("copy the CA");
     let out = run(&promtool(), &["check", "config", "prometheus.yml"], dir.path());
     let text = printed(&out);
     assert!(out.status.success(), "promtool check config prometheus.yml:\n{text}");
@@ -222,6 +225,7 @@ fn scheduler_example_config_is_accepted_and_shows_every_option() {
         ("[[queues]]", "[[queues]]"),
         ("[[plugins]]", "[[plugins]]"),
         ("[profile]", "[profile]"),
+        ("[security]", "[security]"),
     ] {
         let keys = probe(header);
         assert!(!keys.is_empty(), "{section}: no fields listed");
