@@ -344,7 +344,7 @@ enum Caller {
     /// On the caller's thread, over the engine's own arrays: no copy, no time limit.
     Direct(Instance),
     /// On the plugin's worker thread, over a snapshot, waiting at most a budget.
-    Budgeted(Worker),
+    Budgeted(Box<Worker>),
 }
 
 impl std::fmt::Debug for DynamicPlugin {
@@ -440,7 +440,7 @@ impl DynamicPlugin {
         };
         let worker = Worker::start(&info.name, instance, budget)
             .map_err(|source| LoadError::Worker { name: info.name.clone(), source })?;
-        Ok(DynamicPlugin { info, caller: Caller::Budgeted(worker) })
+        Ok(DynamicPlugin { info, caller: Caller::Budgeted(Box::new(worker)) })
     }
 
     /// What the plugin says about itself.
