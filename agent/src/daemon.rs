@@ -134,7 +134,6 @@ pub async fn run_with(
     let latency_metrics = metrics.clone();
     let mut client_options = ClientOptions::from_config(&config);
     client_options.join_token = config.join_token()?;
-    client_options.tls = config.client_tls()?;
     let mut fence = Fence::new(config.fencing_timeout_ms);
     if let Some(timeout) = fence.timeout() {
         // Reconnect often enough that a scheduler back from a short restart hears from this
@@ -318,6 +317,13 @@ fn spawn_log_read(
     });
 }
 
+/// A kill that arrived while its container was being launched, carried out once it runs.
+#[derive(Debug, Clone, Copy)]
+struct PendingKill {
+    grace: Duration,
+    reason: KillReason,
+}
+
 /// Runs launches off the main loop, a few at a time, so one slow launch does not hold up the
 /// next or the scheduler's other commands, and watches each launched container so that its
 /// exit is reported the moment its supervisor ends (not at the next sampling tick).
@@ -328,8 +334,8 @@ struct Launcher {
     metrics: Arc<AgentMetrics>,
     /// Launches running at once: each mostly waits for a fork and two execs.
     slots: Arc<Semaphore>,
-    /// Launches accepted and not finished, with a kill that arrived meanwhile (its grace and why).
-    in_flight: Arc<Mutex<HashMap<u64, Option<(Duration, KillReason)>>>>,
+    /// Launches accepted and not finished, with a kill that arrived meanwhile.
+    in_flight: Arc<Mutex<HashMap<u64, Option<PendingKill>>>>,
 }
 
 impl Launcher {
@@ -348,7 +354,7 @@ impl Launcher {
         }
     }
 
-    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Option<(Duration, KillReason)>>> {
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Option<PendingKill>>> {
         self.in_flight.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -370,7 +376,7 @@ impl Launcher {
     fn kill_when_launched(&self, id: u64, grace: Duration, reason: KillReason) -> bool {
         match self.in_flight().get_mut(&id) {
             Some(kill) => {
-                *kill = Some((grace, reason));
+                *kill = Some(PendingKill { grace, reason });
                 true
             }
             None => false,
@@ -404,7 +410,7 @@ impl Launcher {
             }
         };
         let _ = self.events.send(AgentEvent::Started { container_id: id, started_at_ms: now_ms() }).await;
-        if let Some((grace, reason)) = kill {
+        if let Some(PendingKill { grace, reason }) = kill {
             spawn_kill(self.executor.clone(), id, grace, reason);
         }
         if let Err(e) = wait_for_end(notice).await {

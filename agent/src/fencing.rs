@@ -98,7 +98,7 @@ impl Fence {
     /// out yet, once the scheduler has been silent for the timeout; none before, or when fencing
     /// is off. Contact ends the silence, and what was handed out is forgotten.
     pub fn due(&mut self, silent_for: Duration, live: &[u64]) -> Vec<u64> {
-        if !self.timeout.is_some_and(|t| silent_for >= t) {
+        if self.timeout.is_none_or(|t| silent_for < t) {
             self.fenced.clear();
             return Vec::new();
         }
