@@ -120,6 +120,16 @@ impl Tokens {
         found
     }
 
+    /// How many tokens there are.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are none (never, for a parsed file).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// The caller of a request with this `Authorization` header value (`Bearer TOKEN`).
     pub fn authorize(&self, header: Option<&str>) -> Option<&Caller> {
         let token = header?.strip_prefix("Bearer ")?.trim();
@@ -360,6 +370,40 @@ impl Access {
     /// administrators, or a cluster administrator.
     pub fn may_act_on(&self, owner: &str, queue: &str) -> bool {
         self.caller.user == owner || self.may(queue, QueueRight::Administer)
+    }
+}
+
+/// The REST API's current tokens and rules, replaced whole on a reload (`SIGHUP`): a request
+/// sees either the old set or the new one, never a mix.
+#[derive(Debug)]
+pub struct RestAuth {
+    current: std::sync::RwLock<(std::sync::Arc<Tokens>, std::sync::Arc<Policy>)>,
+}
+
+impl RestAuth {
+    /// The tokens and rules the daemon starts with.
+    pub fn new(tokens: Tokens, policy: Policy) -> RestAuth {
+        RestAuth {
+            current: std::sync::RwLock::new((std::sync::Arc::new(tokens), std::sync::Arc::new(policy))),
+        }
+    }
+
+    /// The tokens and rules in force now.
+    pub fn current(&self) -> (std::sync::Arc<Tokens>, std::sync::Arc<Policy>) {
+        // A panic while holding the lock cannot leave the pair half-written: it is one assignment.
+        match self.current.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Puts new tokens and rules in force for every later request.
+    pub fn replace(&self, tokens: Tokens, policy: Policy) {
+        let next = (std::sync::Arc::new(tokens), std::sync::Arc::new(policy));
+        match self.current.write() {
+            Ok(mut g) => *g = next,
+            Err(poisoned) => *poisoned.into_inner() = next,
+        }
     }
 }
 

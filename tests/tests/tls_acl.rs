@@ -256,3 +256,65 @@ fn security_settings_that_cannot_work_are_refused_at_load() {
     parse("[security]\ntokens_file = \"t\"\nallow_root_containers = true\n[security.accounts]\nops = \"root\"\n")
         .expect("root when allowed");
 }
+
+#[test]
+fn sighup_puts_new_tokens_and_acls_in_force_and_a_bad_file_changes_nothing() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let tokens_file = d.join("tokens");
+    std::fs::write(&tokens_file, format!("{ALICE} alice\n{OPS} ops admin\n")).expect("tokens");
+    let security = |acl: &str| {
+        format!(
+            "[[queues]]\npath = \"root.prod\"\nguaranteed = 1.0\nacl_submit_applications = \"{acl}\"\n\
+             [security]\ntokens_file = {:?}\nacl_submit_applications = \" \"\n",
+            path(&tokens_file)
+        )
+    };
+    let files = gantry_tests::scheduler_config(d, "", &security("alice"));
+    let mut scheduler = gantry_tests::start_scheduler(&files.config);
+    let client = |token: &str| Client::new(&files.api).expect("client").with_token(Some(token.to_owned()));
+    let answer = |token: &str| match rt.block_on(client(token).nodes()) {
+        Ok(_) => 200,
+        Err(ClientError::Api { status, .. }) => status,
+        Err(_) => 0, // not up yet
+    };
+    wait_until("the scheduler to answer alice", GUARD, || (answer(ALICE) == 200).then_some(()));
+    assert_eq!(answer(BOB), 401);
+    let may_submit = |token: &str| -> u16 {
+        let env = [("GANTRY_SCHEDULER", files.api.clone()), ("GANTRY_TOKEN", token.to_owned())];
+        let out = gantry(&["submit", "--queue", "prod", "--", "true"], &env);
+        if out.status.success() {
+            200
+        } else if String::from_utf8_lossy(&out.stderr).contains("may not submit to") {
+            403
+        } else {
+            panic!("{}", String::from_utf8_lossy(&out.stderr))
+        }
+    };
+    assert_eq!(may_submit(ALICE), 200);
+
+    let hup = |s: &gantry_tests::KilledOnDrop| {
+        let sent = std::process::Command::new("kill").args(["-HUP", &s.0.id().to_string()]).status();
+        assert!(sent.is_ok_and(|st| st.success()), "kill -HUP");
+    };
+    // Rotate: bob in, alice out of the tokens, and prod's ACL names bob now.
+    std::fs::write(&tokens_file, format!("{BOB} bob\n{OPS} ops admin\n")).expect("tokens");
+    std::fs::write(
+        &files.config,
+        std::fs::read_to_string(&files.config).expect("config").replace("\"alice\"", "\"bob\""),
+    )
+    .expect("config");
+    hup(&scheduler);
+    wait_until("bob's token to be accepted", GUARD, || (answer(BOB) == 200).then_some(()));
+    assert_eq!(answer(ALICE), 401, "a removed token is refused at once");
+    assert_eq!(may_submit(BOB), 200, "the new ACL is in force");
+
+    // A tokens file that does not parse: the reload is refused, bob's token still works.
+    std::fs::write(&tokens_file, "short bob\n").expect("tokens");
+    hup(&scheduler);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(answer(BOB), 200, "a bad reload changes nothing");
+    assert!(scheduler.0.try_wait().expect("wait").is_none(), "and the scheduler keeps running");
+    scheduler.kill9();
+}

@@ -318,13 +318,11 @@ async fn set_app_state<B: Backend>(
 /// `Authorization: Bearer TOKEN` of a known token, else 401 with `WWW-Authenticate: Bearer`;
 /// its [`Caller`](crate::auth::Caller) is handed to the routes as a request extension.
 pub async fn require_token(
-    State((tokens, policy)): State<(
-        std::sync::Arc<crate::auth::Tokens>,
-        std::sync::Arc<crate::auth::Policy>,
-    )>,
+    State(auth): State<std::sync::Arc<crate::auth::RestAuth>>,
     mut req: Request,
     next: axum::middleware::Next,
 ) -> Response {
+    let (tokens, policy) = auth.current();
     let header = req.headers().get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     match tokens.authorize(header).cloned() {
         Some(caller) => {

@@ -56,10 +56,44 @@ fn run(args: Args) -> anyhow::Result<()> {
     drop(engine);
     let rt =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
-    rt.block_on(gantry_scheduler::server::serve(&config, shutdown_signal(), |b| {
+    let config_path = args.config.clone();
+    let insecure = args.insecure;
+    rt.block_on(gantry_scheduler::server::serve(&config, shutdown_signal(), move |b| {
         tracing::info!(api = %b.api_addr, agents = %b.agent_addr, "gantry-scheduler listening");
+        if let (Some(auth), Some(path)) = (b.rest_auth, config_path) {
+            tokio::spawn(reload_on_sighup(auth, path, insecure));
+        }
     }))?;
     Ok(())
+}
+
+/// On every SIGHUP, re-reads the configuration file and puts its tokens, queue ACLs and accounts
+/// in force (as Nomad and Prometheus reload on SIGHUP); a file that does not load changes
+/// nothing and is logged.
+async fn reload_on_sighup(
+    auth: std::sync::Arc<gantry_scheduler::auth::RestAuth>,
+    path: PathBuf,
+    insecure: bool,
+) {
+    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP: tokens and ACLs reload only on restart");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        let outcome =
+            SchedulerConfig::from_file(&path).map_err(anyhow::Error::from).and_then(|mut config| {
+                config.security.insecure |= insecure;
+                gantry_scheduler::server::reload_security(&auth, &config).map_err(anyhow::Error::from)
+            });
+        match outcome {
+            Ok(tokens) => {
+                tracing::info!(tokens, config = %path.display(), "reloaded tokens, queue ACLs and accounts")
+            }
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "reload refused; the previous tokens and ACLs stay")
+            }
+        }
+    }
 }
 
 /// Completes on SIGINT or SIGTERM.

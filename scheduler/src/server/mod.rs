@@ -65,6 +65,28 @@ pub struct Bound {
     pub api_addr: std::net::SocketAddr,
     /// The core.
     pub core: core::CoreHandle,
+    /// The REST API's tokens and rules, when it has tokens: [`reload_security`] replaces them.
+    pub rest_auth: Option<std::sync::Arc<crate::auth::RestAuth>>,
+}
+
+/// Puts the tokens file's current contents and `config`'s queue ACLs and accounts in force
+/// without a restart (the daemon's `SIGHUP`). Everything is read and checked first: on any error
+/// nothing changes. Other settings (addresses, queues, plugins, TLS files) need a restart.
+/// Returns how many tokens are now valid.
+pub fn reload_security(auth: &crate::auth::RestAuth, config: &SchedulerConfig) -> Result<usize, ServerError> {
+    let (tokens, _) = config.credentials().map_err(ServerError::Security)?;
+    let tokens = tokens.ok_or_else(|| {
+        ServerError::Security(
+            "tokens_file is no longer configured: turning authentication off needs a restart".into(),
+        )
+    })?;
+    let policy = crate::auth::Policy {
+        acls: config.queue_acls().map_err(ServerError::Security)?,
+        accounts: config.accounts().map_err(ServerError::Security)?,
+    };
+    let count = tokens.len();
+    auth.replace(tokens, policy);
+    Ok(count)
 }
 
 /// `GET /metrics`: the scheduler's metrics, refreshed from the engine at scrape time.
@@ -125,10 +147,11 @@ pub async fn serve(
             "REST bearer tokens cross the network in clear: configure [security] tls_cert_file and tls_key_file"
         );
     }
-    let policy = std::sync::Arc::new(crate::auth::Policy {
+    let policy = crate::auth::Policy {
         acls: config.queue_acls().map_err(ServerError::Security)?,
         accounts: config.accounts().map_err(ServerError::Security)?,
-    });
+    };
+    let rest_auth = tokens.map(|t| std::sync::Arc::new(crate::auth::RestAuth::new(t, policy)));
     let metrics = std::sync::Arc::new(SchedulerMetrics::new());
     let engine = build_engine(config, Some(&metrics))?;
     // Nothing acknowledged is lost: the store is opened (and the engine rebuilt from it) before
@@ -173,11 +196,10 @@ pub async fn serve(
         .route("/metrics", axum::routing::get(metrics_handler).with_state((core.clone(), metrics)));
     // With tokens, every request — `/metrics` included — needs one (Prometheus sends it with
     // `authorization: credentials_file`).
-    let app = match tokens {
-        Some(tokens) => app.layer(axum::middleware::from_fn_with_state(
-            (std::sync::Arc::new(tokens), policy),
-            crate::api::routes::require_token,
-        )),
+    let app = match &rest_auth {
+        Some(auth) => {
+            app.layer(axum::middleware::from_fn_with_state(auth.clone(), crate::api::routes::require_token))
+        }
         None => app,
     };
     // TCP_NODELAY on both endpoints: replies and stream messages are small, and Nagle's
@@ -202,7 +224,7 @@ pub async fn serve(
             )
         }
     };
-    on_bound(Bound { agent_addr, api_addr, core: core.clone() });
+    on_bound(Bound { agent_addr, api_addr, core: core.clone(), rest_auth });
     let mut grpc = tonic::transport::Server::builder();
     if let Some(tls) = &tls {
         grpc = grpc.tls_config(tls.agent_endpoint())?;
