@@ -170,6 +170,14 @@ pub enum LoadError {
         /// The end of its log.
         log: String,
     },
+    /// The child scheduler's store could not be read back.
+    #[error("reading the scheduler's store {path}: {message}")]
+    Store {
+        /// The database.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
     /// The REST API could not be used.
     #[error(transparent)]
     Client(#[from] ClientError),
@@ -231,6 +239,37 @@ pub struct LoadSettings {
     pub node_timeout_ms: u64,
 }
 
+/// Where an acknowledged application ended up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AppVerdict {
+    Finished,
+    /// FAILED, KILLED or REJECTED.
+    Failed,
+    /// Not over yet.
+    Live,
+}
+
+impl AppVerdict {
+    fn from_api(state: AppState) -> AppVerdict {
+        match state {
+            AppState::Finished => AppVerdict::Finished,
+            AppState::Failed | AppState::Killed => AppVerdict::Failed,
+            AppState::New | AppState::Accepted | AppState::Running => AppVerdict::Live,
+        }
+    }
+
+    fn from_engine(state: u32) -> AppVerdict {
+        use gantry_sdk::abi::{
+            GANTRY_APP_FAILED, GANTRY_APP_FINISHED, GANTRY_APP_KILLED, GANTRY_APP_REJECTED,
+        };
+        match state {
+            GANTRY_APP_FINISHED => AppVerdict::Finished,
+            GANTRY_APP_FAILED | GANTRY_APP_KILLED | GANTRY_APP_REJECTED => AppVerdict::Failed,
+            _ => AppVerdict::Live,
+        }
+    }
+}
+
 /// Status reports.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct StatusFigures {
@@ -283,6 +322,10 @@ pub struct ProcessFigures {
 /// What was lost. Every count but the first four should be zero.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct LostFigures {
+    /// Where the apps' ends were checked: `store` (the child's SQLite store after it stopped,
+    /// integrity-checked) or `api` (the REST listing, which forgets ended apps beyond the
+    /// scheduler's `history_len` until it restarts: those count as missing).
+    pub verified_in: String,
     /// Agents that registered.
     pub agents_registered: u64,
     /// Acknowledged applications that reached FINISHED.
@@ -299,7 +342,7 @@ pub struct LostFigures {
     pub apps_failed: u64,
     /// Acknowledged applications still not over when the drain timed out.
     pub apps_unfinished: u64,
-    /// Acknowledged applications the scheduler does not know.
+    /// Acknowledged applications the scheduler does not know (see `verified_in`).
     pub apps_missing: u64,
     /// Launches beyond the first of a container (`launches - containers`).
     pub duplicate_launches: u64,
@@ -392,8 +435,8 @@ impl LoadReport {
             out += &format!("                      first error: {e}\n");
         }
         out += &format!(
-            "  apps                {} finished, {} failed or killed, {} unfinished, {} missing (drain {:.1} s)\n",
-            x.apps_finished, x.apps_failed, x.apps_unfinished, x.apps_missing, self.drain_s
+            "  apps                {} finished, {} failed or killed, {} unfinished, {} missing (drain {:.1} s, checked in the {})\n",
+            x.apps_finished, x.apps_failed, x.apps_unfinished, x.apps_missing, self.drain_s, x.verified_in
         );
         out += &format!(
             "  containers          {} launched once, {} duplicate launches, {} exits unacknowledged\n",
@@ -558,9 +601,11 @@ async fn drive(args: &LoadArgs) -> Result<LoadReport, LoadError> {
                 None
             }
         };
+        // A live app is always listed; one that is not has ended and aged out of the
+        // scheduler's history of ended apps (`history_len`).
         let done = states
             .as_ref()
-            .is_some_and(|s| submit.acked_ids.iter().all(|id| s.get(id).is_some_and(|st| st.is_terminal())));
+            .is_some_and(|s| submit.acked_ids.iter().all(|id| s.get(id).is_none_or(|st| st.is_terminal())));
         if done || Instant::now() >= deadline {
             break states.unwrap_or_default();
         }
@@ -585,16 +630,26 @@ async fn drive(args: &LoadArgs) -> Result<LoadReport, LoadError> {
         hung += agents.len() as u64;
         agents.abort_all();
     }
-    if let Some(c) = child.as_mut() {
-        c.stop().await;
-    }
 
     let mut lost = LostFigures { nodes_lost, agents_hung: hung, ..LostFigures::default() };
+    // The verdict on each acknowledged app: from the child's store once it has stopped (the
+    // durable truth, and it holds every app, however many); from the API otherwise.
+    let verdicts: HashMap<u64, AppVerdict> = match child.as_mut() {
+        Some(c) => {
+            c.stop().await;
+            lost.verified_in = "store".into();
+            c.stored_apps()?
+        }
+        None => {
+            lost.verified_in = "api".into();
+            states.iter().map(|(id, st)| (*id, AppVerdict::from_api(*st))).collect()
+        }
+    };
     for id in &submit.acked_ids {
-        match states.get(id) {
-            Some(AppState::Finished) => lost.apps_finished += 1,
-            Some(AppState::Failed | AppState::Killed) => lost.apps_failed += 1,
-            Some(_) => lost.apps_unfinished += 1,
+        match verdicts.get(id) {
+            Some(AppVerdict::Finished) => lost.apps_finished += 1,
+            Some(AppVerdict::Failed) => lost.apps_failed += 1,
+            Some(AppVerdict::Live) => lost.apps_unfinished += 1,
             None => lost.apps_missing += 1,
         }
     }
@@ -1094,7 +1149,7 @@ impl ChildScheduler {
         self.child.id()
     }
 
-    /// SIGTERM, then SIGKILL if it has not stopped within 10 s.
+    /// SIGTERM, then SIGKILL if it has not stopped within 10 s; returns once it is gone.
     async fn stop(&mut self) {
         use nix::sys::signal::{Signal, kill};
         use nix::unistd::Pid;
@@ -1105,6 +1160,22 @@ impl ChildScheduler {
         while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// Every application in the stopped child's store, after an integrity check.
+    fn stored_apps(&self) -> Result<HashMap<u64, AppVerdict>, LoadError> {
+        let path = self.dir.join("data").join("gantry.db");
+        let failed =
+            |e: crate::store::StoreError| LoadError::Store { path: path.clone(), message: e.to_string() };
+        let store = crate::store::Store::open(&path).map_err(failed)?;
+        store.check_integrity().map_err(failed)?;
+        let recovered = store.load().map_err(failed)?;
+        store.close().map_err(failed)?;
+        Ok(recovered.apps.iter().map(|a| (a.id.0, AppVerdict::from_engine(a.state))).collect())
     }
 }
 

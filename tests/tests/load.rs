@@ -53,6 +53,8 @@ fn small_load_on_the_real_scheduler_loses_nothing_and_its_report_adds_up() {
         l.apps_finished + l.apps_failed + l.apps_unfinished + l.apps_missing,
         "every acknowledged app is accounted for: {summary}"
     );
+    // Checked in the child's store after it stopped, not only through the API.
+    assert_eq!(l.verified_in, "store");
     assert_eq!(l.apps_finished, s.acknowledged, "{summary}");
     // Two containers per app, each launched once, none retried.
     assert_eq!(l.containers, 2 * l.apps_finished, "{summary}");
