@@ -534,6 +534,9 @@ impl Runner<'_> {
 
     /// One stream: register, then relay both ways until it ends.
     async fn session(&mut self) -> Flow {
+        if let Flow::Stop = self.settle().await {
+            return Flow::Stop;
+        }
         // Exits already queued belong in this Register rather than after it.
         loop {
             match self.events.try_recv() {
@@ -642,6 +645,26 @@ impl Runner<'_> {
         self.to_core.retain(|c| matches!(c, Command::AckExit { .. }));
         drop(channel);
         flow
+    }
+
+    /// Waits until the core has taken every command already handed to it, taking events
+    /// meanwhile (the core may be waiting to send one). A Register is the whole truth: the
+    /// scheduler declares lost whatever it does not list, so a launch still queued for the core
+    /// when the snapshot is taken would run beside its replacement (the kill-under-load test
+    /// found it). The core takes a launch and records it as in flight in one step.
+    async fn settle(&mut self) -> Flow {
+        while self.commands.capacity() < self.commands.max_capacity() {
+            tokio::select! {
+                biased;
+                () = &mut self.shutdown => return Flow::Stop,
+                event = self.events.recv() => match event {
+                    Some(event) => self.absorb_offline(event),
+                    None => return Flow::Stop,
+                },
+                () = tokio::time::sleep(Duration::from_millis(2)) => {}
+            }
+        }
+        Flow::Reconnect
     }
 
     /// Waits `delay` before the next attempt, still taking events and delivering commands.

@@ -12,6 +12,7 @@
 //! allow_root = false                  # containers may run as root only if true
 //! kill_grace_ms = 10000               # SIGTERM → SIGKILL grace period
 //! sample_interval_ms = 1000           # usage sampling / enforcement interval
+//! fencing_timeout_ms = 8000           # kill every container after this long without the scheduler; 0: never
 //! cgroup_name = "gantry"              # parent cgroup of all containers
 //! max_concurrent_launches = 0         # launches in progress at once; 0: 4 per CPU
 //! [reserve]                           # kept back for the system (capacity − reserve = allocatable)

@@ -11,7 +11,7 @@ use crate::metrics::{self, AgentMetrics};
 use crate::model::{ContainerExit, ExitReason, LaunchSpec, NodeReport};
 use crate::monitor::Monitor;
 use crate::probe::{GpuProbe, ProbeError};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -109,31 +109,49 @@ pub async fn run_with(
     let first = monitor.sample()?;
     let report: Arc<Mutex<NodeReport>> = Arc::new(Mutex::new(first.report));
 
+    let (events, events_rx) = mpsc::channel::<AgentEvent>(1024);
+    let (commands_tx, mut commands) = mpsc::channel::<Command>(256);
+    let launcher = Launcher::new(executor.clone(), events.clone(), metrics.clone(), config.launch_slots());
+
     // Every (re)connect registers a full snapshot: the node and the live containers (the client
-    // adds the exits the scheduler has not acknowledged).
+    // adds the exits the scheduler has not acknowledged). A container the Register leaves out is
+    // declared lost and rerun, so launches still in progress are listed too (Starting): a
+    // reconnect in the middle of a launch would otherwise run the work twice (the
+    // kill-under-load test found it). Launches are read first: a launch is tracked by the
+    // executor before it leaves the in-flight set, so none falls between the two reads. What
+    // remains is the instant between the executor collecting an exit and the exit reaching the
+    // client's channel.
     let snapshot = {
         let report = report.clone();
         let executor = executor.clone();
-        move || Snapshot {
-            node: report.lock().map(|r| r.clone()).unwrap_or_else(|p| p.into_inner().clone()),
-            containers: executor
-                .list()
-                .into_iter()
-                .filter(|c| c.running)
-                .map(|c| LiveContainer {
-                    container_id: c.container_id,
-                    app_id: c.app_id,
-                    state: LiveState::Running,
-                    started_at_ms: c.started_at_ms,
+        let launcher = launcher.clone();
+        move || {
+            let mut containers: BTreeMap<u64, LiveContainer> = launcher
+                .in_flight()
+                .iter()
+                .map(|(&container_id, launch)| {
+                    let state = LiveState::Starting;
+                    (
+                        container_id,
+                        LiveContainer { container_id, app_id: launch.app_id, state, started_at_ms: 0 },
+                    )
                 })
-                .collect(),
+                .collect();
+            for c in executor.list().into_iter().filter(|c| c.running) {
+                let (container_id, app_id, started_at_ms) = (c.container_id, c.app_id, c.started_at_ms);
+                let state = LiveState::Running;
+                containers.insert(container_id, LiveContainer { container_id, app_id, state, started_at_ms });
+            }
+            Snapshot {
+                node: report.lock().map(|r| r.clone()).unwrap_or_else(|p| p.into_inner().clone()),
+                containers: containers.into_values().collect(),
+            }
         }
     };
-    let (events, events_rx) = mpsc::channel::<AgentEvent>(1024);
-    let (commands_tx, mut commands) = mpsc::channel::<Command>(256);
     let latency_metrics = metrics.clone();
     let mut client_options = ClientOptions::from_config(&config);
     client_options.join_token = config.join_token()?;
+    client_options.tls = config.client_tls()?;
     let mut fence = Fence::new(config.fencing_timeout_ms);
     if let Some(timeout) = fence.timeout() {
         // Reconnect often enough that a scheduler back from a short restart hears from this
@@ -149,7 +167,6 @@ pub async fn run_with(
         });
     let client_task = tokio::spawn(client.run(events_rx, commands_tx, stopped(stop_rx.clone())));
 
-    let launcher = Launcher::new(executor.clone(), events.clone(), metrics.clone(), config.launch_slots());
     // One log read at a time: each holds up to 4 MiB until it is sent, and the agent has a
     // small memory budget. Reads queue here, off the main loop.
     let log_reads = Arc::new(Semaphore::new(1));
@@ -317,6 +334,14 @@ fn spawn_log_read(
     });
 }
 
+/// A launch in progress.
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    app_id: u64,
+    /// A kill that arrived meanwhile.
+    kill: Option<PendingKill>,
+}
+
 /// A kill that arrived while its container was being launched, carried out once it runs.
 #[derive(Debug, Clone, Copy)]
 struct PendingKill {
@@ -334,8 +359,8 @@ struct Launcher {
     metrics: Arc<AgentMetrics>,
     /// Launches running at once: each mostly waits for a fork and two execs.
     slots: Arc<Semaphore>,
-    /// Launches accepted and not finished, with a kill that arrived meanwhile.
-    in_flight: Arc<Mutex<HashMap<u64, Option<PendingKill>>>>,
+    /// Launches accepted and not finished, by container id.
+    in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
 }
 
 impl Launcher {
@@ -354,7 +379,7 @@ impl Launcher {
         }
     }
 
-    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Option<PendingKill>>> {
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<u64, InFlight>> {
         self.in_flight.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -362,7 +387,7 @@ impl Launcher {
     /// that order.
     fn launch(&self, spec: LaunchSpec) {
         let id = spec.container_id;
-        if self.in_flight().insert(id, None).is_some() {
+        if self.in_flight().insert(id, InFlight { app_id: spec.app_id, kill: None }).is_some() {
             // The executor refuses a second launch of the same id anyway; say so once.
             tracing::warn!(container = id, "launch of a container already being launched ignored");
             return;
@@ -375,8 +400,8 @@ impl Launcher {
     /// launch completes. False if no launch of it is in flight.
     fn kill_when_launched(&self, id: u64, grace: Duration, reason: KillReason) -> bool {
         match self.in_flight().get_mut(&id) {
-            Some(kill) => {
-                *kill = Some(PendingKill { grace, reason });
+            Some(launch) => {
+                launch.kill = Some(PendingKill { grace, reason });
                 true
             }
             None => false,
@@ -397,7 +422,7 @@ impl Launcher {
             Err(_) => Err(ExecError::Start { id, message: "the agent is stopping".into() }),
         };
         // The executor tracks it now (or it failed), so a later kill finds it there.
-        let kill = self.in_flight().remove(&id).flatten();
+        let kill = self.in_flight().remove(&id).and_then(|launch| launch.kill);
         let notice = match launched {
             Ok((_, notice)) => notice,
             Err(e) => {

@@ -266,7 +266,8 @@ async fn quick_exits_follow_their_start_and_a_kill_during_launch_is_carried_out(
         &config,
         format!(
             "node_name = \"race\"\nwork_root = {root:?}\nmetrics_listen = \"127.0.0.1:{port}\"\n\
-             cgroup_name = \"{cgroup}\"\nsample_interval_ms = 60000\nkill_grace_ms = 2000\n",
+             cgroup_name = \"{cgroup}\"\nsample_interval_ms = 60000\nkill_grace_ms = 2000\n\
+             fencing_timeout_ms = 0\n",
             port = free_port(),
             root = dir.path().join("work").display().to_string(),
         ),

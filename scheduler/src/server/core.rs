@@ -709,12 +709,11 @@ impl Core {
 
     /// Queues writes to the store without waiting (container and state records: a crash before
     /// they commit costs a rerun, never an acknowledged submission).
-    fn persist(&self, writes: Vec<crate::store::Write>) {
-        if let Some(store) = &self.store {
-            if let Err(e) = store.submit(writes) {
-                tracing::error!(error = %e, "store refused a write");
-            }
-        }
+    /// Queues `writes` without waiting; the returned acknowledgement resolves once they commit
+    /// (`None` without a store, or when the store refused them).
+    fn persist(&self, writes: Vec<crate::store::Write>) -> Option<crate::store::Ack> {
+        let store = self.store.as_ref()?;
+        store.submit(writes).map_err(|e| tracing::error!(error = %e, "store refused a write")).ok()
     }
 
     /// The containers launched for an application, including ended ones.
@@ -1331,7 +1330,7 @@ impl Core {
             v1::ExitReason::Lost | v1::ExitReason::Unspecified => (GANTRY_CONTAINER_LOST, None),
         };
         self.remember_end(e.container_id, state, code);
-        self.persist(vec![crate::store::Write::ContainerState {
+        let committed = self.persist(vec![crate::store::Write::ContainerState {
             id,
             state,
             started_ms: None,
@@ -1352,8 +1351,26 @@ impl Core {
             Err(EngineError::UnknownContainer(_)) => {}
             Err(err) => tracing::warn!(container = e.container_id, error = %err, "exit refused"),
         }
-        // Recorded (or known to be moot): the agent may forget it.
-        let _ = self.send_to(node, Down::AckExit(v1::AckExit { container_id: e.container_id }));
+        // Recorded (or known to be moot): the agent may forget it — once the record has
+        // committed. The agent drops an acknowledged exit for good, so an acknowledgement ahead of
+        // the commit would let a crash lose a container's end, and the restarted scheduler would
+        // declare it lost and run it again (the kill-under-load test found it). An exit whose
+        // write failed is not acknowledged: the agent reports it again on its next Register.
+        let ack = Down::AckExit(v1::AckExit { container_id: e.container_id });
+        match (self.store.is_some(), committed, self.agents.get(node)) {
+            (false, _, _) => {
+                let _ = self.send_to(node, ack);
+            }
+            (true, Some(commit), Some(link)) => {
+                let tx = link.tx.clone();
+                tokio::spawn(async move {
+                    if commit.await.is_ok() {
+                        let _ = tx.send(down(ack)).await;
+                    }
+                });
+            }
+            (true, _, _) => {}
+        }
     }
 
     fn agent_message(&mut self, node: &str, stream: u64, msg: Up) {
