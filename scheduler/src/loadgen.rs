@@ -439,7 +439,7 @@ impl LoadReport {
             x.apps_finished, x.apps_failed, x.apps_unfinished, x.apps_missing, self.drain_s, x.verified_in
         );
         out += &format!(
-            "  containers          {} launched once, {} duplicate launches, {} exits unacknowledged\n",
+            "  containers          {} launched, {} duplicate launches, {} exits unacknowledged\n",
             x.containers, x.duplicate_launches, x.exits_unacked
         );
         out += &format!(
