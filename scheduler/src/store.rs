@@ -602,6 +602,13 @@ pub struct Ack {
 }
 
 impl Ack {
+    /// An acknowledgement that has already failed (for a write the store refused outright).
+    pub fn failed() -> Ack {
+        let (tx, rx) = oneshot::channel();
+        let _ = tx.send(Err(StoreError::Closed));
+        Ack { rx }
+    }
+
     /// Waits for the outcome on the current thread. Must not be called from inside an async
     /// runtime (it would block a worker; await the `Ack` there instead).
     pub fn wait(self) -> Result<(), StoreError> {

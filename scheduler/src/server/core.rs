@@ -444,6 +444,15 @@ pub struct CoreStats {
 pub struct Core {
     engine: Engine,
     agents: HashMap<String, AgentLink>,
+    /// Messages to agents held back until `barrier` commits: a launch must not reach an agent
+    /// before its container's record is durable, or a crash in between lets the restarted
+    /// scheduler run the work a second time. Everything sent while a barrier is pending waits
+    /// behind it, so each node still gets its messages in order (a kill never overtakes its
+    /// launch). The run loop releases them ([`Core::release_held`]).
+    held: Vec<(String, Down)>,
+    /// The store's acknowledgement of the latest write a held message depends on; commits are in
+    /// order, so it covers every earlier one.
+    barrier: Option<crate::store::Ack>,
     templates: HashMap<u64, Vec<LaunchTemplate>>,
     /// Launches sent, by container: to answer "which app/request" when the agent reports.
     dirty: bool,
@@ -527,6 +536,8 @@ impl Core {
             launched: HashMap::new(),
             launched_app: HashMap::new(),
             launched_order: std::collections::VecDeque::new(),
+            held: Vec::new(),
+            barrier: None,
             store: None,
             awaiting: HashMap::new(),
             recovering_until: None,
@@ -1000,9 +1011,71 @@ impl Core {
     }
 
     fn send_to(&mut self, node: &str, msg: Down) -> bool {
+        if self.barrier.is_some() {
+            self.held.push((node.to_owned(), msg));
+            return true;
+        }
         match self.agents.get(node) {
             Some(link) => link.tx.try_send(down(msg)).is_ok(),
             None => false,
+        }
+    }
+
+    /// Sends a launch: at once without a store, else once its record has committed.
+    fn send_launch(&mut self, node: &str, launch: v1::Launch, record: Option<crate::store::Ack>) {
+        let container = launch.container_id;
+        if let Some(ack) = record {
+            self.barrier = Some(ack);
+            self.held.push((node.to_owned(), Down::Launch(launch)));
+        } else if self.store.is_some() {
+            // The store refused the record outright: nothing of it may run. The engine gets it
+            // back as lost (rerun without counting a failure) once held messages are released.
+            tracing::error!(container, "the container's record was refused; not launching it");
+            self.barrier.get_or_insert_with(crate::store::Ack::failed);
+            self.held.push((node.to_owned(), Down::Launch(launch)));
+        } else if self.send_to(node, Down::Launch(launch)) {
+            self.stats.launches_sent += 1;
+        } else {
+            // The node's liveness deadline decides; the engine keeps it allocated.
+            self.stats.launches_undeliverable += 1;
+            tracing::warn!(container, %node, "no stream to the node for a launch");
+        }
+    }
+
+    /// Waits for the barrier's commit, then sends the held messages in order. If the commit
+    /// failed, the held launches are not sent and their containers go back to the engine as
+    /// lost, so the work is placed again later instead of running without a record.
+    pub async fn release_held(&mut self) {
+        while let Some(barrier) = self.barrier.take() {
+            let committed = barrier.await;
+            let mut unlaunched = Vec::new();
+            for (node, msg) in std::mem::take(&mut self.held) {
+                let launch = match &msg {
+                    Down::Launch(l) => Some(l.container_id),
+                    _ => None,
+                };
+                if let (Some(c), Err(_)) = (launch, &committed) {
+                    unlaunched.push(c);
+                    continue;
+                }
+                let sent = self.agents.get(&node).is_some_and(|link| link.tx.try_send(down(msg)).is_ok());
+                match (launch, sent) {
+                    (Some(_), true) => self.stats.launches_sent += 1,
+                    (Some(container), false) => {
+                        self.stats.launches_undeliverable += 1;
+                        tracing::warn!(container, %node, "no stream to the node for a launch");
+                    }
+                    _ => {}
+                }
+            }
+            if let Err(e) = committed {
+                tracing::error!(error = %e, containers = unlaunched.len(), "launch records not stored; rerunning later");
+                for c in unlaunched {
+                    if let Err(e) = self.event(Event::ContainerLost { container: ContainerId(c) }) {
+                        tracing::warn!(container = c, error = %e, "cannot hand back an unlaunched container");
+                    }
+                }
+            }
         }
     }
 
@@ -1031,18 +1104,20 @@ impl Core {
                         gpus,
                         ..Default::default()
                     };
-                    self.persist(vec![crate::store::Write::UpsertContainer(crate::store::ContainerRecord {
-                        id: container,
-                        app,
-                        request,
-                        node: name.clone(),
-                        resources,
-                        gpus: launch.gpus.clone(),
-                        state: GANTRY_CONTAINER_ALLOCATED,
-                        started_ms: None,
-                        exit_code: None,
-                        reason: None,
-                    })]);
+                    let record = self.persist(vec![crate::store::Write::UpsertContainer(
+                        crate::store::ContainerRecord {
+                            id: container,
+                            app,
+                            request,
+                            node: name.clone(),
+                            resources,
+                            gpus: launch.gpus.clone(),
+                            state: GANTRY_CONTAINER_ALLOCATED,
+                            started_ms: None,
+                            exit_code: None,
+                            reason: None,
+                        },
+                    )]);
                     self.remember_launch(
                         app.0,
                         LaunchedContainer {
@@ -1053,13 +1128,7 @@ impl Core {
                             exit_code: None,
                         },
                     );
-                    if self.send_to(&name, Down::Launch(launch)) {
-                        self.stats.launches_sent += 1;
-                    } else {
-                        // The node's liveness deadline decides; the engine keeps it allocated.
-                        self.stats.launches_undeliverable += 1;
-                        tracing::warn!(container = container.0, node = %name, "no stream to the node for a launch");
-                    }
+                    self.send_launch(&name, launch, record);
                 }
                 Command::Kill { container, node, grace_ms, reason } => {
                     let name = self.node_name(node.0);
@@ -1486,6 +1555,8 @@ async fn run(
             }
             _ = liveness.tick() => core.check_liveness(node_timeout),
         }
+        core.release_held().await;
     }
+    core.release_held().await;
     core
 }
