@@ -1084,6 +1084,11 @@ mod tests {
             Client::new(o, || unreachable!())
         };
         assert!(with_tls("http://127.0.0.1:7070").endpoint().is_err(), "TLS configured: https only");
-        assert!(with_tls("https://127.0.0.1:7070").endpoint().is_ok());
+        // A CA that is no certificate is refused when the endpoint is built, not at the first
+        // handshake (the happy path runs against a real scheduler in tests/tests/tls_acl.rs).
+        match with_tls("https://127.0.0.1:7070").endpoint() {
+            Err(ClientError::Endpoint { message, .. }) => assert!(message.contains("TLS"), "{message}"),
+            other => panic!("a broken CA was accepted: {other:?}"),
+        }
     }
 }
