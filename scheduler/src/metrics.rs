@@ -527,6 +527,12 @@ impl SchedulerMetrics {
         self.cycle_duration.observe(duration.as_secs_f64());
     }
 
+    /// Counts a plugin call that ran past its `call_budget_ms`.
+    pub fn count_plugin_call_timeout(&self, plugin: &str, hook: &str) {
+        let labels = HookLabels { plugin: plugin.to_owned(), hook: hook.to_owned() };
+        self.plugin_call_timeouts.get_or_create(&labels).inc();
+    }
+
     /// Records how long `plugin` took to answer `hook` (`admit`, `order`, `place`, `rebalance`).
     /// [`TimedPolicy`] calls this; use it directly only for plugins called some other way.
     pub fn observe_hook(&self, plugin: &str, hook: &str, duration: Duration) {
@@ -900,8 +906,7 @@ impl Policy for TimedPolicy {
             None => self.metrics.observe_hook(&self.name, hook_name(view.hook), elapsed),
         }
         if let Err(PolicyError::TimedOut { hook, .. }) = &result {
-            let labels = HookLabels { plugin: self.name.clone(), hook: (*hook).to_owned() };
-            self.metrics.plugin_call_timeouts.get_or_create(&labels).inc();
+            self.metrics.count_plugin_call_timeout(&self.name, hook);
         }
         result
     }

@@ -122,6 +122,8 @@ fn alerts_cover_the_brief_and_use_only_metrics_the_daemons_expose() {
         "GantryQueueStarved",
         "GantrySchedulerDown",
         "GantryDrainedNodesIdle",
+        "GantryPluginCallTimedOut",
+        "GantryContainersFenced",
     ] {
         assert!(alerts.contains(&format!("- alert: {alert}\n")), "alerts.yml has no {alert}");
     }
@@ -168,6 +170,7 @@ fn alerts_cover_the_brief_and_use_only_metrics_the_daemons_expose() {
     engine.handle(0, gantry_engine::Event::NodeRegistered(node)).expect("node");
     scheduler.update_from_engine(&engine);
     scheduler.observe_hook("packing", "place", Duration::from_micros(20));
+    scheduler.count_plugin_call_timeout("packing", "place");
     let mut exposed = sample_names(&scheduler.encode());
     exposed.extend(sample_names(&AgentMetrics::new().encode()));
     for (file, text) in [("alerts.yml", alerts), ("alerts_test.yml", read("prometheus/alerts_test.yml"))] {
