@@ -444,15 +444,16 @@ pub struct CoreStats {
 pub struct Core {
     engine: Engine,
     agents: HashMap<String, AgentLink>,
-    /// Messages to agents held back until `barrier` commits: a launch must not reach an agent
-    /// before its container's record is durable, or a crash in between lets the restarted
-    /// scheduler run the work a second time. Everything sent while a barrier is pending waits
-    /// behind it, so each node still gets its messages in order (a kill never overtakes its
-    /// launch). The run loop releases them ([`Core::release_held`]).
-    held: Vec<(String, Down)>,
-    /// The store's acknowledgement of the latest write a held message depends on; commits are in
-    /// order, so it covers every earlier one.
-    barrier: Option<crate::store::Ack>,
+    /// Messages to agents held back until a store write commits, in batches: a launch must not
+    /// reach an agent before its container's record is durable, or a crash in between lets the
+    /// restarted scheduler run the work a second time. A launch opens a batch with its record's
+    /// acknowledgement; later messages to a node with a held launch join the newest batch, so
+    /// each node still gets its messages in order (a kill never overtakes its launch), while
+    /// other nodes' messages (status acks, pings) go at once. The run loop awaits the oldest
+    /// batch's commit alongside its other work and releases it ([`Core::release_batch`]).
+    held: std::collections::VecDeque<HeldBatch>,
+    /// Nodes with messages in `held`.
+    held_nodes: HashSet<String>,
     templates: HashMap<u64, Vec<LaunchTemplate>>,
     /// Launches sent, by container: to answer "which app/request" when the agent reports.
     dirty: bool,
@@ -536,8 +537,8 @@ impl Core {
             launched: HashMap::new(),
             launched_app: HashMap::new(),
             launched_order: std::collections::VecDeque::new(),
-            held: Vec::new(),
-            barrier: None,
+            held: std::collections::VecDeque::new(),
+            held_nodes: HashSet::new(),
             store: None,
             awaiting: HashMap::new(),
             recovering_until: None,
@@ -1011,9 +1012,11 @@ impl Core {
     }
 
     fn send_to(&mut self, node: &str, msg: Down) -> bool {
-        if self.barrier.is_some() {
-            self.held.push((node.to_owned(), msg));
-            return true;
+        if self.held_nodes.contains(node) {
+            if let Some(batch) = self.held.back_mut() {
+                batch.messages.push((node.to_owned(), msg));
+                return true;
+            }
         }
         match self.agents.get(node) {
             Some(link) => link.tx.try_send(down(msg)).is_ok(),
@@ -1024,58 +1027,78 @@ impl Core {
     /// Sends a launch: at once without a store, else once its record has committed.
     fn send_launch(&mut self, node: &str, launch: v1::Launch, record: Option<crate::store::Ack>) {
         let container = launch.container_id;
-        if let Some(ack) = record {
-            self.barrier = Some(ack);
-            self.held.push((node.to_owned(), Down::Launch(launch)));
-        } else if self.store.is_some() {
+        if self.store.is_none() {
+            if self.send_to(node, Down::Launch(launch)) {
+                self.stats.launches_sent += 1;
+            } else {
+                // The node's liveness deadline decides; the engine keeps it allocated.
+                self.stats.launches_undeliverable += 1;
+                tracing::warn!(container, %node, "no stream to the node for a launch");
+            }
+            return;
+        }
+        let commit = record.unwrap_or_else(|| {
             // The store refused the record outright: nothing of it may run. The engine gets it
-            // back as lost (rerun without counting a failure) once held messages are released.
+            // back as lost (rerun without counting a failure) when the batch is released.
             tracing::error!(container, "the container's record was refused; not launching it");
-            self.barrier.get_or_insert_with(crate::store::Ack::failed);
-            self.held.push((node.to_owned(), Down::Launch(launch)));
-        } else if self.send_to(node, Down::Launch(launch)) {
-            self.stats.launches_sent += 1;
-        } else {
-            // The node's liveness deadline decides; the engine keeps it allocated.
-            self.stats.launches_undeliverable += 1;
-            tracing::warn!(container, %node, "no stream to the node for a launch");
+            crate::store::Ack::failed()
+        });
+        self.held_nodes.insert(node.to_owned());
+        self.held.push_back(HeldBatch {
+            commit: Some(commit),
+            messages: vec![(node.to_owned(), Down::Launch(launch))],
+        });
+    }
+
+    /// The commit the oldest held batch waits for, for the run loop to await (taken out of the
+    /// core so the loop can go on handling requests meanwhile).
+    pub fn next_commit(&mut self) -> Option<crate::store::Ack> {
+        self.held.front_mut().and_then(|b| b.commit.take())
+    }
+
+    /// Sends the oldest held batch now that its commit has an outcome. If the commit failed, its
+    /// launches are not sent and their containers go back to the engine as lost, so the work is
+    /// placed again later instead of running without a record.
+    pub fn release_batch(&mut self, committed: Result<(), crate::store::StoreError>) {
+        let Some(batch) = self.held.pop_front() else { return };
+        if self.held.is_empty() {
+            self.held_nodes.clear();
+        }
+        let mut unlaunched = Vec::new();
+        for (node, msg) in batch.messages {
+            let launch = match &msg {
+                Down::Launch(l) => Some(l.container_id),
+                _ => None,
+            };
+            if let (Some(c), Err(_)) = (launch, &committed) {
+                unlaunched.push(c);
+                continue;
+            }
+            let sent = self.agents.get(&node).is_some_and(|link| link.tx.try_send(down(msg)).is_ok());
+            match (launch, sent) {
+                (Some(_), true) => self.stats.launches_sent += 1,
+                (Some(container), false) => {
+                    self.stats.launches_undeliverable += 1;
+                    tracing::warn!(container, %node, "no stream to the node for a launch");
+                }
+                _ => {}
+            }
+        }
+        if let Err(e) = committed {
+            tracing::error!(error = %e, containers = unlaunched.len(), "launch records not stored; rerunning later");
+            for c in unlaunched {
+                if let Err(e) = self.event(Event::ContainerLost { container: ContainerId(c) }) {
+                    tracing::warn!(container = c, error = %e, "cannot hand back an unlaunched container");
+                }
+            }
         }
     }
 
-    /// Waits for the barrier's commit, then sends the held messages in order. If the commit
-    /// failed, the held launches are not sent and their containers go back to the engine as
-    /// lost, so the work is placed again later instead of running without a record.
-    pub async fn release_held(&mut self) {
-        while let Some(barrier) = self.barrier.take() {
-            let committed = barrier.await;
-            let mut unlaunched = Vec::new();
-            for (node, msg) in std::mem::take(&mut self.held) {
-                let launch = match &msg {
-                    Down::Launch(l) => Some(l.container_id),
-                    _ => None,
-                };
-                if let (Some(c), Err(_)) = (launch, &committed) {
-                    unlaunched.push(c);
-                    continue;
-                }
-                let sent = self.agents.get(&node).is_some_and(|link| link.tx.try_send(down(msg)).is_ok());
-                match (launch, sent) {
-                    (Some(_), true) => self.stats.launches_sent += 1,
-                    (Some(container), false) => {
-                        self.stats.launches_undeliverable += 1;
-                        tracing::warn!(container, %node, "no stream to the node for a launch");
-                    }
-                    _ => {}
-                }
-            }
-            if let Err(e) = committed {
-                tracing::error!(error = %e, containers = unlaunched.len(), "launch records not stored; rerunning later");
-                for c in unlaunched {
-                    if let Err(e) = self.event(Event::ContainerLost { container: ContainerId(c) }) {
-                        tracing::warn!(container = c, error = %e, "cannot hand back an unlaunched container");
-                    }
-                }
-            }
+    /// Waits for and releases every held batch (at shutdown).
+    async fn release_all(&mut self) {
+        while let Some(commit) = self.next_commit() {
+            let committed = commit.await;
+            self.release_batch(committed);
         }
     }
 
@@ -1534,6 +1557,8 @@ async fn run(
     tokio::pin!(shutdown);
     let mut next_cycle = tokio::time::Instant::now() + cycle_interval;
     let mut liveness = tokio::time::interval(Duration::from_millis(500).min(node_timeout / 4));
+    // The commit the oldest held batch of agent messages waits for.
+    let mut commit: Option<crate::store::Ack> = None;
     loop {
         tokio::select! {
             () = &mut shutdown => break,
@@ -1554,9 +1579,32 @@ async fn run(
                 next_cycle = tokio::time::Instant::now() + cycle_interval;
             }
             _ = liveness.tick() => core.check_liveness(node_timeout),
+            committed = async {
+                match commit.as_mut() {
+                    Some(c) => c.await,
+                    None => std::future::pending().await,
+                }
+            }, if commit.is_some() => {
+                commit = None;
+                core.release_batch(committed);
+            }
         }
-        core.release_held().await;
+        if commit.is_none() {
+            commit = core.next_commit();
+        }
     }
-    core.release_held().await;
+    if let Some(c) = commit {
+        let committed = c.await;
+        core.release_batch(committed);
+    }
+    core.release_all().await;
     core
+}
+
+/// Messages to agents waiting for a store commit (see `Core::held`).
+struct HeldBatch {
+    /// The commit they wait for; taken by the run loop while it awaits it.
+    commit: Option<crate::store::Ack>,
+    /// The messages, in the order they were sent, by node.
+    messages: Vec<(String, Down)>,
 }
