@@ -25,41 +25,41 @@ pub enum CertCommand {
         /// Host names and IP addresses agents and clients reach the scheduler by.
         #[arg(required = true, value_name = "NAME")]
         names: Vec<String>,
-        /// The CA directory.
-        #[arg(long, default_value = "gantry-ca")]
-        ca_dir: PathBuf,
-        /// Where to write `NAME.pem` and `NAME.key`.
-        #[arg(long, default_value = ".")]
-        out: PathBuf,
-        /// Validity in days.
-        #[arg(long, default_value_t = 397)]
-        days: u32,
+        #[command(flatten)]
+        issue: IssueArgs,
     },
     /// Issue a node's client certificate: the agent can register only as this node.
     Node {
         /// The node name the agent registers as (its `node_name`, by default the host name).
         name: String,
-        /// The CA directory.
-        #[arg(long, default_value = "gantry-ca")]
-        ca_dir: PathBuf,
-        /// Where to write `NAME.pem` and `NAME.key`.
-        #[arg(long, default_value = ".")]
-        out: PathBuf,
-        /// Validity in days.
-        #[arg(long, default_value_t = 397)]
-        days: u32,
+        #[command(flatten)]
+        issue: IssueArgs,
     },
+}
+
+/// Where a certificate comes from and goes, and for how long.
+#[derive(Debug, Clone, clap::Args)]
+pub struct IssueArgs {
+    /// The CA directory.
+    #[arg(long, default_value = "gantry-ca")]
+    ca_dir: PathBuf,
+    /// Where to write `NAME.pem` and `NAME.key`.
+    #[arg(long, default_value = ".")]
+    out: PathBuf,
+    /// Validity in days (397, the longest browsers accept for a server certificate).
+    #[arg(long, default_value_t = 397)]
+    days: u32,
 }
 
 /// Runs a `gantry cert` command; returns what it wrote, one line a file.
 pub fn run(command: &CertCommand) -> Result<Vec<String>, TlsError> {
     let (cert, key) = match command {
         CertCommand::Ca { dir, name, days } => crate::tls::create_ca(dir, name, *days)?,
-        CertCommand::Scheduler { names, ca_dir, out, days } => {
-            crate::tls::issue(ca_dir, Role::Scheduler, names, *days, out)?
+        CertCommand::Scheduler { names, issue: i } => {
+            crate::tls::issue(&i.ca_dir, Role::Scheduler, names, i.days, &i.out)?
         }
-        CertCommand::Node { name, ca_dir, out, days } => {
-            crate::tls::issue(ca_dir, Role::Node, std::slice::from_ref(name), *days, out)?
+        CertCommand::Node { name, issue: i } => {
+            crate::tls::issue(&i.ca_dir, Role::Node, std::slice::from_ref(name), i.days, &i.out)?
         }
     };
     Ok(vec![format!("certificate {}", cert.display()), format!("private key {} (mode 0600)", key.display())])

@@ -576,3 +576,27 @@ pub fn same_rack_gang(cpu_millis: u64, mem_gib: u64, count: u32) -> RequestSpec 
         ..Default::default()
     }
 }
+
+/// How many containers `commands` launch.
+pub fn launches(commands: &[gantry_engine::Command]) -> usize {
+    commands.iter().filter(|c| matches!(c, gantry_engine::Command::Launch { .. })).count()
+}
+
+/// Runs one scheduling cycle at `t` and checks the state's invariants after it.
+pub fn tick(e: &mut Engine, t: u64) -> Vec<gantry_engine::Command> {
+    let commands = e.handle(t, Event::Tick).expect("tick");
+    e.state().check_invariants().expect("invariants hold after every cycle");
+    commands
+}
+
+/// A directory under `dir` that containers, which run as `nobody`, can reach and write in (for
+/// tests that have them record what ran), and `dir` opened just enough to reach it.
+pub fn container_writable_dir(dir: &Path, name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path, m| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    mode(dir, 0o711).expect("chmod");
+    let out = dir.join(name);
+    std::fs::create_dir(&out).expect("output directory");
+    mode(&out, 0o777).expect("chmod");
+    out
+}

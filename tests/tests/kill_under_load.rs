@@ -84,13 +84,7 @@ async fn submit_all(client: Client, next: Arc<AtomicUsize>, outcomes: Arc<Mutex<
 #[test]
 fn kill_9_of_the_scheduler_under_load_loses_no_acknowledged_app_and_runs_none_twice() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // Containers run as nobody: they must reach the output directory and write in it.
-    let mode = |p: &Path, m| std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(m));
-    mode(dir.path(), 0o711).expect("chmod");
-    let out_dir = dir.path().join("out");
-    std::fs::create_dir(&out_dir).expect("out dir");
-    mode(&out_dir, 0o777).expect("chmod");
-    let out = out_dir.join("runs");
+    let out = gantry_tests::container_writable_dir(dir.path(), "out").join("runs");
 
     let files =
         gantry_tests::scheduler_config(dir.path(), "node_timeout_ms = 5000\ncycle_interval_ms = 50", "");

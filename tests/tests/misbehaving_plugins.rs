@@ -7,7 +7,7 @@ use gantry_engine::{
 };
 use gantry_scheduler::plugin_host::DynamicPlugin;
 use gantry_sdk::abi::*;
-use gantry_tests::{GIB, app, c_plugin, register_all, rust_plugin, small_cluster};
+use gantry_tests::{GIB, app, c_plugin, launches, register_all, rust_plugin, small_cluster, tick};
 
 fn engine_with(plugin: DynamicPlugin, profile: Profile) -> Engine {
     let config = EngineConfig { quarantine_after: 3, quarantine_ms: 10_000, ..Default::default() };
@@ -32,16 +32,6 @@ fn submit_mix(e: &mut Engine, t: u64) {
     e.handle(t, Event::AppSubmitted(app("gang", 2000, 4, 0, 3, true))).expect("submit gang");
     // More than one node holds, so a plugin that piles everything on node 0 over-allocates it.
     e.handle(t, Event::AppSubmitted(app("wide", 2000, 2, 0, 10, false))).expect("submit wide");
-}
-
-fn launches(cmds: &[Command]) -> usize {
-    cmds.iter().filter(|c| matches!(c, Command::Launch { .. })).count()
-}
-
-fn tick(e: &mut Engine, t: u64) -> Vec<Command> {
-    let cmds = e.handle(t, Event::Tick).expect("tick");
-    e.state().check_invariants().expect("invariants hold after every cycle");
-    cmds
 }
 
 /// All 3×2 + 3 + 10 containers of `submit_mix`.

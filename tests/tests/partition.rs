@@ -177,13 +177,7 @@ fn a_partitioned_agent_fences_its_copy_the_scheduler_reruns_it_and_they_reconcil
     ip(&["-n", &agent_ns.0, "link", "set", &veth_agent, "up"]);
 
     let dir = tempfile::tempdir().expect("tempdir");
-    // Containers run as nobody: they must reach the output directory and write in it.
-    let mode = |p: &Path, m| std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(m));
-    mode(dir.path(), 0o711).expect("chmod");
-    let out_dir = dir.path().join("out");
-    std::fs::create_dir(&out_dir).expect("out dir");
-    mode(&out_dir, 0o777).expect("chmod");
-    let out_file = out_dir.join("copies");
+    let out_file = gantry_tests::container_writable_dir(dir.path(), "out").join("copies");
 
     // The agent endpoint listens beyond loopback (on the veth), so agents join with a token.
     std::fs::write(dir.path().join("join"), "partition-test-join-token\n").expect("join token");

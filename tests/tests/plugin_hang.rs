@@ -10,7 +10,9 @@ use gantry_scheduler::api::client::Client;
 use gantry_scheduler::api::types::{AppState, SubmitApp};
 use gantry_scheduler::plugin_host::DynamicPlugin;
 use gantry_sdk::{Decisions, Hooks, View};
-use gantry_tests::{SyntheticCluster, TestAgent, app, register_all, rust_plugin, small_cluster, wait_until};
+use gantry_tests::{
+    SyntheticCluster, TestAgent, app, launches, register_all, rust_plugin, small_cluster, tick, wait_until,
+};
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,16 +32,6 @@ fn engine_with(plugin: Box<dyn Policy>, profile: Profile, quarantine_after: u32)
     let mut e = Engine::new(config, vec![plugin], profile).expect("engine");
     register_all(&mut e, &small_cluster()).expect("nodes");
     e
-}
-
-fn launches(cmds: &[Command]) -> usize {
-    cmds.iter().filter(|c| matches!(c, Command::Launch { .. })).count()
-}
-
-fn tick(e: &mut Engine, t: u64) -> Vec<Command> {
-    let cmds = e.handle(t, Event::Tick).expect("tick");
-    e.state().check_invariants().expect("invariants hold after every cycle");
-    cmds
 }
 
 #[test]
