@@ -1608,9 +1608,10 @@ fn cli_without_a_scheduler_says_where_it_looked() {
     let msg = e.to_string();
     assert!(msg.contains(&url) && msg.contains("GANTRY_SCHEDULER"), "{msg}");
 
+    // https needs the cluster CA to trust; without it the CLI says how to give it.
     let cmd = parse(&["nodes", "--scheduler", "https://secure:8088"]).unwrap();
     let e = cli::run_to(cmd, &mut Vec::new()).unwrap_err();
-    assert!(e.to_string().contains("https is not supported"), "{e}");
+    assert!(e.to_string().contains("--ca-cert"), "{e}");
 }
 
 #[test]
