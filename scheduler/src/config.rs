@@ -91,6 +91,9 @@ pub struct EngineSection {
     pub quarantine_ms: Option<u64>,
     /// Time between rebalance calls in ms (default 3000).
     pub rebalance_interval_ms: Option<u64>,
+    /// Ended applications kept in memory for the API (YARN's `max-completed-applications`;
+    /// default 10000); older ones are read from the store when asked for by id.
+    pub max_completed_apps: Option<usize>,
 }
 
 /// The daemon's network and storage settings; every field is optional.
@@ -412,7 +415,7 @@ impl SchedulerConfig {
             quarantine_after: e.quarantine_after.unwrap_or(d.quarantine_after),
             quarantine_ms: e.quarantine_ms.unwrap_or(d.quarantine_ms),
             rebalance_interval_ms: e.rebalance_interval_ms.unwrap_or(d.rebalance_interval_ms),
-            history_len: d.history_len,
+            history_len: e.max_completed_apps.unwrap_or(d.history_len),
             reservations: self.reservations.as_ref().and_then(|r| r.plan_config().ok()),
         }
     }

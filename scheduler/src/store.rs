@@ -715,6 +715,29 @@ impl Store {
         Ok(recovered)
     }
 
+    /// One application as stored — name, queue, user, state and diagnostics — or `None` if it
+    /// was never stored. Blocking (a read-only connection of its own, beside the writer); for
+    /// ended apps the scheduler no longer keeps in memory.
+    pub fn app_summary(&self, id: AppId) -> Result<Option<gantry_engine::state::AppSummary>, StoreError> {
+        let conn = self.reader()?;
+        let raw =
+            i64::try_from(id.0).map_err(|_| StoreError::Io(format!("app id {} is out of range", id.0)))?;
+        let mut stmt = conn
+            .prepare("SELECT name, queue, user, state, diagnostics FROM apps WHERE id = ?1")
+            .map_err(classify)?;
+        let mut rows = stmt.query([raw]).map_err(classify)?;
+        let Some(row) = rows.next().map_err(classify)? else { return Ok(None) };
+        let w = "app";
+        Ok(Some(gantry_engine::state::AppSummary {
+            id,
+            name: col(row, 0, w, raw)?,
+            queue: col(row, 1, w, raw)?,
+            user: col(row, 2, w, raw)?,
+            state: col(row, 3, w, raw)?,
+            diagnostics: col(row, 4, w, raw)?,
+        }))
+    }
+
     /// Runs SQLite's `integrity_check` and the foreign-key check; for operators and tests.
     pub fn check_integrity(&self) -> Result<(), StoreError> {
         let conn = self.reader()?;

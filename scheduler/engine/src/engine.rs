@@ -1223,6 +1223,11 @@ impl Engine {
         self.state.history.iter().rev().find(|s| s.id == app).map(|s| s.state)
     }
 
+    /// How many terminal applications are remembered for queries (`EngineConfig::history_len`).
+    pub fn history_len(&self) -> usize {
+        self.state.history_len
+    }
+
     /// Terminal applications remembered for queries, oldest first.
     pub fn history(&self) -> impl Iterator<Item = &AppSummary> {
         self.state.history.iter()

@@ -77,10 +77,16 @@ fn log_error(e: LogError) -> ApiError {
     }
 }
 
-fn summary_info(core: &Core, s: &AppSummary) -> AppInfo {
+/// What the API shows of an ended application's own record.
+fn ended_info(s: &AppSummary) -> AppInfo {
     let state = AppState::from_abi(s.state).unwrap_or(AppState::Failed);
     let mut a = AppInfo::new(s.id.0, s.name.clone(), s.user.clone(), s.queue.clone(), state);
     a.diagnostics.clone_from(&s.diagnostics);
+    a
+}
+
+fn summary_info(core: &Core, s: &AppSummary) -> AppInfo {
+    let mut a = ended_info(s);
     for c in core.launched(s.id.0) {
         let Some(state) = ContainerState::from_abi(c.state) else { continue };
         a.containers.push(ContainerInfo {
@@ -451,19 +457,32 @@ impl Backend for DaemonBackend {
     }
 
     async fn app(&self, id: u64) -> Option<AppInfo> {
-        self.core
-            .read(move |c| match c.engine().state().app_index(AppId(id)) {
-                Some(i) => live_info(c, i),
-                None => c
-                    .engine()
-                    .history()
-                    .chain(c.past().iter())
-                    .find(|h| h.id.0 == id)
-                    .map(|h| summary_info(c, h)),
+        let (info, store) = self
+            .core
+            .read(move |c| {
+                let info = match c.engine().state().app_index(AppId(id)) {
+                    Some(i) => live_info(c, i),
+                    None => c
+                        .engine()
+                        .history()
+                        .chain(c.past().iter())
+                        .find(|h| h.id.0 == id)
+                        .map(|h| summary_info(c, h)),
+                };
+                let store = if info.is_none() { c.store() } else { None };
+                (info, store)
             })
             .await
-            .ok()
-            .flatten()
+            .ok()?;
+        if info.is_some() {
+            return info;
+        }
+        // Ended longer ago than memory keeps (max_completed_apps): the store still has it. Its
+        // containers are not shown; the store's record of the app is.
+        let summary = tokio::task::spawn_blocking(move || store?.app_summary(AppId(id)).ok().flatten())
+            .await
+            .ok()??;
+        Some(ended_info(&summary))
     }
 
     async fn new_application(&self) -> Result<NewApplication, ApiError> {

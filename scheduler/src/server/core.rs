@@ -621,6 +621,11 @@ impl Core {
         &self.past
     }
 
+    /// The durable store, if any (for reads of what memory no longer keeps).
+    pub fn store(&self) -> Option<std::sync::Arc<crate::store::Store>> {
+        self.store.clone()
+    }
+
     /// A core that records everything in `store`, rebuilt from what it holds: live applications
     /// are restored at once; their containers when their agents re-register. Scheduling waits
     /// `grace` (the node timeout) for the agents to come back.
@@ -705,7 +710,9 @@ impl Core {
                 core.awaiting.entry(c.node.clone()).or_default().push(c);
             }
         }
-        let keep = core.past.len().saturating_sub(10_000);
+        // As many as the engine keeps of its own (max_completed_apps); older ones are read from
+        // the store when asked for by id.
+        let keep = core.past.len().saturating_sub(core.engine.history_len());
         core.past.drain(..keep);
         tracing::info!(
             ended = core.past.len(),
