@@ -365,18 +365,16 @@ fn may_act_on(access: &MaybeAccess, owner: &str, queue: &str, what: &str) -> Res
 /// Refuses (403) a caller without `right` on `queue`; anyone when the daemon has no tokens.
 fn may_use_queue(access: &MaybeAccess, queue: &str, right: crate::auth::QueueRight) -> Result<(), ApiError> {
     match access {
-        Some(axum::Extension(a)) if !a.may(queue, right) => Err(forbidden(format!(
-            "`{}` may not {} {queue} (its acl_{} does not list the user or a group of theirs)",
-            a.caller.user,
-            match right {
-                crate::auth::QueueRight::Submit => "submit to",
-                crate::auth::QueueRight::Administer => "administer",
-            },
-            match right {
-                crate::auth::QueueRight::Submit => "submit_applications",
-                crate::auth::QueueRight::Administer => "administer_queue",
-            },
-        ))),
+        Some(axum::Extension(a)) if !a.may(queue, right) => {
+            let (verb, acl) = match right {
+                crate::auth::QueueRight::Submit => ("submit to", "acl_submit_applications"),
+                crate::auth::QueueRight::Administer => ("administer", "acl_administer_queue"),
+            };
+            Err(forbidden(format!(
+                "`{}` may not {verb} {queue} (its {acl} does not list the user or a group of theirs)",
+                a.caller.user
+            )))
+        }
         _ => Ok(()),
     }
 }
@@ -397,13 +395,22 @@ async fn new_reservation<B: Backend>(
     Ok(Json(b.new_reservation().await?))
 }
 
+/// The accepted reservation with this id, if the plan holds it.
+async fn planned_reservation<B: Backend>(
+    b: &B,
+    id: gantry_engine::ReservationId,
+) -> Result<Option<crate::api::reservations::ReservationInfo>, ApiError> {
+    Ok(b.reservations()
+        .await?
+        .into_iter()
+        .find(|r| crate::api::reservations::parse_reservation_id(&r.reservation_id) == Ok(id)))
+}
+
 /// The queue of the reservation a submission names (`reservation_17`), for its ACL check.
 async fn reservation_queue<B: Backend>(b: &B, text: &str) -> Result<String, ApiError> {
     let id = crate::api::reservations::parse_reservation_id(text).map_err(ApiError::unprocessable)?;
-    b.reservations()
+    planned_reservation(b, id)
         .await?
-        .into_iter()
-        .find(|r| crate::api::reservations::parse_reservation_id(&r.reservation_id) == Ok(id))
         .map(|r| r.reservation_queue)
         .ok_or_else(|| ApiError::unprocessable(format!("reservation {text} is not in the plan")))
 }
@@ -439,11 +446,8 @@ async fn update_reservation<B: Backend>(
         .as_deref()
         .ok_or_else(|| ApiError::unprocessable("`reservation-id` is required"))
         .and_then(|s| crate::api::reservations::parse_reservation_id(s).map_err(ApiError::bad_request))?;
-    let current = b
-        .reservations()
+    let current = planned_reservation(&b, id)
         .await?
-        .into_iter()
-        .find(|r| crate::api::reservations::parse_reservation_id(&r.reservation_id) == Ok(id))
         .ok_or_else(|| ApiError::not_found(format!("reservation {} is not in the plan", id.0)))?;
     may_act_on(&access, &current.user, &current.queue, &format!("reservation {}", current.reservation_id))?;
     let queue = body.queue.clone().unwrap_or(current.queue);
@@ -460,11 +464,8 @@ async fn delete_reservation<B: Backend>(
     let id = crate::api::reservations::parse_reservation_id(&body.reservation_id)
         .map_err(ApiError::bad_request)?;
     if access.is_some() {
-        let (owner, queue) = b
-            .reservations()
+        let (owner, queue) = planned_reservation(&b, id)
             .await?
-            .into_iter()
-            .find(|r| crate::api::reservations::parse_reservation_id(&r.reservation_id) == Ok(id))
             .map(|r| (r.user, r.queue))
             .ok_or_else(|| ApiError::not_found(format!("reservation {} is not in the plan", id.0)))?;
         may_act_on(&access, &owner, &queue, &format!("reservation {}", body.reservation_id))?;
