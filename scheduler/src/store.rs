@@ -418,7 +418,8 @@ pub struct NextIds {
 pub enum Write {
     /// Record a new application. Refused if the id exists. Raises the app id counter past it.
     InsertApp(AppRecord),
-    /// An application changed state. Refused if the app is unknown.
+    /// An application changed state. Refused if the app is unknown, or if it has ended and the
+    /// new state is a live one (an ended app never runs again).
     AppState {
         /// The application.
         id: AppId,
@@ -435,8 +436,8 @@ pub enum Write {
         /// The application.
         id: AppId,
     },
-    /// Record a container, or overwrite it whole. Refused if its app is not stored. Raises the
-    /// container id counter past it.
+    /// Record a container, or overwrite it whole. Refused if its app is not stored, or if the id
+    /// is stored for another app (ids are never reused). Raises the container id counter past it.
     UpsertContainer(ContainerRecord),
     /// A container changed state. Fields that are `None` keep their stored value. Refused if
     /// the container is unknown.
@@ -1007,6 +1008,12 @@ fn bump_counter(conn: &Connection, name: &str, next: u64) -> Result<(), StoreErr
     Ok(())
 }
 
+fn app_exists(conn: &Connection, id: AppId) -> Result<bool, StoreError> {
+    conn.prepare_cached("SELECT 1 FROM apps WHERE id = ?1")
+        .and_then(|mut s| s.exists(params![id.0]))
+        .map_err(classify)
+}
+
 fn expect_one(changed: usize, what: &str, id: u64) -> Result<(), StoreError> {
     if changed == 0 { Err(StoreError::Refused(format!("{what} {id} is not in the store"))) } else { Ok(()) }
 }
@@ -1042,10 +1049,23 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
             bump_counter(conn, "app", a.id.0.saturating_add(1))
         }
         Write::AppState { id, state, diagnostics, at_ms } => {
+            use gantry_sdk::abi::{GANTRY_APP_ACCEPTED, GANTRY_APP_NEW, GANTRY_APP_RUNNING};
+            let live = [GANTRY_APP_NEW, GANTRY_APP_ACCEPTED, GANTRY_APP_RUNNING];
             let n = conn
-                .prepare_cached("UPDATE apps SET state = ?2, diagnostics = ?3, state_ms = ?4 WHERE id = ?1")
-                .and_then(|mut s| s.execute(params![id.0, state, diagnostics, at_ms]))
+                .prepare_cached(
+                    "UPDATE apps SET state = ?2, diagnostics = ?3, state_ms = ?4
+                     WHERE id = ?1 AND (state IN (?5, ?6, ?7) OR ?2 NOT IN (?5, ?6, ?7))",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![id.0, state, diagnostics, at_ms, live[0], live[1], live[2]])
+                })
                 .map_err(classify)?;
+            if n == 0 && app_exists(conn, *id)? {
+                return Err(StoreError::Refused(format!(
+                    "app {} has ended; it cannot become live again",
+                    id.0
+                )));
+            }
             expect_one(n, "app", id.0)
         }
         Write::DeleteApp { id } => {
@@ -1061,11 +1081,12 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
                                          gpu_indexes, state, started_ms, exit_code, reason)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
                  ON CONFLICT (id) DO UPDATE SET
-                    app = excluded.app, request = excluded.request, node = excluded.node,
+                    request = excluded.request, node = excluded.node,
                     cpu_millis = excluded.cpu_millis, memory_bytes = excluded.memory_bytes,
                     gpus = excluded.gpus, gpu_indexes = excluded.gpu_indexes,
                     state = excluded.state, started_ms = excluded.started_ms,
-                    exit_code = excluded.exit_code, reason = excluded.reason",
+                    exit_code = excluded.exit_code, reason = excluded.reason
+                 WHERE containers.app = excluded.app",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -1083,7 +1104,14 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
                     c.reason
                 ])
             })
-            .map_err(classify)?;
+            .map_err(classify)
+            .and_then(|n| {
+                if n == 0 {
+                    Err(StoreError::Refused(format!("container {} is stored for another app", c.id.0)))
+                } else {
+                    Ok(())
+                }
+            })?;
             bump_counter(conn, "container", c.id.0.saturating_add(1))
         }
         Write::ContainerState { id, state, started_ms, exit_code, reason } => {

@@ -198,7 +198,7 @@ impl Backend for Fake {
         self.state().apps.iter().find(|a| a.id == id).cloned()
     }
 
-    async fn new_application(&self) -> Result<NewApplication, ApiError> {
+    async fn new_application(&self, _caller: Option<String>) -> Result<NewApplication, ApiError> {
         let mut s = self.state();
         let id = s.next_id;
         s.next_id += 1;
@@ -206,7 +206,12 @@ impl Backend for Fake {
         Ok(NewApplication { application_id: id, maximum_resource_capability: res(4000, 8 * GIB, 1).into() })
     }
 
-    async fn submit(&self, req: SubmitApp, _account: Option<String>) -> Result<u64, ApiError> {
+    async fn submit(
+        &self,
+        req: SubmitApp,
+        _account: Option<String>,
+        _caller: Option<String>,
+    ) -> Result<u64, ApiError> {
         let mut s = self.state();
         if s.persist_fails {
             return Err(ApiError::unavailable("cannot persist the submission: disk I/O error"));
@@ -263,7 +268,10 @@ impl Backend for Fake {
 
     // The fake has no reservable queue; the daemon's reservation API is tested live
     // (tests/tests/reservations_live.rs).
-    async fn new_reservation(&self) -> Result<api::reservations::NewReservation, ApiError> {
+    async fn new_reservation(
+        &self,
+        _caller: Option<String>,
+    ) -> Result<api::reservations::NewReservation, ApiError> {
         Err(ApiError::not_found("no queue is reservable"))
     }
 
@@ -271,6 +279,7 @@ impl Backend for Fake {
         &self,
         _: Option<gantry_engine::ReservationId>,
         _: gantry_engine::ReservationRequest,
+        _: Option<String>,
     ) -> Result<api::reservations::ReservationInfo, ApiError> {
         Err(ApiError::not_found("no queue is reservable"))
     }

@@ -19,6 +19,9 @@ struct RestoredApp {
     state: u32,
     failures: u32,
     submit_ms: u64,
+    /// Recovered from the driver's store (not a new submission under a handed-out id): an app
+    /// of a reservation that ended meanwhile may fall back to the plan's default queue.
+    from_store: bool,
 }
 
 /// A container recovered from a durable store.
@@ -30,6 +33,10 @@ struct RestoredContainer {
     gpus: Vec<u32>,
     running: bool,
 }
+
+/// The diagnostics of an application killed by its user (the driver stores the same words
+/// before it asks the engine, so the store and the engine agree).
+pub const KILLED_BY_REQUEST: &str = "killed by request";
 
 /// Grace period given to containers of a killed application, ms.
 pub const APP_KILL_GRACE_MS: u64 = 10_000;
@@ -305,8 +312,32 @@ impl Engine {
                 };
             }
             Event::AppSubmitted(spec) => self.submit(spec)?,
+            Event::AppSubmittedWithId { app, spec } => {
+                if app.0 == 0 || app.0 >= self.state.next_app {
+                    return Err(EngineError::Invalid {
+                        what: "application id",
+                        reason: format!("application {} was never handed out", app.0),
+                    });
+                }
+                let restored = RestoredApp {
+                    id: app,
+                    state: GANTRY_APP_NEW,
+                    failures: 0,
+                    submit_ms: self.now_ms,
+                    from_store: false,
+                };
+                let id = self.insert_app(spec, Some(restored))?;
+                self.commands.push(Command::AppAccepted { app: id });
+            }
+            Event::IdsTaken { app_below, container_below, reservation_below } => {
+                let st = &mut self.state;
+                st.next_app = st.next_app.max(app_below);
+                st.next_container = st.next_container.max(container_below);
+                st.next_reservation = st.next_reservation.max(reservation_below);
+            }
             Event::AppRestored { app, spec, state, failures, submit_ms } => {
-                self.insert_app(spec, Some(RestoredApp { id: app, state, failures, submit_ms }))?;
+                let restored = RestoredApp { id: app, state, failures, submit_ms, from_store: true };
+                self.insert_app(spec, Some(restored))?;
             }
             Event::ContainerRestored { container, app, request, node, gpus, running } => {
                 self.restore_container(RestoredContainer { container, app, request, node, gpus, running })?;
@@ -316,7 +347,7 @@ impl Engine {
                 if app_is_terminal(self.state.apps[i as usize].state) {
                     return Err(EngineError::Conflict(format!("application {} has already ended", app.0)));
                 }
-                self.end_app(i, GANTRY_APP_KILLED, "killed by request".into(), KillReason::AppKilled);
+                self.end_app(i, GANTRY_APP_KILLED, KILLED_BY_REQUEST.into(), KillReason::AppKilled);
             }
             Event::AppWithdrawn { app, reason } => {
                 let i = self.app_idx(app)?;
@@ -402,13 +433,16 @@ impl Engine {
     /// driver's durable store with its id, state and failures so far.
     fn insert_app(&mut self, spec: AppSpec, restored: Option<RestoredApp>) -> Result<AppId, EngineError> {
         spec.validate()?;
-        let queue = match self.state.queue_index.get(&spec.queue) {
-            Some(&q) if self.state.queues[q as usize].flags & GANTRY_QUEUE_LEAF != 0 => q,
-            _ => match self.book.as_ref().and_then(|b| b.resolve_queue(&spec.queue, restored.is_some())) {
-                Some(q) => q,
-                None => return Err(EngineError::UnknownQueue(spec.queue)),
-            },
-        };
+        let queue =
+            match self.state.queue_index.get(&spec.queue) {
+                Some(&q) if self.state.queues[q as usize].flags & GANTRY_QUEUE_LEAF != 0 => q,
+                _ => match self.book.as_ref().and_then(|b| {
+                    b.resolve_queue(&spec.queue, restored.as_ref().is_some_and(|r| r.from_store))
+                }) {
+                    Some(q) => q,
+                    None => return Err(EngineError::UnknownQueue(spec.queue)),
+                },
+            };
         if let Some(r) = &restored {
             if r.id.0 == 0 || self.state.app_index.contains_key(&r.id.0) {
                 return Err(EngineError::Conflict(format!("application {} already exists", r.id.0)));

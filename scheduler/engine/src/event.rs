@@ -32,6 +32,27 @@ pub enum Event {
     },
     /// A user submitted an application.
     AppSubmitted(AppSpec),
+    /// A user submitted an application under an id handed out earlier (YARN's
+    /// `new-application`, see [`Event::IdsTaken`]). Refused if the id was never handed out (it
+    /// is not below the engine's next application id) or a live application has it; the driver
+    /// checks that it was handed to this caller and not used before. Answered `AppAccepted`.
+    AppSubmittedWithId {
+        /// The id handed out.
+        app: AppId,
+        /// Its submission.
+        spec: AppSpec,
+    },
+    /// Ids below these are taken — recorded in the driver's durable store (after a restart), or
+    /// handed out to a client that will submit with them later — so the engine never gives them
+    /// again. Each counter moves up to its value, never down.
+    IdsTaken {
+        /// Application ids below this are taken.
+        app_below: u64,
+        /// Container ids below this are taken.
+        container_below: u64,
+        /// Reservation ids below this are taken.
+        reservation_below: u64,
+    },
     /// An application recovered from the driver's durable store after a restart, with the id,
     /// state and failure count it had (no `AppAccepted` reply: it was acknowledged long ago).
     AppRestored {

@@ -391,8 +391,14 @@ fn cluster_admin_only(access: &MaybeAccess, what: &str) -> Result<(), ApiError> 
 
 async fn new_reservation<B: Backend>(
     State(b): State<B>,
+    access: MaybeAccess,
 ) -> Result<Json<crate::api::reservations::NewReservation>, ApiError> {
-    Ok(Json(b.new_reservation().await?))
+    Ok(Json(b.new_reservation(caller_of(&access)).await?))
+}
+
+/// The authenticated user, to whom ids handed out belong (`None` without tokens).
+fn caller_of(access: &MaybeAccess) -> Option<String> {
+    access.as_ref().map(|axum::Extension(a)| a.caller.user.clone())
 }
 
 /// The accepted reservation with this id, if the plan holds it.
@@ -425,7 +431,8 @@ async fn submit_reservation<B: Backend>(
 ) -> Result<Json<crate::api::reservations::ReservationInfo>, ApiError> {
     let queue = body.queue.clone().ok_or_else(|| ApiError::unprocessable("`queue` is required"))?;
     may_use_queue(&access, &full_queue_path(&queue), crate::auth::QueueRight::Submit)?;
-    let user = access.map_or_else(|| RESERVATION_USER.to_owned(), |axum::Extension(a)| a.caller.user);
+    let caller = caller_of(&access);
+    let user = caller.clone().unwrap_or_else(|| RESERVATION_USER.to_owned());
     let id = body
         .reservation_id
         .as_deref()
@@ -433,7 +440,7 @@ async fn submit_reservation<B: Backend>(
         .transpose()
         .map_err(ApiError::bad_request)?;
     let request = body.definition.to_request(queue, user).map_err(ApiError::unprocessable)?;
-    Ok(Json(b.submit_reservation(id, request).await?))
+    Ok(Json(b.submit_reservation(id, request, caller).await?))
 }
 
 async fn update_reservation<B: Backend>(
@@ -548,8 +555,11 @@ async fn optimize_reservations<B: Backend>(
     Ok(Json(b.optimize_reservations(limit).await?))
 }
 
-async fn new_application<B: Backend>(State(b): State<B>) -> Result<Json<NewApplication>, ApiError> {
-    Ok(Json(b.new_application().await?))
+async fn new_application<B: Backend>(
+    State(b): State<B>,
+    access: MaybeAccess,
+) -> Result<Json<NewApplication>, ApiError> {
+    Ok(Json(b.new_application(caller_of(&access)).await?))
 }
 
 /// Validates, normalises and submits; 202 only once the backend says the app is durable.
@@ -584,7 +594,7 @@ async fn submit<B: Backend>(
         let user = req.user.as_deref().unwrap_or(&a.caller.user);
         account = a.policy.accounts.account_for(user).map_err(forbidden)?;
     }
-    let id = b.submit(req, account).await?;
+    let id = b.submit(req, account, caller_of(&access)).await?;
     let location = format!("{PREFIX}/apps/{id}");
     Ok((StatusCode::ACCEPTED, [(LOCATION, location)], Json(SubmitResponse { application_id: id }))
         .into_response())

@@ -3,7 +3,8 @@
 //! committed them.
 
 use super::core::{
-    Core, CoreGone, CoreHandle, LaunchTemplate, LogError, ReservationOp, ReservationOutcome, SubmitError,
+    Core, CoreGone, CoreHandle, IdKind, LaunchTemplate, LogError, ReservationOp, ReservationOutcome,
+    SubmitError,
 };
 use crate::api::reservations::{NewReservation, OptimizeInfo, ReservationInfo, format_reservation_id};
 use crate::api::types::*;
@@ -216,15 +217,19 @@ fn st_labels(core: &Core) -> &[GantryLabel] {
     core.engine().state().labels()
 }
 
+/// The answer to a change the core refused (the engine's reason) or could not store (503:
+/// nothing changed, try again); `what` names the change for the latter.
+fn submit_error(e: SubmitError, what: &str) -> ApiError {
+    match e {
+        SubmitError::Engine(e) => engine_error(e),
+        SubmitError::Store(e) => ApiError::unavailable(format!("{what} could not be stored: {e}")),
+    }
+}
+
 impl DaemonBackend {
     /// Runs a reservation change and answers the reservation's record.
     async fn reservation_change(&self, op: ReservationOp) -> Result<ReservationOutcome, ApiError> {
-        self.core.reservation(op).await.map_err(gone)?.map_err(|e| match e {
-            SubmitError::Engine(e) => engine_error(e),
-            SubmitError::Store(e) => {
-                ApiError::unavailable(format!("the reservation could not be stored: {e}"))
-            }
-        })
+        self.core.reservation(op).await.map_err(gone)?.map_err(|e| submit_error(e, "the reservation"))
     }
 
     async fn reservation_info(&self, outcome: ReservationOutcome) -> Result<ReservationInfo, ApiError> {
@@ -250,8 +255,13 @@ impl DaemonBackend {
 }
 
 impl Backend for DaemonBackend {
-    async fn new_reservation(&self) -> Result<NewReservation, ApiError> {
-        let id = self.core.read(|c| c.reserve_reservation_id()).await.map_err(gone)?;
+    async fn new_reservation(&self, caller: Option<String>) -> Result<NewReservation, ApiError> {
+        let id = self
+            .core
+            .new_id(IdKind::Reservation, caller)
+            .await
+            .map_err(gone)?
+            .map_err(|e| submit_error(e, "the new reservation id"))?;
         Ok(NewReservation { reservation_id: format_reservation_id(gantry_engine::ReservationId(id)) })
     }
 
@@ -259,8 +269,9 @@ impl Backend for DaemonBackend {
         &self,
         id: Option<gantry_engine::ReservationId>,
         request: gantry_engine::ReservationRequest,
+        caller: Option<String>,
     ) -> Result<ReservationInfo, ApiError> {
-        let outcome = self.reservation_change(ReservationOp::Submit { id, request }).await?;
+        let outcome = self.reservation_change(ReservationOp::Submit { id, request, caller }).await?;
         self.reservation_info(outcome).await
     }
 
@@ -485,26 +496,36 @@ impl Backend for DaemonBackend {
         Some(ended_info(&summary))
     }
 
-    async fn new_application(&self) -> Result<NewApplication, ApiError> {
-        let (id, max) = self
+    async fn new_application(&self, caller: Option<String>) -> Result<NewApplication, ApiError> {
+        let max = self
             .core
             .read(|c| {
-                let st = c.engine().state();
-                let max = st
+                c.engine()
+                    .state()
                     .nodes()
                     .iter()
                     .filter(|n| n.state == GANTRY_NODE_RUNNING)
                     .map(|n| n.capacity)
                     .max_by_key(|r| (r.cpu_millis, r.memory_bytes))
-                    .unwrap_or_default();
-                (c.reserve_app_id(), max)
+                    .unwrap_or_default()
             })
             .await
             .map_err(gone)?;
+        let id = self
+            .core
+            .new_id(IdKind::App, caller)
+            .await
+            .map_err(gone)?
+            .map_err(|e| submit_error(e, "the new application id"))?;
         Ok(NewApplication { application_id: id, maximum_resource_capability: max.into() })
     }
 
-    async fn submit(&self, req: SubmitApp, account: Option<String>) -> Result<u64, ApiError> {
+    async fn submit(
+        &self,
+        req: SubmitApp,
+        account: Option<String>,
+        caller: Option<String>,
+    ) -> Result<u64, ApiError> {
         let mut spec = req.to_app_spec(crate::api::DEFAULT_QUEUE, "gantry");
         if let Some(text) = &req.reservation_id {
             let id = crate::api::reservations::parse_reservation_id(text).map_err(ApiError::unprocessable)?;
@@ -536,20 +557,15 @@ impl Backend for DaemonBackend {
             .collect();
         let id = self
             .core
-            .submit_with_id(spec, templates, req.application_id.map(AppId))
+            .submit_with_id(spec, templates, req.application_id.map(AppId), caller)
             .await
             .map_err(gone)?
-            .map_err(|e| match e {
-                super::core::SubmitError::Engine(e) => engine_error(e),
-                super::core::SubmitError::Store(e) => {
-                    ApiError::unavailable(format!("the submission could not be stored: {e}"))
-                }
-            })?;
+            .map_err(|e| submit_error(e, "the submission"))?;
         Ok(id.0)
     }
 
     async fn kill(&self, id: u64) -> Result<(), ApiError> {
-        self.core.kill(AppId(id)).await.map_err(gone)?.map_err(engine_error)
+        self.core.kill(AppId(id)).await.map_err(gone)?.map_err(|e| submit_error(e, "the kill"))
     }
 
     async fn scheduler(&self) -> SchedulerInfo {

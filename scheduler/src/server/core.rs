@@ -12,6 +12,7 @@
 //! `LogChunk`. A read in flight fails as soon as its stream ends, is replaced or its node is
 //! lost; one whose caller gave up is dropped at the next liveness tick.
 
+use super::handed_out::{Caller, HandedOut};
 use gantry_engine::{
     AppId, AppSpec, Command, ContainerId, Engine, EngineError, Event, GpuSpec, NodeCondition, NodeSpec,
     Resources,
@@ -48,8 +49,11 @@ pub enum Request {
     Submit {
         /// The engine's view of it.
         spec: AppSpec,
-        /// An id reserved earlier with `new-application`, if the client uses one.
+        /// An id handed out earlier by `new-application`, if the client uses one: it must have
+        /// been handed to `caller` and not used (see [`super::handed_out`]).
         id: Option<AppId>,
+        /// Who submits (the authenticated user; `None` without tokens).
+        caller: Caller,
         /// One template per request, in order.
         templates: Vec<LaunchTemplate>,
         /// Where the id goes, with the store's acknowledgement to await before telling the
@@ -63,12 +67,31 @@ pub enum Request {
         /// Why.
         reason: String,
     },
-    /// Kill an application.
-    Kill {
+    /// Hand out an id for a later submission (`new-application`, `new-reservation`): the engine
+    /// never gives it to anyone else, and the store records that before the id is answered.
+    NewId {
+        /// Which kind of id.
+        kind: IdKind,
+        /// Who may use it.
+        caller: Caller,
+        /// The id and the acknowledgement to await before answering (none without a store).
+        reply: oneshot::Sender<Result<(u64, Option<crate::store::Ack>), SubmitError>>,
+    },
+    /// First step of killing an application: check it is live and queue its KILLED state to the
+    /// store; nothing changes in the engine until [`Request::ApplyKill`] follows the commit, so
+    /// a kill that cannot be stored is answered 503 and changes nothing.
+    StoreKill {
         /// The app.
         app: AppId,
-        /// The outcome.
-        reply: oneshot::Sender<Result<(), EngineError>>,
+        /// The acknowledgement to await (none without a store), or why not.
+        reply: oneshot::Sender<Result<Option<crate::store::Ack>, SubmitError>>,
+    },
+    /// Second step: the kill is stored; stop the application's containers.
+    ApplyKill {
+        /// The app.
+        app: AppId,
+        /// Done (an app that ended by itself meanwhile is fine: its own end is stored after).
+        reply: oneshot::Sender<()>,
     },
     /// First step of draining (`drained`) or undraining a node: check the node and queue the
     /// change to the store; the reply carries the store's acknowledgement. Nothing changes in
@@ -208,8 +231,14 @@ pub enum SubmitError {
     Store(crate::store::StoreError),
 }
 
-/// Reservation ids handed out and not yet used that the core remembers.
-pub const MAX_UNUSED_RESERVATION_IDS: usize = 10_000;
+/// Which kind of id [`Request::NewId`] hands out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdKind {
+    /// An application id (`new-application`).
+    App,
+    /// A reservation id (`new-reservation`).
+    Reservation,
+}
 
 /// A change to the reservation plan (see [`Request::Reservation`]).
 #[derive(Debug)]
@@ -218,6 +247,9 @@ pub enum ReservationOp {
     Submit {
         /// An id from `new-reservation`, or none.
         id: Option<gantry_engine::ReservationId>,
+        /// Who submits (the authenticated user; `None` without tokens): an `id` must have been
+        /// handed to them.
+        caller: Caller,
         /// What it asks for.
         request: gantry_engine::ReservationRequest,
     },
@@ -292,18 +324,32 @@ impl CoreHandle {
         spec: AppSpec,
         templates: Vec<LaunchTemplate>,
     ) -> Result<Result<AppId, SubmitError>, CoreGone> {
-        self.submit_with_id(spec, templates, None).await
+        self.submit_with_id(spec, templates, None, None).await
     }
 
-    /// Submits an application under an id reserved with [`Core::reserve_app_id`], or a new one.
+    /// Hands out an id for a later submission by `caller`; answers once the store has recorded
+    /// that the id is taken.
+    pub async fn new_id(&self, kind: IdKind, caller: Caller) -> Result<Result<u64, SubmitError>, CoreGone> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::NewId { kind, caller, reply }).await?;
+        Ok(match rx.await.map_err(|_| CoreGone)? {
+            Err(e) => Err(e),
+            Ok((id, Some(ack))) => ack.await.map(|()| id).map_err(SubmitError::Store),
+            Ok((id, None)) => Ok(id),
+        })
+    }
+
+    /// Submits an application under an id handed to `caller` by [`CoreHandle::new_id`], or
+    /// under a new one.
     pub async fn submit_with_id(
         &self,
         spec: AppSpec,
         templates: Vec<LaunchTemplate>,
         id: Option<AppId>,
+        caller: Caller,
     ) -> Result<Result<AppId, SubmitError>, CoreGone> {
         let (reply, rx) = oneshot::channel();
-        self.send(Request::Submit { spec, id, templates, reply }).await?;
+        self.send(Request::Submit { spec, id, caller, templates, reply }).await?;
         match rx.await.map_err(|_| CoreGone)? {
             Err(e) => Ok(Err(SubmitError::Engine(e))),
             // Acknowledged once committed (at once without a store).
@@ -366,11 +412,24 @@ impl CoreHandle {
         Ok(rx.await.map_err(|_| CoreGone)?.map_err(SubmitError::Engine))
     }
 
-    /// Kills an application.
-    pub async fn kill(&self, app: AppId) -> Result<Result<(), EngineError>, CoreGone> {
+    /// Kills an application. Answers once the kill is durable; a kill the store cannot record
+    /// fails with [`SubmitError::Store`] and changes nothing.
+    pub async fn kill(&self, app: AppId) -> Result<Result<(), SubmitError>, CoreGone> {
         let (reply, rx) = oneshot::channel();
-        self.send(Request::Kill { app, reply }).await?;
-        rx.await.map_err(|_| CoreGone)
+        self.send(Request::StoreKill { app, reply }).await?;
+        match rx.await.map_err(|_| CoreGone)? {
+            Err(e) => return Ok(Err(e)),
+            Ok(Some(ack)) => {
+                if let Err(e) = ack.await {
+                    return Ok(Err(SubmitError::Store(e)));
+                }
+            }
+            Ok(None) => {}
+        }
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::ApplyKill { app, reply }).await?;
+        rx.await.map_err(|_| CoreGone)?;
+        Ok(Ok(()))
     }
 
     /// Reads the end of a container's log through its node's agent and waits for the answer.
@@ -459,12 +518,13 @@ pub struct Core {
     dirty: bool,
     stats: CoreStats,
     started: Instant,
-    /// The last application id handed out by `new-application` (ids are never reused).
-    last_reserved: std::cell::Cell<u64>,
-    last_reserved_reservation: std::cell::Cell<u64>,
-    /// Reservation ids handed out by `new-reservation` and not submitted yet: a submission may
-    /// name only one of these, so an id is never used twice.
-    unused_reservation_ids: std::cell::RefCell<std::collections::BTreeSet<u64>>,
+    /// Application ids handed out by `new-application` and not used yet, with their callers.
+    handed_out_apps: HandedOut,
+    /// Reservation ids handed out by `new-reservation` and not used yet, with their callers.
+    handed_out_reservations: HandedOut,
+    /// Submissions the engine took whose record the store refused, withdrawn: their end is not
+    /// written (there is no record, and the id is never another app's).
+    unstored_apps: HashSet<u64>,
     /// Containers launched per application, and which app each container belongs to.
     launched: HashMap<u64, Vec<LaunchedContainer>>,
     launched_app: HashMap<u64, u64>,
@@ -531,9 +591,9 @@ impl Core {
             dirty: false,
             stats: CoreStats::default(),
             started: Instant::now(),
-            last_reserved: std::cell::Cell::new(0),
-            last_reserved_reservation: std::cell::Cell::new(0),
-            unused_reservation_ids: std::cell::RefCell::new(std::collections::BTreeSet::new()),
+            handed_out_apps: HandedOut::new("application", "new-application"),
+            handed_out_reservations: HandedOut::new("reservation", "new-reservation"),
+            unstored_apps: HashSet::new(),
             launched: HashMap::new(),
             launched_app: HashMap::new(),
             launched_order: std::collections::VecDeque::new(),
@@ -636,6 +696,16 @@ impl Core {
     ) -> Result<Self, crate::store::StoreError> {
         let recovered = store.load()?;
         let mut core = Core::new(engine);
+        // Every id the store has seen (ended and deleted apps included) or handed out is taken:
+        // without this a restarted engine counts from 1 again and overwrites what is stored.
+        let taken = Event::IdsTaken {
+            app_below: recovered.next_app_id,
+            container_below: recovered.next_container_id,
+            reservation_below: recovered.next_reservation_id,
+        };
+        if let Err(e) = core.engine.handle(now_ms(), taken) {
+            tracing::error!(error = %e, "cannot restore the id counters");
+        }
         let mut failures: HashMap<u64, u32> = HashMap::new();
         for c in &recovered.containers {
             if c.state == GANTRY_CONTAINER_FAILED {
@@ -861,26 +931,64 @@ impl Core {
         }
     }
 
-    /// Hands out a reservation id for a later submission (YARN's `new-reservation`): past every
-    /// id the engine has given and every id handed out before. At most
-    /// [`MAX_UNUSED_RESERVATION_IDS`] may wait unused; past that the oldest is forgotten.
-    pub fn reserve_reservation_id(&self) -> u64 {
-        let id = self.engine.next_reservation_id().max(self.last_reserved_reservation.get() + 1);
-        self.last_reserved_reservation.set(id);
-        let mut unused = self.unused_reservation_ids.borrow_mut();
-        unused.insert(id);
-        while unused.len() > MAX_UNUSED_RESERVATION_IDS {
-            unused.pop_first();
+    /// Checks that `app` is live and queues its KILLED state to the store; the engine is not told
+    /// until the write commits ([`Request::ApplyKill`]).
+    fn store_kill(&mut self, app: AppId) -> Result<Option<crate::store::Ack>, SubmitError> {
+        match self.engine.app_state(app) {
+            None => return Err(SubmitError::Engine(EngineError::UnknownApp(app.0))),
+            Some(state) if gantry_engine::state::app_is_terminal(state) => {
+                return Err(SubmitError::Engine(EngineError::Conflict(format!(
+                    "application {} has already ended",
+                    app.0
+                ))));
+            }
+            Some(_) => {}
         }
-        id
+        let Some(store) = &self.store else { return Ok(None) };
+        let write = crate::store::Write::AppState {
+            id: app,
+            state: GANTRY_APP_KILLED,
+            diagnostics: gantry_engine::KILLED_BY_REQUEST.to_owned(),
+            at_ms: now_ms(),
+        };
+        store.submit(vec![write]).map(Some).map_err(SubmitError::Store)
     }
 
-    /// Hands out an application id no submission has used: above every id the engine has given
-    /// and every id reserved before.
-    pub fn reserve_app_id(&self) -> u64 {
-        let id = self.engine.state().next_app_id().max(self.last_reserved.get() + 1);
-        self.last_reserved.set(id);
-        id
+    /// Hands out an id of `kind` for a later submission by `caller`: the engine's counter moves
+    /// past it (so no other submission gets it) and the store records the move, so it is never
+    /// given again after a restart either.
+    fn new_id(
+        &mut self,
+        kind: IdKind,
+        caller: Caller,
+    ) -> Result<(u64, Option<crate::store::Ack>), SubmitError> {
+        let (id, taken) = match kind {
+            IdKind::App => {
+                let id = self.engine.state().next_app_id();
+                (id, Event::IdsTaken { app_below: id + 1, container_below: 0, reservation_below: 0 })
+            }
+            IdKind::Reservation => {
+                let id = self.engine.next_reservation_id();
+                (id, Event::IdsTaken { app_below: 0, container_below: 0, reservation_below: id + 1 })
+            }
+        };
+        let next = crate::store::NextIds {
+            app: if kind == IdKind::App { id + 1 } else { 0 },
+            container: 0,
+            reservation: if kind == IdKind::Reservation { id + 1 } else { 0 },
+        };
+        let ack = match &self.store {
+            None => None,
+            Some(store) => {
+                Some(store.submit(vec![crate::store::Write::NextIds(next)]).map_err(SubmitError::Store)?)
+            }
+        };
+        self.event(taken)?;
+        match kind {
+            IdKind::App => self.handed_out_apps.hand_out(id, caller),
+            IdKind::Reservation => self.handed_out_reservations.hand_out(id, caller),
+        }
+        Ok((id, ack))
     }
 
     /// The engine (read-only).
@@ -927,15 +1035,17 @@ impl Core {
         op: ReservationOp,
     ) -> Result<(ReservationOutcome, Option<crate::store::Ack>), SubmitError> {
         let (event, id, is_submit) = match op {
-            ReservationOp::Submit { id: Some(id), .. }
-                if !self.unused_reservation_ids.borrow().contains(&id.0) =>
+            ReservationOp::Submit { id: Some(id), caller, .. }
+                if let Err(e) = self.handed_out_reservations.check(id.0, &caller) =>
             {
                 return Err(SubmitError::Engine(EngineError::Invalid {
                     what: "reservation-id",
-                    reason: format!("reservation_{} was not handed out by new-reservation, or is used", id.0),
+                    reason: e.to_string(),
                 }));
             }
-            ReservationOp::Submit { id, request } => (Event::ReservationSubmitted { id, request }, id, true),
+            ReservationOp::Submit { id, request, .. } => {
+                (Event::ReservationSubmitted { id, request }, id, true)
+            }
             ReservationOp::Update { id, request } => {
                 (Event::ReservationUpdated { id, request }, Some(id), false)
             }
@@ -966,7 +1076,7 @@ impl Core {
             *m = moved;
             if is_submit {
                 // Used: it cannot be submitted again (a rejected one may be retried).
-                self.unused_reservation_ids.borrow_mut().remove(&accepted.0);
+                self.handed_out_reservations.use_id(accepted.0);
             }
         }
         // Replans and ends are written by `apply` (in order, in their own jobs).
@@ -1173,16 +1283,21 @@ impl Core {
                 }
                 Command::AppStateChanged { app, state, diagnostics } => {
                     tracing::info!(app = app.0, state, %diagnostics, "application state");
-                    self.persist(vec![crate::store::Write::AppState {
-                        id: app,
-                        state,
-                        diagnostics: diagnostics.clone(),
-                        at_ms: now_ms(),
-                    }]);
-                    if matches!(
+                    let ended = matches!(
                         state,
                         GANTRY_APP_FINISHED | GANTRY_APP_FAILED | GANTRY_APP_KILLED | GANTRY_APP_REJECTED
-                    ) {
+                    );
+                    if !self.unstored_apps.contains(&app.0) {
+                        self.persist(vec![crate::store::Write::AppState {
+                            id: app,
+                            state,
+                            diagnostics: diagnostics.clone(),
+                            at_ms: now_ms(),
+                        }]);
+                    } else if ended {
+                        self.unstored_apps.remove(&app.0);
+                    }
+                    if ended {
                         self.templates.remove(&app.0);
                     }
                 }
@@ -1207,7 +1322,7 @@ impl Core {
 
     fn handle(&mut self, r: Request) {
         match r {
-            Request::Submit { spec, id, templates, reply } => {
+            Request::Submit { spec, id, caller, templates, reply } => {
                 let spec_copy = spec.clone();
                 let result = (|| {
                     if templates.len() != spec.requests.len() {
@@ -1216,24 +1331,21 @@ impl Core {
                             reason: "one command per container request is needed".into(),
                         });
                     }
-                    let (id, commands) = match id {
-                        // A reserved id: recorded as given (the engine refuses one in use).
-                        Some(app) => {
-                            let event = Event::AppRestored {
-                                app,
-                                spec,
-                                state: GANTRY_APP_NEW,
-                                failures: 0,
-                                submit_ms: now_ms(),
-                            };
-                            (Some(app), self.engine.handle(now_ms(), event)?)
-                        }
-                        None => {
-                            let commands = self.engine.handle(now_ms(), Event::AppSubmitted(spec))?;
-                            (Command::accepted_app(&commands), commands)
-                        }
+                    if let Some(app) = id {
+                        // Checked before the engine sees it: a refused id changes nothing.
+                        self.handed_out_apps.check(app.0, &caller).map_err(|e| EngineError::Invalid {
+                            what: "application-id",
+                            reason: e.to_string(),
+                        })?;
+                    }
+                    let event = match id {
+                        Some(app) => Event::AppSubmittedWithId { app, spec },
+                        None => Event::AppSubmitted(spec),
                     };
-                    let id = id.ok_or_else(|| EngineError::Conflict("the engine gave no id".into()))?;
+                    let commands = self.engine.handle(now_ms(), event)?;
+                    let id = Command::accepted_app(&commands)
+                        .ok_or_else(|| EngineError::Conflict("the engine gave no id".into()))?;
+                    self.handed_out_apps.use_id(id.0);
                     let ack = match &self.store {
                         None => None,
                         Some(store) => {
@@ -1268,15 +1380,27 @@ impl Core {
                 let _ = reply.send(result);
             }
             Request::Withdraw { app, reason } => {
+                // Its record was never stored: its end must not be written either.
+                self.unstored_apps.insert(app.0);
                 if let Err(e) = self.event(Event::AppWithdrawn { app, reason }) {
                     tracing::error!(app = app.0, error = %e, "cannot withdraw an unstored submission");
                 }
                 self.dirty = true;
             }
-            Request::Kill { app, reply } => {
-                let result = self.event(Event::AppKillRequested { app });
-                self.dirty |= result.is_ok();
-                let _ = reply.send(result);
+            Request::NewId { kind, caller, reply } => {
+                let _ = reply.send(self.new_id(kind, caller));
+            }
+            Request::StoreKill { app, reply } => {
+                let _ = reply.send(self.store_kill(app));
+            }
+            Request::ApplyKill { app, reply } => {
+                match self.event(Event::AppKillRequested { app }) {
+                    Ok(()) => self.dirty = true,
+                    // It ended by itself after the kill was stored; its own end is stored after
+                    // the kill, so the store ends as the engine does.
+                    Err(e) => tracing::info!(app = app.0, error = %e, "stored kill found the app ended"),
+                }
+                let _ = reply.send(());
             }
             Request::StoreNodeDrain { node, drained, reply } => {
                 let _ = reply.send(self.store_node_drain(node, drained));

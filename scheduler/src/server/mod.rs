@@ -4,6 +4,7 @@
 pub mod agents;
 pub mod backend;
 pub mod core;
+pub mod handed_out;
 
 use crate::config::SchedulerConfig;
 use crate::metrics::SchedulerMetrics;
