@@ -154,6 +154,13 @@ const MIGRATIONS: &[Migration] = &[
         ) STRICT;
     ",
     },
+    Migration {
+        version: 4,
+        description: "when each container ended, for ended apps' history",
+        sql: "
+        ALTER TABLE containers ADD COLUMN finished_ms INTEGER;
+    ",
+    },
 ];
 
 /// Why the store could not do what was asked. It is `Clone` because one failed commit has to be
@@ -294,12 +301,14 @@ pub struct ContainerRecord {
     pub gpus: Vec<u32>,
     /// `GANTRY_CONTAINER_*`.
     pub state: u32,
-    /// When the agent confirmed the start, ms since the Unix epoch.
+    /// When it was placed, then when its agent confirmed the start, ms since the Unix epoch.
     pub started_ms: Option<u64>,
     /// Exit status, once it exited.
     pub exit_code: Option<i32>,
     /// Why it ended (`exited`, `memory-limit`, `killed-by-request`, `lost`, …).
     pub reason: Option<String>,
+    /// When it ended, ms since the Unix epoch (absent in records written before schema 4).
+    pub finished_ms: Option<u64>,
 }
 
 /// A reservation as stored.
@@ -452,6 +461,8 @@ pub enum Write {
         exit_code: Option<i32>,
         /// Why it ended, when it is now known.
         reason: Option<String>,
+        /// When it ended, when it is now known.
+        finished_ms: Option<u64>,
     },
     /// Raise the id counters (each to the larger of its stored and given value).
     NextIds(NextIds),
@@ -716,27 +727,27 @@ impl Store {
         Ok(recovered)
     }
 
-    /// One application as stored — name, queue, user, state and diagnostics — or `None` if it
-    /// was never stored. Blocking (a read-only connection of its own, beside the writer); for
-    /// ended apps the scheduler no longer keeps in memory.
-    pub fn app_summary(&self, id: AppId) -> Result<Option<gantry_engine::state::AppSummary>, StoreError> {
+    /// One application as stored, with its containers, or `None` if it is not stored. Blocking
+    /// (a read-only connection of its own, beside the writer); for ended apps the scheduler no
+    /// longer keeps in memory.
+    pub fn app_record(&self, id: AppId) -> Result<Option<(AppRecord, Vec<ContainerRecord>)>, StoreError> {
         let conn = self.reader()?;
-        let raw =
-            i64::try_from(id.0).map_err(|_| StoreError::Io(format!("app id {} is out of range", id.0)))?;
-        let mut stmt = conn
-            .prepare("SELECT name, queue, user, state, diagnostics FROM apps WHERE id = ?1")
-            .map_err(classify)?;
+        // Ids above i64::MAX are never stored.
+        let Ok(raw) = i64::try_from(id.0) else { return Ok(None) };
+        let mut stmt =
+            conn.prepare(&format!("SELECT {APP_COLUMNS} FROM apps WHERE id = ?1")).map_err(classify)?;
         let mut rows = stmt.query([raw]).map_err(classify)?;
         let Some(row) = rows.next().map_err(classify)? else { return Ok(None) };
-        let w = "app";
-        Ok(Some(gantry_engine::state::AppSummary {
-            id,
-            name: col(row, 0, w, raw)?,
-            queue: col(row, 1, w, raw)?,
-            user: col(row, 2, w, raw)?,
-            state: col(row, 3, w, raw)?,
-            diagnostics: col(row, 4, w, raw)?,
-        }))
+        let app = app_row(row)?;
+        let mut stmt = conn
+            .prepare(&format!("SELECT {CONTAINER_COLUMNS} FROM containers WHERE app = ?1 ORDER BY id"))
+            .map_err(classify)?;
+        let mut rows = stmt.query([raw]).map_err(classify)?;
+        let mut containers = Vec::new();
+        while let Some(row) = rows.next().map_err(classify)? {
+            containers.push(container_row(row)?);
+        }
+        Ok(Some((app, containers)))
     }
 
     /// Runs SQLite's `integrity_check` and the foreign-key check; for operators and tests.
@@ -1078,14 +1089,16 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
             let gpus = to_json("GPU list", &c.gpus)?;
             conn.prepare_cached(
                 "INSERT INTO containers (id, app, request, node, cpu_millis, memory_bytes, gpus,
-                                         gpu_indexes, state, started_ms, exit_code, reason)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                                         gpu_indexes, state, started_ms, exit_code, reason,
+                                         finished_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
                  ON CONFLICT (id) DO UPDATE SET
                     request = excluded.request, node = excluded.node,
                     cpu_millis = excluded.cpu_millis, memory_bytes = excluded.memory_bytes,
                     gpus = excluded.gpus, gpu_indexes = excluded.gpu_indexes,
                     state = excluded.state, started_ms = excluded.started_ms,
-                    exit_code = excluded.exit_code, reason = excluded.reason
+                    exit_code = excluded.exit_code, reason = excluded.reason,
+                    finished_ms = excluded.finished_ms
                  WHERE containers.app = excluded.app",
             )
             .and_then(|mut s| {
@@ -1101,7 +1114,8 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
                     c.state,
                     c.started_ms,
                     c.exit_code,
-                    c.reason
+                    c.reason,
+                    c.finished_ms
                 ])
             })
             .map_err(classify)
@@ -1114,14 +1128,15 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
             })?;
             bump_counter(conn, "container", c.id.0.saturating_add(1))
         }
-        Write::ContainerState { id, state, started_ms, exit_code, reason } => {
+        Write::ContainerState { id, state, started_ms, exit_code, reason, finished_ms } => {
             let n = conn
                 .prepare_cached(
                     "UPDATE containers SET state = ?2, started_ms = COALESCE(?3, started_ms),
-                        exit_code = COALESCE(?4, exit_code), reason = COALESCE(?5, reason)
+                        exit_code = COALESCE(?4, exit_code), reason = COALESCE(?5, reason),
+                        finished_ms = COALESCE(?6, finished_ms)
                      WHERE id = ?1",
                 )
-                .and_then(|mut s| s.execute(params![id.0, state, started_ms, exit_code, reason]))
+                .and_then(|mut s| s.execute(params![id.0, state, started_ms, exit_code, reason, finished_ms]))
                 .map_err(classify)?;
             expect_one(n, "container", id.0)
         }
@@ -1203,6 +1218,58 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
     }
 }
 
+/// The columns [`app_row`] reads, in its order.
+const APP_COLUMNS: &str =
+    "id, name, queue, user, priority, max_attempts, submit_ms, state, state_ms, diagnostics, spec, launch";
+
+fn app_row(row: &rusqlite::Row<'_>) -> Result<AppRecord, StoreError> {
+    let raw: i64 = row.get(0).map_err(classify)?;
+    let w = "app";
+    let spec_json: String = col(row, 10, w, raw)?;
+    let spec: SpecJson = serde_json::from_str(&spec_json).map_err(|e| corrupt(w, raw)(e.to_string()))?;
+    let launch_json: String = col(row, 11, w, raw)?;
+    let launch = serde_json::from_str(&launch_json).map_err(|e| corrupt(w, raw)(e.to_string()))?;
+    Ok(AppRecord {
+        id: AppId(col(row, 0, w, raw)?),
+        spec: AppSpec {
+            name: col(row, 1, w, raw)?,
+            queue: col(row, 2, w, raw)?,
+            user: col(row, 3, w, raw)?,
+            priority: col(row, 4, w, raw)?,
+            max_attempts: col(row, 5, w, raw)?,
+            requests: spec.requests.into_iter().map(RequestSpec::from).collect(),
+        },
+        launch,
+        submit_ms: col(row, 6, w, raw)?,
+        state: col(row, 7, w, raw)?,
+        state_ms: col(row, 8, w, raw)?,
+        diagnostics: col(row, 9, w, raw)?,
+    })
+}
+
+/// The columns [`container_row`] reads, in its order.
+const CONTAINER_COLUMNS: &str = "id, app, request, node, cpu_millis, memory_bytes, gpus, gpu_indexes, state,
+     started_ms, exit_code, reason, finished_ms";
+
+fn container_row(row: &rusqlite::Row<'_>) -> Result<ContainerRecord, StoreError> {
+    let raw: i64 = row.get(0).map_err(classify)?;
+    let w = "container";
+    let gpus_json: String = col(row, 7, w, raw)?;
+    Ok(ContainerRecord {
+        id: ContainerId(col(row, 0, w, raw)?),
+        app: AppId(col(row, 1, w, raw)?),
+        request: col(row, 2, w, raw)?,
+        node: col(row, 3, w, raw)?,
+        resources: resources(col(row, 4, w, raw)?, col(row, 5, w, raw)?, col(row, 6, w, raw)?),
+        gpus: serde_json::from_str(&gpus_json).map_err(|e| corrupt(w, raw)(e.to_string()))?,
+        state: col(row, 8, w, raw)?,
+        started_ms: col(row, 9, w, raw)?,
+        exit_code: col(row, 10, w, raw)?,
+        reason: col(row, 11, w, raw)?,
+        finished_ms: col(row, 12, w, raw)?,
+    })
+}
+
 fn corrupt(what: &'static str, id: i64) -> impl Fn(String) -> StoreError {
     move |reason| StoreError::Corrupt { what, id, reason }
 }
@@ -1220,63 +1287,17 @@ fn col<T: rusqlite::types::FromSql>(
 fn read_all(conn: &Connection) -> Result<Recovered, StoreError> {
     let mut out = Recovered::default();
 
-    let mut stmt = conn
-        .prepare(
-            "SELECT id, name, queue, user, priority, max_attempts, submit_ms, state, state_ms,
-                    diagnostics, spec, launch
-             FROM apps ORDER BY id",
-        )
-        .map_err(classify)?;
+    let mut stmt = conn.prepare(&format!("SELECT {APP_COLUMNS} FROM apps ORDER BY id")).map_err(classify)?;
     let mut rows = stmt.query([]).map_err(classify)?;
     while let Some(row) = rows.next().map_err(classify)? {
-        let raw: i64 = row.get(0).map_err(classify)?;
-        let w = "app";
-        let spec_json: String = col(row, 10, w, raw)?;
-        let spec: SpecJson = serde_json::from_str(&spec_json).map_err(|e| corrupt(w, raw)(e.to_string()))?;
-        let launch_json: String = col(row, 11, w, raw)?;
-        let launch = serde_json::from_str(&launch_json).map_err(|e| corrupt(w, raw)(e.to_string()))?;
-        out.apps.push(AppRecord {
-            id: AppId(col(row, 0, w, raw)?),
-            spec: AppSpec {
-                name: col(row, 1, w, raw)?,
-                queue: col(row, 2, w, raw)?,
-                user: col(row, 3, w, raw)?,
-                priority: col(row, 4, w, raw)?,
-                max_attempts: col(row, 5, w, raw)?,
-                requests: spec.requests.into_iter().map(RequestSpec::from).collect(),
-            },
-            launch,
-            submit_ms: col(row, 6, w, raw)?,
-            state: col(row, 7, w, raw)?,
-            state_ms: col(row, 8, w, raw)?,
-            diagnostics: col(row, 9, w, raw)?,
-        });
+        out.apps.push(app_row(row)?);
     }
 
-    let mut stmt = conn
-        .prepare(
-            "SELECT id, app, request, node, cpu_millis, memory_bytes, gpus, gpu_indexes, state,
-                    started_ms, exit_code, reason
-             FROM containers ORDER BY id",
-        )
-        .map_err(classify)?;
+    let mut stmt =
+        conn.prepare(&format!("SELECT {CONTAINER_COLUMNS} FROM containers ORDER BY id")).map_err(classify)?;
     let mut rows = stmt.query([]).map_err(classify)?;
     while let Some(row) = rows.next().map_err(classify)? {
-        let raw: i64 = row.get(0).map_err(classify)?;
-        let w = "container";
-        let gpus_json: String = col(row, 7, w, raw)?;
-        out.containers.push(ContainerRecord {
-            id: ContainerId(col(row, 0, w, raw)?),
-            app: AppId(col(row, 1, w, raw)?),
-            request: col(row, 2, w, raw)?,
-            node: col(row, 3, w, raw)?,
-            resources: resources(col(row, 4, w, raw)?, col(row, 5, w, raw)?, col(row, 6, w, raw)?),
-            gpus: serde_json::from_str(&gpus_json).map_err(|e| corrupt(w, raw)(e.to_string()))?,
-            state: col(row, 8, w, raw)?,
-            started_ms: col(row, 9, w, raw)?,
-            exit_code: col(row, 10, w, raw)?,
-            reason: col(row, 11, w, raw)?,
-        });
+        out.containers.push(container_row(row)?);
     }
 
     let mut stmt = conn
@@ -1592,6 +1613,7 @@ mod tests {
             started_ms: None,
             exit_code: None,
             reason: None,
+            finished_ms: None,
         }
     }
 
@@ -1642,6 +1664,7 @@ mod tests {
                     started_ms: Some(50),
                     exit_code: None,
                     reason: None,
+                    finished_ms: None,
                 },
                 Write::ReservationState { id: ReservationId(5), state: GANTRY_RESERVATION_ACCEPTED },
             ])
@@ -1654,6 +1677,7 @@ mod tests {
                 started_ms: None,
                 exit_code: Some(-9),
                 reason: Some("exited".into()),
+                finished_ms: Some(60),
             }])
             .unwrap();
         drop(store);
@@ -1670,6 +1694,7 @@ mod tests {
         c10.started_ms = Some(50);
         c10.exit_code = Some(-9);
         c10.reason = Some("exited".into());
+        c10.finished_ms = Some(60);
         assert_eq!(r.containers, vec![c10, container(11, 2)]);
         let mut r5 = reservation(5);
         r5.state = GANTRY_RESERVATION_ACCEPTED;

@@ -1257,6 +1257,11 @@ impl Engine {
         self.state.history.iter().rev().find(|s| s.id == app).map(|s| s.state)
     }
 
+    /// Attempts an application gets when its submission names none.
+    pub fn default_max_attempts(&self) -> u32 {
+        self.config.default_max_attempts
+    }
+
     /// How many terminal applications are remembered for queries (`EngineConfig::history_len`).
     pub fn history_len(&self) -> usize {
         self.state.history_len

@@ -381,6 +381,16 @@ pub enum RackAffinity {
     Required,
 }
 
+impl From<EngineRackAffinity> for RackAffinity {
+    fn from(r: EngineRackAffinity) -> Self {
+        match r {
+            EngineRackAffinity::None => RackAffinity::None,
+            EngineRackAffinity::Preferred => RackAffinity::Preferred,
+            EngineRackAffinity::Required => RackAffinity::Required,
+        }
+    }
+}
+
 impl From<RackAffinity> for EngineRackAffinity {
     fn from(r: RackAffinity) -> Self {
         match r {

@@ -2,6 +2,7 @@
 //! core (see [`super::core`]), and submissions are acknowledged only once the store has
 //! committed them.
 
+use super::app_history::{EndedApp, LaunchedContainer};
 use super::core::{
     Core, CoreGone, CoreHandle, IdKind, LaunchTemplate, LogError, ReservationOp, ReservationOutcome,
     SubmitError,
@@ -78,33 +79,57 @@ fn log_error(e: LogError) -> ApiError {
     }
 }
 
-/// What the API shows of an ended application's own record.
-fn ended_info(s: &AppSummary) -> AppInfo {
+/// What the API shows of an ended application: the engine's summary (state, diagnostics), the
+/// core's record of it (submission, times, counters; `None` when it was forgotten) and the
+/// containers it ran — the same before and after a restart, and for apps read from the store.
+fn ended_info(s: &AppSummary, ended: Option<&EndedApp>, containers: &[LaunchedContainer]) -> AppInfo {
     let state = AppState::from_abi(s.state).unwrap_or(AppState::Failed);
     let mut a = AppInfo::new(s.id.0, s.name.clone(), s.user.clone(), s.queue.clone(), state);
     a.diagnostics.clone_from(&s.diagnostics);
-    a
-}
-
-fn summary_info(core: &Core, s: &AppSummary) -> AppInfo {
-    let mut a = ended_info(s);
-    for c in core.launched(s.id.0) {
+    if let Some(e) = ended {
+        a.priority = e.priority;
+        a.started_time = e.submit_ms;
+        a.finished_time = e.finished_ms;
+        a.elapsed_time = e.finished_ms.saturating_sub(e.submit_ms);
+        a.max_app_attempts = e.max_attempts;
+        a.failures = e.failures;
+        a.requests = e
+            .requests
+            .iter()
+            .enumerate()
+            .map(|(k, r)| RequestInfo {
+                resource: r.resources.into(),
+                count: r.count,
+                placed: 0,
+                gang: r.gang,
+                priority: r.priority,
+                labels: r.selector.iter().cloned().collect(),
+                rack_affinity: r.rack_affinity.into(),
+                command: e.commands.get(k).cloned().unwrap_or_default(),
+            })
+            .collect();
+    }
+    for c in containers {
         let Some(state) = ContainerState::from_abi(c.state) else { continue };
         a.containers.push(ContainerInfo {
             id: c.id,
             state,
             node_id: c.node.clone(),
             request: c.request,
-            resource: ResourceInfo::default(),
-            gpus: Vec::new(),
+            resource: c.resources.into(),
+            gpus: c.gpus.clone(),
             exit_code: c.exit_code,
-            started_time: 0,
-            finished_time: 0,
-            diagnostics: String::new(),
+            started_time: c.started_ms.unwrap_or_default(),
+            finished_time: c.finished_ms.unwrap_or_default(),
+            diagnostics: c.diagnostics.clone(),
             preemption_candidate_since: None,
         });
     }
     a
+}
+
+fn summary_info(core: &Core, s: &AppSummary) -> AppInfo {
+    ended_info(s, core.ended_app(s.id.0), core.launched(s.id.0))
 }
 
 /// Everything the API shows of a live application.
@@ -121,6 +146,11 @@ fn live_info(core: &Core, index: u32) -> Option<AppInfo> {
     info.elapsed_time = now_ms().saturating_sub(a.submit_ms);
     info.max_app_attempts = meta.max_attempts;
     info.failures = meta.failures;
+    if let Some(e) = core.ended_app(a.id) {
+        // Ended, and not compacted away yet (until the next cycle).
+        info.finished_time = e.finished_ms;
+        info.elapsed_time = e.finished_ms.saturating_sub(a.submit_ms);
+    }
     info.set_allocated(a.used);
     let (mut placed, mut wanted) = (0u64, 0u64);
     for (k, r) in View::range(st.requests(), a.requests).iter().enumerate() {
@@ -480,7 +510,11 @@ impl Backend for DaemonBackend {
                         .find(|h| h.id.0 == id)
                         .map(|h| summary_info(c, h)),
                 };
-                let store = if info.is_none() { c.store() } else { None };
+                let store = if info.is_none() {
+                    c.store().map(|s| (s, c.engine().default_max_attempts()))
+                } else {
+                    None
+                };
                 (info, store)
             })
             .await
@@ -488,12 +522,22 @@ impl Backend for DaemonBackend {
         if info.is_some() {
             return info;
         }
-        // Ended longer ago than memory keeps (max_completed_apps): the store still has it. Its
-        // containers are not shown; the store's record of the app is.
-        let summary = tokio::task::spawn_blocking(move || store?.app_summary(AppId(id)).ok().flatten())
-            .await
-            .ok()??;
-        Some(ended_info(&summary))
+        // Ended longer ago than memory keeps (max_completed_apps): the store still has it, with
+        // its containers.
+        let (store, default_attempts) = store?;
+        let (record, containers) =
+            tokio::task::spawn_blocking(move || store.app_record(AppId(id)).ok().flatten()).await.ok()??;
+        let summary = AppSummary {
+            id: record.id,
+            name: record.spec.name.clone(),
+            queue: record.spec.queue.clone(),
+            user: record.spec.user.clone(),
+            state: record.state,
+            diagnostics: record.diagnostics.clone(),
+        };
+        let ended = EndedApp::from_record(&record, &containers, default_attempts);
+        let launched: Vec<LaunchedContainer> = containers.iter().map(LaunchedContainer::from).collect();
+        Some(ended_info(&summary, Some(&ended), &launched))
     }
 
     async fn new_application(&self, caller: Option<String>) -> Result<NewApplication, ApiError> {

@@ -12,6 +12,8 @@
 //! `LogChunk`. A read in flight fails as soon as its stream ends, is replaced or its node is
 //! lost; one whose caller gave up is dropped at the next liveness tick.
 
+pub use super::app_history::LaunchedContainer;
+use super::app_history::{AppHistory, EndedApp};
 use super::handed_out::{Caller, HandedOut};
 use gantry_engine::{
     AppId, AppSpec, Command, ContainerId, Engine, EngineError, Event, GpuSpec, NodeCondition, NodeSpec,
@@ -448,25 +450,6 @@ impl CoreHandle {
     }
 }
 
-/// A container the core launched, remembered after it ends (for `gantry app` and `gantry logs`
-/// on finished applications).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LaunchedContainer {
-    /// Container id.
-    pub id: u64,
-    /// Its node.
-    pub node: String,
-    /// Index of its request in the application.
-    pub request: u32,
-    /// Its last known state (`GANTRY_CONTAINER_*`).
-    pub state: u32,
-    /// Its exit status, once it ended.
-    pub exit_code: Option<i32>,
-}
-
-/// Applications whose launched containers are remembered; the oldest are forgotten first.
-const LAUNCHED_HISTORY: usize = 10_000;
-
 /// What the core keeps of a connected agent.
 #[derive(Debug)]
 pub struct AgentLink {
@@ -514,6 +497,8 @@ pub struct Core {
     /// Nodes with messages in `held`.
     held_nodes: HashSet<String>,
     templates: HashMap<u64, Vec<LaunchTemplate>>,
+    /// Live applications' submissions, kept for their record once they end.
+    specs: HashMap<u64, AppSpec>,
     /// Launches sent, by container: to answer "which app/request" when the agent reports.
     dirty: bool,
     stats: CoreStats,
@@ -525,10 +510,8 @@ pub struct Core {
     /// Submissions the engine took whose record the store refused, withdrawn: their end is not
     /// written (there is no record, and the id is never another app's).
     unstored_apps: HashSet<u64>,
-    /// Containers launched per application, and which app each container belongs to.
-    launched: HashMap<u64, Vec<LaunchedContainer>>,
-    launched_app: HashMap<u64, u64>,
-    launched_order: std::collections::VecDeque<u64>,
+    /// Containers launched, and ended applications' records.
+    history: AppHistory,
     /// The durable store, if the daemon has one.
     store: Option<std::sync::Arc<crate::store::Store>>,
     /// After a restart: containers the store says were running, by node, restored when their
@@ -585,18 +568,17 @@ impl Core {
     /// A core around `engine`.
     pub fn new(engine: Engine) -> Self {
         Core {
+            history: AppHistory::new(engine.history_len()),
             engine,
             agents: HashMap::new(),
             templates: HashMap::new(),
+            specs: HashMap::new(),
             dirty: false,
             stats: CoreStats::default(),
             started: Instant::now(),
             handed_out_apps: HandedOut::new("application", "new-application"),
             handed_out_reservations: HandedOut::new("reservation", "new-reservation"),
             unstored_apps: HashSet::new(),
-            launched: HashMap::new(),
-            launched_app: HashMap::new(),
-            launched_order: std::collections::VecDeque::new(),
             held: std::collections::VecDeque::new(),
             held_nodes: HashSet::new(),
             store: None,
@@ -735,8 +717,18 @@ impl Core {
             }
         }
         let mut live_apps = std::collections::HashSet::new();
+        let mut by_app: HashMap<u64, Vec<&crate::store::ContainerRecord>> = HashMap::new();
+        for c in &recovered.containers {
+            by_app.entry(c.app.0).or_default().push(c);
+        }
         for a in recovered.apps {
             if !matches!(a.state, GANTRY_APP_NEW | GANTRY_APP_ACCEPTED | GANTRY_APP_RUNNING) {
+                let containers: Vec<crate::store::ContainerRecord> = by_app
+                    .get(&a.id.0)
+                    .map(|cs| cs.iter().map(|c| (*c).clone()).collect())
+                    .unwrap_or_default();
+                let ended = EndedApp::from_record(&a, &containers, core.engine.default_max_attempts());
+                core.history.remember_end(a.id.0, ended);
                 core.past.push(gantry_engine::state::AppSummary {
                     id: a.id,
                     name: a.spec.name.clone(),
@@ -748,6 +740,7 @@ impl Core {
                 continue;
             }
             let templates: Vec<LaunchTemplate> = serde_json::from_value(a.launch.clone()).unwrap_or_default();
+            core.specs.insert(a.id.0, a.spec.clone());
             let event = Event::AppRestored {
                 app: a.id,
                 spec: a.spec,
@@ -766,16 +759,7 @@ impl Core {
         for c in recovered.containers {
             // Every stored container is remembered with its node, so `gantry app` lists it and
             // its logs can be read from that node after the restart too.
-            core.remember_launch(
-                c.app.0,
-                LaunchedContainer {
-                    id: c.id.0,
-                    node: c.node.clone(),
-                    request: c.request,
-                    state: c.state,
-                    exit_code: c.exit_code,
-                },
-            );
+            core.history.remember_launch(c.app.0, LaunchedContainer::from(&c));
             if live_apps.contains(&c.app.0) && gantry_engine::state::container_is_live(c.state) {
                 core.awaiting.entry(c.node.clone()).or_default().push(c);
             }
@@ -807,47 +791,22 @@ impl Core {
 
     /// The containers launched for an application, including ended ones.
     pub fn launched(&self, app: u64) -> &[LaunchedContainer] {
-        self.launched.get(&app).map(Vec::as_slice).unwrap_or(&[])
+        self.history.launched(app)
     }
 
     /// The application a launched container belongs to (ended ones included, as remembered).
     pub fn app_of_container(&self, container: u64) -> Option<u64> {
-        self.launched.iter().find(|(_, cs)| cs.iter().any(|c| c.id == container)).map(|(app, _)| *app)
+        self.history.app_of_container(container)
     }
 
-    /// Remembers a launched container; one already remembered (restored after a restart) is
-    /// updated instead.
-    fn remember_launch(&mut self, app: u64, c: LaunchedContainer) {
-        if let Some(known) = self.launched.get_mut(&app).and_then(|v| v.iter_mut().find(|k| k.id == c.id)) {
-            *known = c;
-            return;
-        }
-        if !self.launched.contains_key(&app) {
-            self.launched_order.push_back(app);
-            while self.launched_order.len() > LAUNCHED_HISTORY {
-                if let Some(old) = self.launched_order.pop_front() {
-                    for c in self.launched.remove(&old).unwrap_or_default() {
-                        self.launched_app.remove(&c.id);
-                    }
-                }
-            }
-        }
-        self.launched_app.insert(c.id, app);
-        self.launched.entry(app).or_default().push(c);
-    }
-
-    fn remember_end(&mut self, container: u64, state: u32, exit_code: Option<i32>) {
-        let Some(app) = self.launched_app.get(&container) else { return };
-        if let Some(c) = self.launched.get_mut(app).and_then(|v| v.iter_mut().find(|c| c.id == container)) {
-            c.state = state;
-            c.exit_code = exit_code;
-        }
+    /// What is remembered of an ended application beyond the engine's summary.
+    pub fn ended_app(&self, app: u64) -> Option<&EndedApp> {
+        self.history.ended(app)
     }
 
     /// The node that ran (or runs) a container, as remembered.
     pub fn container_node(&self, container: u64) -> Option<&str> {
-        let app = self.launched_app.get(&container)?;
-        self.launched.get(app)?.iter().find(|c| c.id == container).map(|c| c.node.as_str())
+        self.history.container(container).map(|c| c.node.as_str())
     }
 
     /// Where a container's log is: its node, and that node's log-read slots (wait for one,
@@ -1219,6 +1178,26 @@ impl Core {
         }
     }
 
+    /// Keeps an application that just ended for the API: its submission, times and counters
+    /// (the engine still holds it until its next compaction).
+    fn record_end(&mut self, app: AppId, finished_ms: u64) {
+        let templates = self.templates.remove(&app.0).unwrap_or_default();
+        let spec = self.specs.remove(&app.0).unwrap_or_default();
+        let st = self.engine.state();
+        let Some(i) = st.app_index(app) else { return };
+        let (Some(a), Some(meta)) = (st.apps().get(i as usize), st.app_meta(i)) else { return };
+        let ended = EndedApp {
+            submit_ms: a.submit_ms,
+            finished_ms,
+            priority: a.priority,
+            max_attempts: meta.max_attempts,
+            failures: meta.failures,
+            requests: spec.requests,
+            commands: templates.into_iter().map(|t| t.argv).collect(),
+        };
+        self.history.remember_end(app.0, ended);
+    }
+
     fn node_name(&self, node: u32) -> String {
         let st = self.engine.state();
         st.nodes().get(node as usize).map(|n| st.str(n.name).to_owned()).unwrap_or_default()
@@ -1244,6 +1223,7 @@ impl Core {
                         gpus,
                         ..Default::default()
                     };
+                    let placed_ms = now_ms();
                     let record = self.persist(vec![crate::store::Write::UpsertContainer(
                         crate::store::ContainerRecord {
                             id: container,
@@ -1253,12 +1233,13 @@ impl Core {
                             resources,
                             gpus: launch.gpus.clone(),
                             state: GANTRY_CONTAINER_ALLOCATED,
-                            started_ms: None,
+                            started_ms: Some(placed_ms),
                             exit_code: None,
                             reason: None,
+                            finished_ms: None,
                         },
                     )]);
-                    self.remember_launch(
+                    self.history.remember_launch(
                         app.0,
                         LaunchedContainer {
                             id: container.0,
@@ -1266,6 +1247,11 @@ impl Core {
                             request,
                             state: GANTRY_CONTAINER_ALLOCATED,
                             exit_code: None,
+                            resources,
+                            gpus: launch.gpus.clone(),
+                            started_ms: Some(placed_ms),
+                            finished_ms: None,
+                            diagnostics: String::new(),
                         },
                     );
                     self.send_launch(&name, launch, record);
@@ -1287,18 +1273,19 @@ impl Core {
                         state,
                         GANTRY_APP_FINISHED | GANTRY_APP_FAILED | GANTRY_APP_KILLED | GANTRY_APP_REJECTED
                     );
+                    let at_ms = now_ms();
                     if !self.unstored_apps.contains(&app.0) {
                         self.persist(vec![crate::store::Write::AppState {
                             id: app,
                             state,
                             diagnostics: diagnostics.clone(),
-                            at_ms: now_ms(),
+                            at_ms,
                         }]);
                     } else if ended {
                         self.unstored_apps.remove(&app.0);
                     }
                     if ended {
-                        self.templates.remove(&app.0);
+                        self.record_end(app, at_ms);
                     }
                 }
                 Command::ReservationReplanned { reservation, .. } => {
@@ -1373,6 +1360,7 @@ impl Core {
                         }
                     };
                     self.templates.insert(id.0, templates);
+                    self.specs.insert(id.0, spec_copy);
                     self.apply(commands);
                     Ok((id, ack))
                 })();
@@ -1480,16 +1468,7 @@ impl Core {
                 running: c.state == GANTRY_CONTAINER_RUNNING,
             };
             match self.engine.handle(now_ms(), event) {
-                Ok(_) => self.remember_launch(
-                    c.app.0,
-                    LaunchedContainer {
-                        id: c.id.0,
-                        node: node.clone(),
-                        request: c.request,
-                        state: c.state,
-                        exit_code: None,
-                    },
-                ),
+                Ok(_) => self.history.remember_launch(c.app.0, LaunchedContainer::from(&c)),
                 Err(e) => tracing::warn!(container = c.id.0, error = %e, "cannot restore container"),
             }
         }
@@ -1552,13 +1531,25 @@ impl Core {
             v1::ExitReason::KilledByRequest => (GANTRY_CONTAINER_KILLED, Some(137)),
             v1::ExitReason::Lost | v1::ExitReason::Unspecified => (GANTRY_CONTAINER_LOST, None),
         };
-        self.remember_end(e.container_id, state, code);
+        // The agent's clock says when it ended (also for exits during an outage); kept within
+        // the scheduler's own view of the container's life in case the clocks disagree.
+        let now = now_ms();
+        let started = self.history.container(e.container_id).and_then(|c| c.started_ms).unwrap_or(0);
+        let finished_ms = if e.finished_at_ms > 0 { e.finished_at_ms.min(now) } else { now }.max(started);
+        let words = format!("{reason:?}");
+        self.history.update(e.container_id, |c| {
+            c.state = state;
+            c.exit_code = code;
+            c.finished_ms = Some(finished_ms);
+            c.diagnostics.clone_from(&words);
+        });
         let committed = self.persist(vec![crate::store::Write::ContainerState {
             id,
             state,
             started_ms: None,
             exit_code: code,
-            reason: Some(format!("{reason:?}")),
+            reason: Some(words),
+            finished_ms: Some(finished_ms),
         }]);
         let event = match reason {
             v1::ExitReason::Lost | v1::ExitReason::Unspecified => Event::ContainerLost { container: id },
@@ -1616,13 +1607,17 @@ impl Core {
                 let _ = self.send_to(node, Down::StatusAck(v1::StatusAck { seq }));
             }
             Up::ContainerStarted(c) => {
-                self.remember_end(c.container_id, GANTRY_CONTAINER_RUNNING, None);
+                self.history.update(c.container_id, |l| {
+                    l.state = GANTRY_CONTAINER_RUNNING;
+                    l.started_ms = Some(c.started_at_ms);
+                });
                 self.persist(vec![crate::store::Write::ContainerState {
                     id: ContainerId(c.container_id),
                     state: GANTRY_CONTAINER_RUNNING,
                     started_ms: Some(c.started_at_ms),
                     exit_code: None,
                     reason: None,
+                    finished_ms: None,
                 }]);
                 let _ = self.event(Event::ContainerStarted { container: ContainerId(c.container_id) });
             }

@@ -2,6 +2,7 @@
 //! ([`agents`]), and [`serve`], which starts them from a configuration.
 
 pub mod agents;
+pub mod app_history;
 pub mod backend;
 pub mod core;
 pub mod handed_out;
