@@ -390,6 +390,9 @@ fn gpu_node(
 
 /// The engine's rule for names, non-empty.
 fn check_name(what: &str, s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Err(format!("{what} is empty; expected a name"));
+    }
     crate::trace::check_name(what, s, false)
 }
 
