@@ -524,6 +524,7 @@ impl Engine {
             failures,
             live_containers: 0,
             diagnostics: String::new(),
+            completed: vec![0; spec.requests.len()],
         });
         st.app_index.insert(id, app_idx);
         Ok(AppId(id))
@@ -758,6 +759,8 @@ impl Engine {
                 }
             }
             self.state.requests[c.request as usize].placed = 0;
+            let k = c.request - self.state.apps[c.app as usize].requests.start;
+            self.state.app_meta[c.app as usize].completed[k as usize] = 0;
             self.maybe_pending.push(c.app);
         }
     }
@@ -788,6 +791,8 @@ impl Engine {
             // been the app's last live container.
             self.finish_if_done(app);
         } else if new_state == GANTRY_CONTAINER_COMPLETED {
+            let k = c.request - self.state.apps[app as usize].requests.start;
+            self.state.app_meta[app as usize].completed[k as usize] += 1;
             self.finish_if_done(app);
         } else {
             let r = &mut self.state.requests[c.request as usize];

@@ -230,6 +230,26 @@ impl AppFilter {
     }
 }
 
+/// Which nodes `GET /nodes?states=` asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFilter {
+    /// Keep nodes in any of these states; `None` keeps all. `Some` of an empty list keeps
+    /// none: the query named only YARN states that no gantry node is in.
+    pub states: Option<Vec<NodeState>>,
+}
+
+impl NodeFilter {
+    /// Whether a node passes.
+    pub fn matches(&self, node: &NodeInfo) -> bool {
+        self.states.as_ref().is_none_or(|states| states.contains(&node.state))
+    }
+
+    /// Keeps the nodes that match.
+    pub fn apply(&self, nodes: Vec<NodeInfo>) -> Vec<NodeInfo> {
+        nodes.into_iter().filter(|n| self.matches(n)).collect()
+    }
+}
+
 /// An error answered to an API client: an HTTP status and a message, sent as YARN's
 /// `{"RemoteException": {"exception", "message", "javaClassName"}}` body (see
 /// [`RemoteException`]). The exception name follows from the status, so one status always

@@ -10,11 +10,12 @@ use super::core::{
 use crate::api::reservations::{NewReservation, OptimizeInfo, ReservationInfo, format_reservation_id};
 use crate::api::types::*;
 use crate::api::{ApiError, AppFilter, Backend, LogFile};
-use gantry_engine::state::{AppSummary, container_is_live};
+use gantry_engine::state::{AppSummary, ClusterState, container_is_live};
 use gantry_engine::{AppId, EngineError};
 use gantry_proto::v1;
 use gantry_sdk::View;
 use gantry_sdk::abi::*;
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long a log request waits for the agent's answer, a free read slot on its node
@@ -101,9 +102,14 @@ fn ended_info(s: &AppSummary, ended: Option<&EndedApp>, containers: &[LaunchedCo
                 resource: r.resources.into(),
                 count: r.count,
                 placed: 0,
+                completed: containers
+                    .iter()
+                    .filter(|c| c.request as usize == k && c.state == GANTRY_CONTAINER_COMPLETED)
+                    .count() as u32,
                 gang: r.gang,
                 priority: r.priority,
                 labels: r.selector.iter().cloned().collect(),
+                preferred_labels: r.preferred.iter().cloned().collect(),
                 rack_affinity: r.rack_affinity.into(),
                 command: e.commands.get(k).cloned().unwrap_or_default(),
             })
@@ -152,17 +158,18 @@ fn live_info(core: &Core, index: u32) -> Option<AppInfo> {
         info.elapsed_time = e.finished_ms.saturating_sub(a.submit_ms);
     }
     info.set_allocated(a.used);
-    let (mut placed, mut wanted) = (0u64, 0u64);
+    let mut wanted = 0u64;
     for (k, r) in View::range(st.requests(), a.requests).iter().enumerate() {
-        placed += u64::from(r.placed);
         wanted += u64::from(r.count);
         info.requests.push(RequestInfo {
             resource: r.resources.into(),
             count: r.count,
             placed: r.placed,
+            completed: meta.completed.get(k).copied().unwrap_or(0),
             gang: r.flags & GANTRY_REQUEST_GANG != 0,
             priority: r.priority,
-            labels: Default::default(),
+            labels: label_map(st, r.selector),
+            preferred_labels: label_map(st, r.preferred),
             rack_affinity: if r.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0 {
                 RackAffinity::Required
             } else if r.flags & GANTRY_REQUEST_SAME_RACK_PREFERRED != 0 {
@@ -173,7 +180,7 @@ fn live_info(core: &Core, index: u32) -> Option<AppInfo> {
             command: core.template(a.id, k).map(|t| t.argv.clone()).unwrap_or_default(),
         });
     }
-    info.set_progress(placed, wanted);
+    info.set_progress(meta.completed_total(), wanted);
     for c in st.containers().iter().filter(|c| c.app == index && container_is_live(c.state)) {
         let Some(state) = ContainerState::from_abi(c.state) else { continue };
         if c.state == GANTRY_CONTAINER_RUNNING {
@@ -205,15 +212,20 @@ fn live_info(core: &Core, index: u32) -> Option<AppInfo> {
     Some(info)
 }
 
+/// A node's labels or a request's selector, from the engine's label records, as `key: value`.
+fn label_map(st: &ClusterState, range: GantryRange) -> BTreeMap<String, String> {
+    View::range(st.labels(), range)
+        .iter()
+        .map(|l| (st.str(l.key).to_owned(), st.str(l.value).to_owned()))
+        .collect()
+}
+
 fn node_info(core: &Core, n: &GantryNode) -> NodeInfo {
     let st = core.engine().state();
     let name = st.str(n.name).to_owned();
     let state = NodeState::from_abi(n.state).unwrap_or(NodeState::Unhealthy);
     let mut info = NodeInfo::new(name.clone(), st.str(n.rack), state, n.capacity, n.allocated);
-    info.labels = View::range(st_labels(core), n.labels)
-        .iter()
-        .map(|l| (st.str(l.key).to_owned(), st.str(l.value).to_owned()))
-        .collect();
+    info.labels = label_map(st, n.labels);
     let meta = st.node_by_name(&name).and_then(|i| st.node_meta(i.0));
     info.num_containers = meta.map_or(0, |m| m.live_containers);
     info.idle_since = meta.and_then(|m| m.idle_since_ms).filter(|_| n.state != GANTRY_NODE_LOST);
@@ -240,11 +252,6 @@ fn node_info(core: &Core, n: &GantryNode) -> NodeInfo {
         }
     }
     info
-}
-
-/// The engine's label records (node labels live there).
-fn st_labels(core: &Core) -> &[GantryLabel] {
-    core.engine().state().labels()
 }
 
 /// The answer to a change the core refused (the engine's reason) or could not store (503:
