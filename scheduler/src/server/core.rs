@@ -7,6 +7,14 @@
 //! registering), with the requests that arrived meanwhile coalesced into one cycle, and at the
 //! latest every `cycle_interval`.
 //!
+//! Every run has a cluster id of its own (random, made at start) that its launches carry, as
+//! YARN's container ids carry the ResourceManager's start time: an agent names containers by
+//! (cluster id, container id), so a scheduler on a fresh data directory, a restored backup or
+//! another cluster's state never mistakes an agent's older containers for its own, whatever
+//! their numbers. The core applies only what agents report about its own containers — those it
+//! launched, and the live ones restored from the store under the cluster ids they were launched
+//! with ([`Core::cluster_of`]) — and kills the others when their agent registers.
+//!
 //! Container logs stay on the node that ran the container (as YARN's NodeManager keeps them):
 //! [`CoreHandle::read_log`] sends a `ReadLog` down that node's stream and hands back the agent's
 //! `LogChunk`. A read in flight fails as soon as its stream ends, is replaced or its node is
@@ -16,6 +24,7 @@ use gantry_engine::{
     AppId, AppSpec, Command, ContainerId, Engine, EngineError, Event, GpuSpec, NodeCondition, NodeSpec,
     Resources,
 };
+use gantry_proto::ClusterId;
 use gantry_proto::v1;
 use gantry_proto::v1::agent_message::Msg as Up;
 use gantry_proto::v1::scheduler_message::Msg as Down;
@@ -403,6 +412,8 @@ pub struct LaunchedContainer {
     pub state: u32,
     /// Its exit status, once it ended.
     pub exit_code: Option<i32>,
+    /// The cluster id it was launched under: its agent knows it by this and its id.
+    pub cluster: ClusterId,
 }
 
 /// Applications whose launched containers are remembered; the oldest are forgotten first.
@@ -416,6 +427,9 @@ pub struct AgentLink {
     last_seen: Instant,
     /// The agent's last usage report.
     pub last_status: Option<v1::Status>,
+    /// It names containers by cluster id too (`Register.reports_cluster_ids`); an older agent
+    /// reports none, and means the containers this scheduler addressed.
+    reports_cluster_ids: bool,
 }
 
 impl AgentLink {
@@ -443,6 +457,11 @@ pub struct CoreStats {
 /// The engine and its surroundings, owned by the core task.
 pub struct Core {
     engine: Engine,
+    /// This run's cluster id, carried by every launch (see the module's documentation).
+    cluster: ClusterId,
+    /// Live containers restored from the store, launched by earlier runs: the cluster ids their
+    /// agents know them by.
+    earlier_runs: HashMap<u64, ClusterId>,
     agents: HashMap<String, AgentLink>,
     /// Messages to agents held back until a store write commits, in batches: a launch must not
     /// reach an agent before its container's record is durable, or a crash in between lets the
@@ -526,6 +545,9 @@ impl Core {
     pub fn new(engine: Engine) -> Self {
         Core {
             engine,
+            // Random, never the legacy cluster's 0: unique across scheduler states.
+            cluster: ClusterId::from_bits(rand::random::<u128>().max(1)),
+            earlier_runs: HashMap::new(),
             agents: HashMap::new(),
             templates: HashMap::new(),
             dirty: false,
@@ -704,9 +726,11 @@ impl Core {
                     request: c.request,
                     state: c.state,
                     exit_code: c.exit_code,
+                    cluster: c.cluster,
                 },
             );
             if live_apps.contains(&c.app.0) && gantry_engine::state::container_is_live(c.state) {
+                core.earlier_runs.insert(c.id.0, c.cluster);
                 core.awaiting.entry(c.node.clone()).or_default().push(c);
             }
         }
@@ -774,10 +798,34 @@ impl Core {
         }
     }
 
+    /// A launched container, as remembered.
+    fn launched_container(&self, container: u64) -> Option<&LaunchedContainer> {
+        let app = self.launched_app.get(&container)?;
+        self.launched.get(app)?.iter().find(|c| c.id == container)
+    }
+
     /// The node that ran (or runs) a container, as remembered.
     pub fn container_node(&self, container: u64) -> Option<&str> {
-        let app = self.launched_app.get(&container)?;
-        self.launched.get(app)?.iter().find(|c| c.id == container).map(|c| c.node.as_str())
+        self.launched_container(container).map(|c| c.node.as_str())
+    }
+
+    /// This run's cluster id.
+    pub fn cluster(&self) -> ClusterId {
+        self.cluster
+    }
+
+    /// The cluster id agents know a live container by: an earlier run's for one restored from
+    /// the store, this run's otherwise.
+    pub fn cluster_of(&self, container: u64) -> ClusterId {
+        self.earlier_runs.get(&container).copied().unwrap_or(self.cluster)
+    }
+
+    /// Whether a container `node`'s agent reports under `cluster` is this scheduler's (see
+    /// [`Core::cluster_of`]); an agent older than cluster ids means the one this scheduler
+    /// addressed.
+    fn ours(&self, node: &str, cluster: &str, container: u64) -> bool {
+        let aware = self.agents.get(node).is_some_and(|l| l.reports_cluster_ids);
+        !aware || ClusterId::parse(cluster).is_ok_and(|c| c == self.cluster_of(container))
     }
 
     /// Where a container's log is: its node, and that node's log-read slots (wait for one,
@@ -805,7 +853,8 @@ impl Core {
         tail: Option<u64>,
         reply: oneshot::Sender<Result<LogChunk, LogError>>,
     ) {
-        let Some(node) = self.container_node(container).map(str::to_owned) else {
+        let Some((node, cluster)) = self.launched_container(container).map(|c| (c.node.clone(), c.cluster))
+        else {
             let _ = reply.send(Err(LogError::UnknownContainer(container)));
             return;
         };
@@ -816,8 +865,13 @@ impl Core {
         }
         self.last_log_request += 1;
         let request_id = self.last_log_request;
-        let read =
-            v1::ReadLog { request_id, container_id: container, stream: stream as i32, tail_bytes: tail };
+        let read = v1::ReadLog {
+            request_id,
+            container_id: container,
+            stream: stream as i32,
+            tail_bytes: tail,
+            cluster_id: cluster.to_wire(),
+        };
         if !self.send_to(&node, Down::ReadLog(read)) {
             // The stream is closed or its queue full: either way the agent will not hear it.
             let _ = reply.send(Err(LogError::NodeNotConnected { node, container }));
@@ -1132,6 +1186,7 @@ impl Core {
                         cpu_millis: i64::try_from(resources.cpu_millis).unwrap_or(i64::MAX),
                         memory_bytes: i64::try_from(resources.memory_bytes).unwrap_or(i64::MAX),
                         gpus,
+                        cluster_id: self.cluster.to_wire(),
                         ..Default::default()
                     };
                     let record = self.persist(vec![crate::store::Write::UpsertContainer(
@@ -1146,6 +1201,7 @@ impl Core {
                             started_ms: None,
                             exit_code: None,
                             reason: None,
+                            cluster: self.cluster,
                         },
                     )]);
                     self.remember_launch(
@@ -1156,6 +1212,7 @@ impl Core {
                             request,
                             state: GANTRY_CONTAINER_ALLOCATED,
                             exit_code: None,
+                            cluster: self.cluster,
                         },
                     );
                     self.send_launch(&name, launch, record);
@@ -1166,6 +1223,7 @@ impl Core {
                         container_id: container.0,
                         grace_ms: Some(grace_ms),
                         reason: format!("{reason:?}"),
+                        cluster_id: self.cluster_of(container.0).to_wire(),
                     };
                     if !self.send_to(&name, Down::Kill(kill)) {
                         tracing::warn!(container = container.0, node = %name, "no stream to the node for a kill");
@@ -1364,22 +1422,49 @@ impl Core {
                         request: c.request,
                         state: c.state,
                         exit_code: None,
+                        cluster: c.cluster,
                     },
                 ),
                 Err(e) => tracing::warn!(container = c.id.0, error = %e, "cannot restore container"),
             }
         }
-        self.agents
-            .insert(node.clone(), AgentLink { tx, stream, last_seen: Instant::now(), last_status: None });
+        self.agents.insert(
+            node.clone(),
+            AgentLink {
+                tx,
+                stream,
+                last_seen: Instant::now(),
+                last_status: None,
+                reports_cluster_ids: r.reports_cluster_ids,
+            },
+        );
         // Reads sent down an earlier stream of this node are answered on that stream or never.
         self.fail_log_reads(&node, |s| s != stream);
         self.log_slots.entry(node.clone()).or_insert_with(|| Arc::new(Semaphore::new(LOG_READS_PER_NODE)));
-        let _ = self.send_to(&node, Down::Registered(v1::Registered { heartbeat_interval_ms: 0 }));
+        let registered = v1::Registered { heartbeat_interval_ms: 0, cluster_id: self.cluster.to_wire() };
+        let _ = self.send_to(&node, Down::Registered(registered));
         // Reconcile: exits first, then what runs there against what the engine wants there.
         for exit in &r.unacked_exits {
             self.exited(&node, exit);
         }
-        let reported: HashSet<u64> = r.containers.iter().map(|c| c.container_id).collect();
+        // Containers of another scheduler state (a fresh data directory, a restored backup,
+        // another cluster) are not ours, whatever their numbers: they are killed, addressed by
+        // their own cluster id, as YARN's NodeManager kills its containers when it resyncs
+        // with a ResourceManager that does not know them.
+        let (ours, foreign): (Vec<&v1::LiveContainer>, Vec<&v1::LiveContainer>) =
+            r.containers.iter().partition(|c| self.ours(&node, &c.cluster_id, c.container_id));
+        for c in foreign {
+            tracing::warn!(%node, container = c.container_id, cluster = %c.cluster_id, "agent runs a container of another scheduler state; killing it");
+            self.stats.reconcile_kills += 1;
+            let kill = v1::Kill {
+                container_id: c.container_id,
+                grace_ms: Some(0),
+                reason: "another scheduler state's".into(),
+                cluster_id: c.cluster_id.clone(),
+            };
+            let _ = self.send_to(&node, Down::Kill(kill));
+        }
+        let reported: HashSet<u64> = ours.iter().map(|c| c.container_id).collect();
         let wanted: HashSet<u64> = {
             let st = self.engine.state();
             let idx = st.node_by_name(&node).map(|n| n.0);
@@ -1389,12 +1474,16 @@ impl Core {
                 .map(|c| c.id)
                 .collect()
         };
-        for c in &r.containers {
+        for c in ours {
             if !wanted.contains(&c.container_id) {
                 tracing::warn!(%node, container = c.container_id, "agent runs a container the scheduler does not want; killing it");
                 self.stats.reconcile_kills += 1;
-                let kill =
-                    v1::Kill { container_id: c.container_id, grace_ms: Some(0), reason: "not wanted".into() };
+                let kill = v1::Kill {
+                    container_id: c.container_id,
+                    grace_ms: Some(0),
+                    reason: "not wanted".into(),
+                    cluster_id: c.cluster_id.clone(),
+                };
                 let _ = self.send_to(&node, Down::Kill(kill));
             } else if c.state == v1::ContainerState::Running as i32 {
                 let _ = self
@@ -1402,7 +1491,12 @@ impl Core {
                     .handle(now_ms(), Event::ContainerStarted { container: ContainerId(c.container_id) });
             }
         }
-        let exited: HashSet<u64> = r.unacked_exits.iter().map(|e| e.container_id).collect();
+        let exited: HashSet<u64> = r
+            .unacked_exits
+            .iter()
+            .filter(|e| self.ours(&node, &e.cluster_id, e.container_id))
+            .map(|e| e.container_id)
+            .collect();
         for id in wanted.difference(&reported) {
             if exited.contains(id) {
                 continue;
@@ -1418,6 +1512,15 @@ impl Core {
     }
 
     fn exited(&mut self, node: &str, e: &v1::ContainerExited) {
+        let ack =
+            Down::AckExit(v1::AckExit { container_id: e.container_id, cluster_id: e.cluster_id.clone() });
+        if !self.ours(node, &e.cluster_id, e.container_id) {
+            // Another scheduler state's container: nothing of this one's may change. The agent
+            // may forget it.
+            tracing::info!(%node, container = e.container_id, cluster = %e.cluster_id, "exit of another scheduler state's container acknowledged, not applied");
+            let _ = self.send_to(node, ack);
+            return;
+        }
         let id = ContainerId(e.container_id);
         let reason = v1::ExitReason::try_from(e.reason).unwrap_or(v1::ExitReason::Unspecified);
         let (state, code) = match reason {
@@ -1455,7 +1558,6 @@ impl Core {
         // the commit would let a crash lose a container's end, and the restarted scheduler would
         // declare it lost and run it again (the kill-under-load test found it). An exit whose
         // write failed is not acknowledged: the agent reports it again on its next Register.
-        let ack = Down::AckExit(v1::AckExit { container_id: e.container_id });
         match (self.store.is_some(), committed, self.agents.get(node)) {
             (false, _, _) => {
                 let _ = self.send_to(node, ack);
@@ -1491,6 +1593,9 @@ impl Core {
                 }
                 let _ = self.send_to(node, Down::StatusAck(v1::StatusAck { seq }));
             }
+            Up::ContainerStarted(c) if !self.ours(node, &c.cluster_id, c.container_id) => {
+                tracing::debug!(%node, container = c.container_id, cluster = %c.cluster_id, "start of another scheduler state's container ignored");
+            }
             Up::ContainerStarted(c) => {
                 self.remember_end(c.container_id, GANTRY_CONTAINER_RUNNING, None);
                 self.persist(vec![crate::store::Write::ContainerState {
@@ -1509,6 +1614,7 @@ impl Core {
                     container_id: f.container_id,
                     reason: v1::ExitReason::Exited as i32,
                     exit_code: 127,
+                    cluster_id: f.cluster_id,
                     ..Default::default()
                 };
                 self.exited(node, &exit);
