@@ -210,6 +210,54 @@ async fn an_agent_older_than_cluster_ids_is_taken_at_its_word() {
 }
 
 #[tokio::test]
+async fn containers_launched_on_an_agent_older_than_cluster_ids_stay_its_own_once_the_agent_is_upgraded() {
+    let (core, _task) = core::spawn(
+        Core::new(engine()),
+        Duration::from_millis(20),
+        Duration::from_secs(3600),
+        std::future::pending(),
+    );
+    let mut rx = connect(&core, 1, v1::Register::default()).await;
+    assert!(matches!(next_down(&mut rx).await, Down::Registered(_)));
+    let app = submit(&core).await;
+    match next_down(&mut rx).await {
+        Down::Launch(l) => {
+            assert_eq!((l.container_id, l.cluster_id.as_str()), (1, ""), "named as that agent will name it")
+        }
+        other => panic!("expected Launch, got {other:?}"),
+    }
+    tell(
+        &core,
+        1,
+        Up::ContainerStarted(v1::ContainerStarted {
+            container_id: 1,
+            started_at_ms: 5,
+            ..Default::default()
+        }),
+    )
+    .await;
+
+    // The agent is upgraded (the rollout's second half): it re-adopts the container from its
+    // directory as the legacy cluster's, and says so. It is still this scheduler's.
+    let register = v1::Register {
+        reports_cluster_ids: true,
+        containers: vec![running(1, ClusterId::LEGACY)],
+        ..Default::default()
+    };
+    let mut rx = connect(&core, 2, register).await;
+    core.read(|_| ()).await.expect("core"); // everything the registration sent is queued now
+    let mut sent = Vec::new();
+    while let Ok(m) = rx.try_recv() {
+        sent.extend(m.expect("not an error").msg);
+    }
+    assert!(!sent.iter().any(|m| matches!(m, Down::Kill(_))), "its own container was killed: {sent:?}");
+    assert_eq!(app_state(&core, app).await, GANTRY_APP_RUNNING);
+    assert_eq!(core.read(|c| c.cluster_of(1)).await.expect("core"), ClusterId::LEGACY);
+    tell(&core, 2, Up::ContainerExited(exited(1, ClusterId::LEGACY))).await;
+    assert_eq!(app_state(&core, app).await, GANTRY_APP_FINISHED);
+}
+
+#[tokio::test]
 async fn after_a_restart_the_earlier_runs_containers_are_still_its_own() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("gantry.db");

@@ -12,8 +12,9 @@
 //! (cluster id, container id), so a scheduler on a fresh data directory, a restored backup or
 //! another cluster's state never mistakes an agent's older containers for its own, whatever
 //! their numbers. The core applies only what agents report about its own containers — those it
-//! launched, and the live ones restored from the store under the cluster ids they were launched
-//! with ([`Core::cluster_of`]) — and kills the others when their agent registers.
+//! launched, under its cluster id or (on an agent older than cluster ids) the legacy one, and
+//! the live ones restored from the store under the cluster ids they were launched with
+//! ([`Core::cluster_of`]) — and kills the others when their agent registers.
 //!
 //! Container logs stay on the node that ran the container (as YARN's NodeManager keeps them):
 //! [`CoreHandle::read_log`] sends a `ReadLog` down that node's stream and hands back the agent's
@@ -459,9 +460,10 @@ pub struct Core {
     engine: Engine,
     /// This run's cluster id, carried by every launch (see the module's documentation).
     cluster: ClusterId,
-    /// Live containers restored from the store, launched by earlier runs: the cluster ids their
-    /// agents know them by.
-    earlier_runs: HashMap<u64, ClusterId>,
+    /// Live containers their agents know by another cluster id than this run's: those restored
+    /// from the store that earlier runs launched, and those launched on an agent older than
+    /// cluster ids (which names every container legacy). Ended ones are dropped each cycle.
+    known_as: HashMap<u64, ClusterId>,
     agents: HashMap<String, AgentLink>,
     /// Messages to agents held back until a store write commits, in batches: a launch must not
     /// reach an agent before its container's record is durable, or a crash in between lets the
@@ -547,7 +549,7 @@ impl Core {
             engine,
             // Random, never the legacy cluster's 0: unique across scheduler states.
             cluster: ClusterId::from_bits(rand::random::<u128>().max(1)),
-            earlier_runs: HashMap::new(),
+            known_as: HashMap::new(),
             agents: HashMap::new(),
             templates: HashMap::new(),
             dirty: false,
@@ -730,7 +732,7 @@ impl Core {
                 },
             );
             if live_apps.contains(&c.app.0) && gantry_engine::state::container_is_live(c.state) {
-                core.earlier_runs.insert(c.id.0, c.cluster);
+                core.known_as.insert(c.id.0, c.cluster);
                 core.awaiting.entry(c.node.clone()).or_default().push(c);
             }
         }
@@ -815,9 +817,20 @@ impl Core {
     }
 
     /// The cluster id agents know a live container by: an earlier run's for one restored from
-    /// the store, this run's otherwise.
+    /// the store, the legacy one for one launched on an agent older than cluster ids, this run's
+    /// otherwise.
     pub fn cluster_of(&self, container: u64) -> ClusterId {
-        self.earlier_runs.get(&container).copied().unwrap_or(self.cluster)
+        self.known_as.get(&container).copied().unwrap_or(self.cluster)
+    }
+
+    /// The cluster id a container launched on `node` now gets: this run's, unless the node's
+    /// agent is older than cluster ids (it names its containers legacy, and keeps doing so for
+    /// them after an upgrade).
+    fn launch_cluster(&self, node: &str) -> ClusterId {
+        match self.agents.get(node) {
+            Some(link) if !link.reports_cluster_ids => ClusterId::LEGACY,
+            _ => self.cluster,
+        }
     }
 
     /// Whether a container `node`'s agent reports under `cluster` is this scheduler's (see
@@ -1062,6 +1075,8 @@ impl Core {
                 self.awaiting.clear();
             }
         }
+        let st = self.engine.state();
+        self.known_as.retain(|&id, _| st.container_index(ContainerId(id)).is_some());
         self.dirty = false;
         let started = Instant::now();
         if let Err(e) = self.event(Event::Tick) {
@@ -1173,6 +1188,10 @@ impl Core {
             match c {
                 Command::Launch { container, app, request, node, resources, gpus } => {
                     let name = self.node_name(node.0);
+                    let cluster = self.launch_cluster(&name);
+                    if cluster != self.cluster {
+                        self.known_as.insert(container.0, cluster);
+                    }
                     let Some(t) = self.template(app.0, request as usize).cloned() else {
                         tracing::error!(app = app.0, request, "no launch template; cannot start container");
                         continue;
@@ -1186,7 +1205,7 @@ impl Core {
                         cpu_millis: i64::try_from(resources.cpu_millis).unwrap_or(i64::MAX),
                         memory_bytes: i64::try_from(resources.memory_bytes).unwrap_or(i64::MAX),
                         gpus,
-                        cluster_id: self.cluster.to_wire(),
+                        cluster_id: cluster.to_wire(),
                         ..Default::default()
                     };
                     let record = self.persist(vec![crate::store::Write::UpsertContainer(
@@ -1201,7 +1220,7 @@ impl Core {
                             started_ms: None,
                             exit_code: None,
                             reason: None,
-                            cluster: self.cluster,
+                            cluster,
                         },
                     )]);
                     self.remember_launch(
@@ -1212,7 +1231,7 @@ impl Core {
                             request,
                             state: GANTRY_CONTAINER_ALLOCATED,
                             exit_code: None,
-                            cluster: self.cluster,
+                            cluster,
                         },
                     );
                     self.send_launch(&name, launch, record);
