@@ -462,7 +462,8 @@ pub struct Core {
     cluster: ClusterId,
     /// Live containers their agents know by another cluster id than this run's: those restored
     /// from the store that earlier runs launched, and those launched on an agent older than
-    /// cluster ids (which names every container legacy). Ended ones are dropped each cycle.
+    /// cluster ids (which names every container legacy). Ended ones are dropped at the liveness
+    /// check.
     known_as: HashMap<u64, ClusterId>,
     agents: HashMap<String, AgentLink>,
     /// Messages to agents held back until a store write commits, in batches: a launch must not
@@ -1075,8 +1076,6 @@ impl Core {
                 self.awaiting.clear();
             }
         }
-        let st = self.engine.state();
-        self.known_as.retain(|&id, _| st.container_index(ContainerId(id)).is_some());
         self.dirty = false;
         let started = Instant::now();
         if let Err(e) = self.event(Event::Tick) {
@@ -1643,10 +1642,15 @@ impl Core {
         }
     }
 
-    /// Declares lost every node whose agent has not been heard from within `timeout`, and drops
-    /// log reads whose callers gave up waiting.
+    /// Declares lost every node whose agent has not been heard from within `timeout`, drops
+    /// log reads whose callers gave up waiting, and forgets the names of ended containers.
     fn check_liveness(&mut self, timeout: Duration) {
         self.log_reads.retain(|_, p| !p.reply.is_closed());
+        if self.recovering_until.is_none() {
+            // Restored containers reach the engine only as their agents come back.
+            let st = self.engine.state();
+            self.known_as.retain(|&id, _| st.container_index(ContainerId(id)).is_some());
+        }
         let late: Vec<String> = self
             .agents
             .iter()
