@@ -255,15 +255,17 @@ async fn containers_launched_on_an_agent_older_than_cluster_ids_stay_its_own_onc
     assert_eq!(core.read(|c| c.cluster_of(1)).await.expect("core"), ClusterId::LEGACY);
     tell(&core, 2, Up::ContainerExited(exited(1, ClusterId::LEGACY))).await;
     assert_eq!(app_state(&core, app).await, GANTRY_APP_FINISHED);
-    // Ended, its name is forgotten (at a liveness check): the map holds live containers only.
-    let ours = core.read(|c| c.cluster()).await.expect("core");
+    // Ended, it leaves the core's map of other names (at a liveness check), which holds live
+    // containers only; the launch history still names it.
+    assert_eq!(core.read(|c| c.renamed_containers()).await.expect("core"), 1);
     tokio::time::timeout(GUARD, async {
-        while core.read(|c| c.cluster_of(1)).await.expect("core") != ours {
+        while core.read(|c| c.renamed_containers()).await.expect("core") != 0 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await
     .expect("guard: the ended container's legacy name was never forgotten");
+    assert_eq!(core.read(|c| c.cluster_of(1)).await.expect("core"), ClusterId::LEGACY);
 }
 
 #[tokio::test]

@@ -463,7 +463,7 @@ pub struct Core {
     /// Live containers their agents know by another cluster id than this run's: those restored
     /// from the store that earlier runs launched, and those launched on an agent older than
     /// cluster ids (which names every container legacy). Ended ones are dropped at the liveness
-    /// check.
+    /// check (the launch history, which forgets old applications, still names them).
     known_as: HashMap<u64, ClusterId>,
     agents: HashMap<String, AgentLink>,
     /// Messages to agents held back until a store write commits, in batches: a launch must not
@@ -817,11 +817,21 @@ impl Core {
         self.cluster
     }
 
-    /// The cluster id agents know a live container by: an earlier run's for one restored from
-    /// the store, the legacy one for one launched on an agent older than cluster ids, this run's
-    /// otherwise.
+    /// The cluster id agents know a container by, as recorded when it was launched: an earlier
+    /// run's for one restored from the store, the legacy one for one launched on an agent older
+    /// than cluster ids, this run's otherwise (and for a container it does not remember).
     pub fn cluster_of(&self, container: u64) -> ClusterId {
-        self.known_as.get(&container).copied().unwrap_or(self.cluster)
+        self.known_as
+            .get(&container)
+            .copied()
+            .or_else(|| self.launched_container(container).map(|c| c.cluster))
+            .unwrap_or(self.cluster)
+    }
+
+    /// How many live containers agents know by a cluster id other than this run's (the
+    /// containers [`Core::cluster_of`] must remember for as long as they live, and no longer).
+    pub fn renamed_containers(&self) -> usize {
+        self.known_as.len()
     }
 
     /// The cluster id a container launched on `node` now gets: this run's, unless the node's
