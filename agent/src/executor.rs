@@ -1,7 +1,14 @@
 //! The executor: turns launch specs into supervised process trees, kills them, collects how
 //! they ended, and re-adopts them after an agent restart.
 //!
-//! Each container has a *control directory* `<containers>/<id>/`, owned by the agent and not
+//! Containers are named by [`ContainerKey`]: the cluster id of the scheduler run that launched
+//! them and their id there, since a scheduler on fresh state numbers from 1 again while this
+//! node keeps the containers (and directories) of the earlier one. Only the same key is "the
+//! same container": a launch is refused only if its key exists, and kills, exits and log reads
+//! go by key.
+//!
+//! Each container has a *control directory* `<containers>/<key>/` (`<id>.<cluster id>`, or
+//! `<id>` for the legacy cluster, as agents older than cluster ids wrote them), owned by the agent and not
 //! writable by the container, holding what must survive the agent: `spec.json` (the resolved
 //! [`ShimSpec`]), `pid` (pids and start times), `exit.json` (written by the shim), `kill-reason`
 //! (why the agent killed it), `reported` (after [`Executor::forget`]) and `shim.log`. Inside it,
@@ -22,7 +29,7 @@
 
 use crate::cgroup::{CgroupError, CgroupUsage, ContainerCgroup, Layout, Limits};
 use crate::config::AgentConfig;
-use crate::model::{ContainerExit, ContainerUsage, ExitReason, LaunchSpec};
+use crate::model::{ContainerExit, ContainerKey, ContainerUsage, ExitReason, LaunchSpec};
 use crate::procfs::{ProcStat, descendants, live_start_time, tree_usage};
 use crate::shim::{
     self, DEFAULT_PATH, EXIT_FILE, ExitRecord, ExitStatus, LAUNCH_ERROR_FILE, PID_FILE, PidRecord,
@@ -206,9 +213,9 @@ pub enum SpecError {
     /// A GPU index listed twice.
     #[error("GPU {0} is listed twice")]
     DuplicateGpu(u32),
-    /// The container id is in use on this node.
+    /// A container of this cluster and id is on this node already.
     #[error("container {0} already exists on this node")]
-    AlreadyExists(u64),
+    AlreadyExists(ContainerKey),
 }
 
 /// Why an executor operation failed.
@@ -244,22 +251,22 @@ pub enum ExecError {
     /// The container did not start; nothing is left of it.
     #[error("container {id} failed to start: {message}")]
     Start {
-        /// Container id.
-        id: u64,
+        /// The container.
+        id: ContainerKey,
         /// Why (from the supervisor).
         message: String,
     },
     /// No such container.
     #[error("unknown container {0}")]
-    Unknown(u64),
+    Unknown(ContainerKey),
     /// The container has not ended (so it cannot be forgotten).
     #[error("container {0} is still running")]
-    StillRunning(u64),
+    StillRunning(ContainerKey),
     /// The container did not end after SIGKILL.
     #[error("container {id} did not end within {secs} s of SIGKILL")]
     KillTimeout {
-        /// Container id.
-        id: u64,
+        /// The container.
+        id: ContainerKey,
         /// Seconds waited.
         secs: u64,
     },
@@ -307,32 +314,32 @@ pub enum LogError {
     #[error("container id 0 is not a valid id")]
     ZeroContainerId,
     /// The node has no directory for this container (never ran here, or was cleaned up).
-    #[error("no container {0} on this node")]
-    NoContainer(u64),
+    #[error("no container {} on this node", .0.id)]
+    NoContainer(ContainerKey),
     /// The container has no such file (yet).
-    #[error("no {stream} for container {id}")]
+    #[error("no {stream} for container {}", id.id)]
     NoFile {
-        /// Container id.
-        id: u64,
+        /// The container.
+        id: ContainerKey,
         /// Which file.
         stream: LogStream,
     },
     /// The file, or a directory on its way, is not what the container's launch created: a
     /// symbolic link, something other than a regular file, or a file of another owner.
-    #[error("{stream} of container {id} {why}: refused")]
+    #[error("{stream} of container {} {why}: refused", id.id)]
     Refused {
-        /// Container id.
-        id: u64,
+        /// The container.
+        id: ContainerKey,
         /// Which file.
         stream: LogStream,
         /// What is wrong with it.
         why: String,
     },
     /// Reading failed.
-    #[error("cannot read {stream} of container {id}: {source}")]
+    #[error("cannot read {stream} of container {}: {source}", id.id)]
     Io {
-        /// Container id.
-        id: u64,
+        /// The container.
+        id: ContainerKey,
         /// Which file.
         stream: LogStream,
         /// Why.
@@ -392,8 +399,8 @@ pub fn classify_exit(status: ExitStatus, kill: Option<KillReason>, oom_kills: u6
 /// A launched container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerHandle {
-    /// Container id.
-    pub container_id: u64,
+    /// The container.
+    pub key: ContainerKey,
     /// The command's pid (also its process group id).
     pub pid: u32,
     /// The supervisor's pid.
@@ -407,8 +414,8 @@ pub struct ContainerHandle {
 /// One container the executor knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerInfo {
-    /// Container id.
-    pub container_id: u64,
+    /// The container.
+    pub key: ContainerKey,
     /// Whether it is still running (its exit not yet collected).
     pub running: bool,
     /// The command's pid.
@@ -425,10 +432,10 @@ pub struct ContainerInfo {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Adopted {
     /// Containers running again under this executor.
-    pub running: Vec<u64>,
+    pub running: Vec<ContainerKey>,
     /// Containers that ended while the agent was down (or were lost); their exits come out of
     /// the next [`Executor::collect_exits`].
-    pub ended: Vec<u64>,
+    pub ended: Vec<ContainerKey>,
 }
 
 /// A process named by pid and start time.
@@ -463,8 +470,8 @@ struct Tracked {
 
 #[derive(Default)]
 struct Inner {
-    containers: HashMap<u64, Tracked>,
-    launching: HashSet<u64>,
+    containers: HashMap<ContainerKey, Tracked>,
+    launching: HashSet<ContainerKey>,
     /// Exits found by adoption, not yet collected.
     pending: Vec<ContainerExit>,
     /// Shims of forgotten containers still to be reaped.
@@ -528,13 +535,13 @@ impl Executor {
         &self.settings
     }
 
-    /// A container's control directory.
-    pub fn control_dir(&self, id: u64) -> PathBuf {
+    /// A container's control directory, `<containers>/<key>`.
+    pub fn control_dir(&self, id: ContainerKey) -> PathBuf {
         self.settings.containers_dir.join(id.to_string())
     }
 
     /// A container's directory: its default working directory, holding its logs.
-    pub fn container_dir(&self, id: u64) -> PathBuf {
+    pub fn container_dir(&self, id: ContainerKey) -> PathBuf {
         self.control_dir(id).join(WORK_DIR)
     }
 
@@ -606,7 +613,7 @@ impl Executor {
             .and_then(|c| nix::unistd::getgrouplist(&c, user.gid).ok())
             .unwrap_or_else(|| vec![user.gid]);
 
-        let id = spec.container_id;
+        let id = spec.key();
         if self.is_known(id) || self.control_dir(id).exists() {
             return Err(SpecError::AlreadyExists(id));
         }
@@ -620,15 +627,19 @@ impl Executor {
         ];
         env.extend(spec.env.iter().cloned());
         // The agent's own variables win over the spec's: the GPU hand-over must not be undone.
+        if !id.cluster.is_legacy() {
+            env.push(("GANTRY_CLUSTER_ID".into(), id.cluster.to_wire()));
+        }
         env.extend([
-            ("GANTRY_CONTAINER_ID".into(), id.to_string()),
+            ("GANTRY_CONTAINER_ID".into(), id.id.to_string()),
             ("GANTRY_APP_ID".into(), spec.app_id.to_string()),
             ("CUDA_VISIBLE_DEVICES".into(), gpu_list.clone()),
             ("NVIDIA_VISIBLE_DEVICES".into(), if gpu_list.is_empty() { "void".into() } else { gpu_list }),
         ]);
         let container_dir = self.container_dir(id);
         Ok(ShimSpec {
-            container_id: id,
+            container_id: id.id,
+            cluster: id.cluster,
             app_id: spec.app_id,
             argv: spec.argv.clone(),
             env: last_wins(env),
@@ -646,7 +657,7 @@ impl Executor {
         })
     }
 
-    fn is_known(&self, id: u64) -> bool {
+    fn is_known(&self, id: ContainerKey) -> bool {
         let inner = self.lock();
         inner.containers.contains_key(&id) || inner.launching.contains(&id)
     }
@@ -656,7 +667,7 @@ impl Executor {
     /// left behind: no directory, no cgroup, no process.
     pub fn launch(&self, spec: &LaunchSpec) -> Result<ContainerHandle, ExecError> {
         let (handle, _) = self.launch_watched(spec)?;
-        self.unwatch(handle.container_id);
+        self.unwatch(handle.key);
         Ok(handle)
     }
 
@@ -665,7 +676,7 @@ impl Executor {
     /// [`Executor::collect_exit`] instead of scanning.
     pub fn launch_watched(&self, spec: &LaunchSpec) -> Result<(ContainerHandle, ExitNotice), ExecError> {
         let shim_spec = self.validate(spec)?;
-        let id = spec.container_id;
+        let id = spec.key();
         {
             let mut inner = self.lock();
             if inner.containers.contains_key(&id) || !inner.launching.insert(id) {
@@ -709,7 +720,7 @@ impl Executor {
             },
         );
         let handle = ContainerHandle {
-            container_id: id,
+            key: id,
             pid: rec.pid,
             shim_pid: rec.shim_pid,
             container_dir: control.join(WORK_DIR),
@@ -720,7 +731,7 @@ impl Executor {
 
     /// Whether a launch of this id is in progress (between [`Executor::launch`] being called and
     /// returning).
-    pub fn is_launching(&self, id: u64) -> bool {
+    pub fn is_launching(&self, id: ContainerKey) -> bool {
         self.lock().launching.contains(&id)
     }
 
@@ -730,7 +741,7 @@ impl Executor {
         control: &Path,
         cgroup: Option<&ContainerCgroup>,
     ) -> Result<(Child, PidRecord, OwnedFd), ExecError> {
-        let id = spec.container_id;
+        let id = spec.key();
         std::fs::DirBuilder::new()
             .mode(0o750)
             .create(&spec.container_dir)
@@ -831,8 +842,8 @@ impl Executor {
         let mut out: Vec<ContainerInfo> = inner
             .containers
             .iter()
-            .map(|(&id, t)| ContainerInfo {
-                container_id: id,
+            .map(|(&key, t)| ContainerInfo {
+                key,
                 running: !t.ended,
                 pid: t.cmd.pid,
                 shim_pid: t.shim.pid,
@@ -840,22 +851,22 @@ impl Executor {
                 started_at_ms: t.started_at_ms,
             })
             .collect();
-        out.sort_by_key(|c| c.container_id);
+        out.sort_by_key(|c| c.key);
         out
     }
 
-    /// Ids of the running containers.
-    pub fn running(&self) -> Vec<u64> {
-        self.list().into_iter().filter(|c| c.running).map(|c| c.container_id).collect()
+    /// The running containers.
+    pub fn running(&self) -> Vec<ContainerKey> {
+        self.list().into_iter().filter(|c| c.running).map(|c| c.key).collect()
     }
 
     /// A container's cgroup (`None` without cgroups).
-    pub fn cgroup(&self, id: u64) -> Result<Option<ContainerCgroup>, ExecError> {
+    pub fn cgroup(&self, id: ContainerKey) -> Result<Option<ContainerCgroup>, ExecError> {
         self.lock().containers.get(&id).map(|t| t.cgroup.clone()).ok_or(ExecError::Unknown(id))
     }
 
     /// A running container's processes (for attributing GPU processes to containers).
-    pub fn pids(&self, id: u64) -> Result<Vec<u32>, ExecError> {
+    pub fn pids(&self, id: ContainerKey) -> Result<Vec<u32>, ExecError> {
         let (cgroup, shim) = self.running_parts(id)?;
         match cgroup {
             Some(cg) => Ok(cg.pids()?),
@@ -864,14 +875,15 @@ impl Executor {
     }
 
     /// A running container's usage: from its cgroup, or summed over its process tree.
-    pub fn usage(&self, id: u64) -> Result<ContainerUsage, ExecError> {
+    pub fn usage(&self, id: ContainerKey) -> Result<ContainerUsage, ExecError> {
         let memory_limit = self.lock().containers.get(&id).map_or(0, |t| t.memory_limit);
         let (cgroup, shim) = self.running_parts(id)?;
         match cgroup {
             Some(cg) => {
                 let u = cg.usage()?;
                 Ok(ContainerUsage {
-                    container_id: id,
+                    container_id: id.id,
+                    cluster: id.cluster,
                     cpu_seconds: u.cpu_seconds,
                     memory_working_set_bytes: u.memory_working_set_bytes,
                     memory_limit_bytes: u.memory_limit_bytes,
@@ -882,7 +894,8 @@ impl Executor {
                 let procs = shim_tree(shim);
                 let (cpu_seconds, rss) = tree_usage(&procs);
                 Ok(ContainerUsage {
-                    container_id: id,
+                    container_id: id.id,
+                    cluster: id.cluster,
                     cpu_seconds,
                     memory_working_set_bytes: rss,
                     memory_limit_bytes: memory_limit,
@@ -893,7 +906,7 @@ impl Executor {
     }
 
     /// The cgroup's full accounting (throttling and OOM kills included); `None` without cgroups.
-    pub fn cgroup_usage(&self, id: u64) -> Result<Option<CgroupUsage>, ExecError> {
+    pub fn cgroup_usage(&self, id: ContainerKey) -> Result<Option<CgroupUsage>, ExecError> {
         let (cgroup, _) = self.running_parts(id)?;
         Ok(match cgroup {
             Some(cg) => Some(cg.usage()?),
@@ -901,7 +914,7 @@ impl Executor {
         })
     }
 
-    fn running_parts(&self, id: u64) -> Result<(Option<ContainerCgroup>, ProcRef), ExecError> {
+    fn running_parts(&self, id: ContainerKey) -> Result<(Option<ContainerCgroup>, ProcRef), ExecError> {
         let inner = self.lock();
         let t = inner.containers.get(&id).ok_or(ExecError::Unknown(id))?;
         Ok((t.cgroup.clone(), t.shim))
@@ -939,23 +952,23 @@ impl Executor {
 
     /// Asks a container to stop: records the kill as requested and sends SIGTERM to its process
     /// group. The first half of [`Executor::kill`], for callers that run their own timer.
-    pub fn request_kill(&self, id: u64) -> Result<(), ExecError> {
+    pub fn request_kill(&self, id: ContainerKey) -> Result<(), ExecError> {
         self.signal(id, Some(KillReason::Request), Signal::SIGTERM)
     }
 
     /// SIGKILLs everything left of a container: cgroup-wide, or — without a cgroup — its process
     /// group and every descendant of its supervisor. The second half of [`Executor::kill`].
-    pub fn force_kill(&self, id: u64) -> Result<(), ExecError> {
+    pub fn force_kill(&self, id: ContainerKey) -> Result<(), ExecError> {
         self.signal(id, None, Signal::SIGKILL)
     }
 
     /// Kills a container for exceeding its memory limit; its exit is reported as
     /// [`ExitReason::MemoryLimit`]. Returns once SIGKILL is sent.
-    pub fn kill_for_memory(&self, id: u64) -> Result<(), ExecError> {
+    pub fn kill_for_memory(&self, id: ContainerKey) -> Result<(), ExecError> {
         self.signal(id, Some(KillReason::MemoryLimit), Signal::SIGKILL)
     }
 
-    fn signal(&self, id: u64, reason: Option<KillReason>, signal: Signal) -> Result<(), ExecError> {
+    fn signal(&self, id: ContainerKey, reason: Option<KillReason>, signal: Signal) -> Result<(), ExecError> {
         let (control, cgroup, shim, cmd) = {
             let mut inner = self.lock();
             let t = inner.containers.get_mut(&id).ok_or(ExecError::Unknown(id))?;
@@ -986,7 +999,7 @@ impl Executor {
 
     /// Whether a container has ended (its supervisor recorded the exit, or is gone). Unknown ids
     /// count as ended.
-    pub fn has_ended(&self, id: u64) -> bool {
+    pub fn has_ended(&self, id: ContainerKey) -> bool {
         let mut inner = self.lock();
         match inner.containers.get_mut(&id) {
             None => true,
@@ -997,13 +1010,18 @@ impl Executor {
     /// Kills a container gracefully: SIGTERM to its process group, up to `grace` for it to end,
     /// then SIGKILL to everything left. Returns once it has ended; its exit (reported as
     /// [`ExitReason::KilledByRequest`]) comes out of [`Executor::collect_exits`].
-    pub async fn kill(&self, id: u64, grace: Duration) -> Result<(), ExecError> {
+    pub async fn kill(&self, id: ContainerKey, grace: Duration) -> Result<(), ExecError> {
         self.kill_as(id, grace, KillReason::Request).await
     }
 
     /// [`Executor::kill`] recording `reason` instead (the first reason recorded wins), e.g.
     /// [`KillReason::Fenced`] so the exit says why the agent stopped it.
-    pub async fn kill_as(&self, id: u64, grace: Duration, reason: KillReason) -> Result<(), ExecError> {
+    pub async fn kill_as(
+        &self,
+        id: ContainerKey,
+        grace: Duration,
+        reason: KillReason,
+    ) -> Result<(), ExecError> {
         self.signal(id, Some(reason), Signal::SIGTERM)?;
         if !self.wait_ended(id, grace).await {
             self.force_kill(id)?;
@@ -1014,7 +1032,7 @@ impl Executor {
         Ok(())
     }
 
-    async fn wait_ended(&self, id: u64, limit: Duration) -> bool {
+    async fn wait_ended(&self, id: ContainerKey, limit: Duration) -> bool {
         let start = Instant::now();
         let mut pause = Duration::from_millis(5);
         loop {
@@ -1047,7 +1065,7 @@ impl Executor {
 
     /// Hands a container launched with [`Executor::launch_watched`] back to
     /// [`Executor::collect_exits`] (its notice was dropped, or could not be watched).
-    pub fn unwatch(&self, id: u64) {
+    pub fn unwatch(&self, id: ContainerKey) {
         if let Some(t) = self.lock().containers.get_mut(&id) {
             t.watched = false;
         }
@@ -1062,15 +1080,15 @@ impl Executor {
 
     /// One container's exit, if it has ended and its exit was not collected yet (by this call,
     /// [`Executor::collect_exits`], or adoption). The cheap path after its [`ExitNotice`] fired.
-    pub fn collect_exit(&self, id: u64) -> Option<ContainerExit> {
+    pub fn collect_exit(&self, id: ContainerKey) -> Option<ContainerExit> {
         let mut inner = self.lock();
-        if let Some(i) = inner.pending.iter().position(|e| e.container_id == id) {
+        if let Some(i) = inner.pending.iter().position(|e| e.key() == id) {
             return Some(inner.pending.swap_remove(i));
         }
         inner.containers.get_mut(&id).and_then(|t| Self::exit_if_ended(id, t))
     }
 
-    fn exit_if_ended(id: u64, t: &mut Tracked) -> Option<ContainerExit> {
+    fn exit_if_ended(id: ContainerKey, t: &mut Tracked) -> Option<ContainerExit> {
         if t.ended {
             return None;
         }
@@ -1089,7 +1107,8 @@ impl Executor {
         t.ended = true;
         Some(match record {
             Some(rec) => ContainerExit {
-                container_id: id,
+                container_id: id.id,
+                cluster: id.cluster,
                 reason: classify(&t.control, &rec, t.cgroup.as_ref()),
                 finished_at_ms: rec.finished_at_ms,
             },
@@ -1108,8 +1127,9 @@ impl Executor {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Adopted::default()),
             Err(e) => return Err(ExecError::Io { what: "list", path: dir.clone(), source: e }),
         };
-        let mut ids: Vec<u64> =
-            entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok()).collect();
+        // Other entries (a name that is no container's) are left alone.
+        let mut ids: Vec<ContainerKey> =
+            entries.filter_map(|e| ContainerKey::from_name(e.ok()?.file_name().to_str()?)).collect();
         ids.sort_unstable();
         let mut adopted = Adopted::default();
         for id in ids {
@@ -1151,7 +1171,8 @@ impl Executor {
             let exit = if let Ok(rec) = shim::read_json::<ExitRecord>(&control.join(EXIT_FILE)) {
                 reap_if_own_zombie(t.shim);
                 ContainerExit {
-                    container_id: id,
+                    container_id: id.id,
+                    cluster: id.cluster,
                     reason: classify(&control, &rec, cgroup.as_ref()),
                     finished_at_ms: rec.finished_at_ms,
                 }
@@ -1174,7 +1195,7 @@ impl Executor {
 
     /// Forgets an ended container once its exit is reported: removes its cgroup and marks its
     /// control directory reported (the logs stay). Idempotent.
-    pub fn forget(&self, id: u64) -> Result<(), ExecError> {
+    pub fn forget(&self, id: ContainerKey) -> Result<(), ExecError> {
         let control = self.control_dir(id);
         let tracked = {
             let mut inner = self.lock();
@@ -1229,12 +1250,17 @@ impl Executor {
     /// a regular file owned by the container's user (a hard link to someone else's file is
     /// refused too). The file is opened `O_NONBLOCK`, so a FIFO planted in its place cannot
     /// hang the read before it is refused.
-    pub fn read_log(&self, id: u64, stream: LogStream, tail: Option<u64>) -> Result<LogRead, LogError> {
+    pub fn read_log(
+        &self,
+        id: ContainerKey,
+        stream: LogStream,
+        tail: Option<u64>,
+    ) -> Result<LogRead, LogError> {
         use nix::fcntl::{OFlag, openat};
         use nix::sys::stat::Mode;
         use std::os::unix::fs::{FileExt, MetadataExt};
 
-        if id == 0 {
+        if id.id == 0 {
             return Err(LogError::ZeroContainerId);
         }
         let control = self.control_dir(id);
@@ -1344,7 +1370,7 @@ fn classify(control: &Path, rec: &ExitRecord, cgroup: Option<&ContainerCgroup>) 
 
 /// A container whose supervisor vanished without a record: whatever is left in its cgroup is
 /// killed (no stray processes), and it is reported lost now.
-fn lost(id: u64, cgroup: Option<&ContainerCgroup>, cmd: ProcRef) -> ContainerExit {
+fn lost(id: ContainerKey, cgroup: Option<&ContainerCgroup>, cmd: ProcRef) -> ContainerExit {
     if let Some(cg) = cgroup.filter(|cg| cg.exists()) {
         if let Err(e) = cg.kill_all() {
             tracing::warn!("container {id}: {e}");
@@ -1355,7 +1381,12 @@ fn lost(id: u64, cgroup: Option<&ContainerCgroup>, cmd: ProcRef) -> ContainerExi
     if cmd.pid != 0 && live_start_time(cmd.pid) == Some(cmd.start_time) {
         let _ = nix::sys::signal::killpg(cmd.nix(), Signal::SIGKILL);
     }
-    ContainerExit { container_id: id, reason: ExitReason::Lost, finished_at_ms: shim::now_ms() }
+    ContainerExit {
+        container_id: id.id,
+        cluster: id.cluster,
+        reason: ExitReason::Lost,
+        finished_at_ms: shim::now_ms(),
+    }
 }
 
 /// The processes under a supervisor — none once it is gone, so that a reused pid is never

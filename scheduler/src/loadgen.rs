@@ -972,7 +972,13 @@ impl SimAgent {
                         }
                         Down::Launch(l) => {
                             out.launches.push(l.container_id);
-                            let started = v1::ContainerStarted { container_id: l.container_id, started_at_ms: unix_ms() };
+                            // An agent older than cluster ids (no `reports_cluster_ids`): the
+                            // scheduler takes what it reports as its own.
+                            let started = v1::ContainerStarted {
+                                container_id: l.container_id,
+                                started_at_ms: unix_ms(),
+                                ..Default::default()
+                            };
                             send(Up::ContainerStarted(started));
                             running.push_back((Instant::now() + self.run_time, l.container_id));
                         }
@@ -985,6 +991,7 @@ impl SimAgent {
                                     exit_code: 137,
                                     signal: 0,
                                     finished_at_ms: unix_ms(),
+                                    ..Default::default()
                                 };
                                 if send(Up::ContainerExited(exit)) {
                                     unacked.insert(k.container_id);
@@ -1021,6 +1028,7 @@ impl SimAgent {
                             exit_code: 0,
                             signal: 0,
                             finished_at_ms: unix_ms(),
+                            ..Default::default()
                         };
                         if send(Up::ContainerExited(exit)) {
                             unacked.insert(id);

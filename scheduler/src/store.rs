@@ -161,6 +161,14 @@ const MIGRATIONS: &[Migration] = &[
         ALTER TABLE containers ADD COLUMN finished_ms INTEGER;
     ",
     },
+    Migration {
+        version: 5,
+        description: "the cluster id each container was launched under",
+        // Containers stored before cluster ids were launched under the legacy cluster ('').
+        sql: "
+        ALTER TABLE containers ADD COLUMN cluster TEXT NOT NULL DEFAULT '';
+    ",
+    },
 ];
 
 /// Why the store could not do what was asked. It is `Clone` because one failed commit has to be
@@ -309,6 +317,9 @@ pub struct ContainerRecord {
     pub reason: Option<String>,
     /// When it ended, ms since the Unix epoch (absent in records written before schema 4).
     pub finished_ms: Option<u64>,
+    /// The cluster id of the scheduler run that launched it: its agent knows it by this and
+    /// its id ([`gantry_proto::ClusterId::LEGACY`] for containers stored before cluster ids).
+    pub cluster: gantry_proto::ClusterId,
 }
 
 /// A reservation as stored.
@@ -1090,15 +1101,15 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
             conn.prepare_cached(
                 "INSERT INTO containers (id, app, request, node, cpu_millis, memory_bytes, gpus,
                                          gpu_indexes, state, started_ms, exit_code, reason,
-                                         finished_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                                         finished_ms, cluster)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
                  ON CONFLICT (id) DO UPDATE SET
                     request = excluded.request, node = excluded.node,
                     cpu_millis = excluded.cpu_millis, memory_bytes = excluded.memory_bytes,
                     gpus = excluded.gpus, gpu_indexes = excluded.gpu_indexes,
                     state = excluded.state, started_ms = excluded.started_ms,
                     exit_code = excluded.exit_code, reason = excluded.reason,
-                    finished_ms = excluded.finished_ms
+                    finished_ms = excluded.finished_ms, cluster = excluded.cluster
                  WHERE containers.app = excluded.app",
             )
             .and_then(|mut s| {
@@ -1115,7 +1126,8 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
                     c.started_ms,
                     c.exit_code,
                     c.reason,
-                    c.finished_ms
+                    c.finished_ms,
+                    c.cluster.to_wire()
                 ])
             })
             .map_err(classify)
@@ -1249,12 +1261,13 @@ fn app_row(row: &rusqlite::Row<'_>) -> Result<AppRecord, StoreError> {
 
 /// The columns [`container_row`] reads, in its order.
 const CONTAINER_COLUMNS: &str = "id, app, request, node, cpu_millis, memory_bytes, gpus, gpu_indexes, state,
-     started_ms, exit_code, reason, finished_ms";
+     started_ms, exit_code, reason, finished_ms, cluster";
 
 fn container_row(row: &rusqlite::Row<'_>) -> Result<ContainerRecord, StoreError> {
     let raw: i64 = row.get(0).map_err(classify)?;
     let w = "container";
     let gpus_json: String = col(row, 7, w, raw)?;
+    let cluster: String = col(row, 13, w, raw)?;
     Ok(ContainerRecord {
         id: ContainerId(col(row, 0, w, raw)?),
         app: AppId(col(row, 1, w, raw)?),
@@ -1267,6 +1280,7 @@ fn container_row(row: &rusqlite::Row<'_>) -> Result<ContainerRecord, StoreError>
         exit_code: col(row, 10, w, raw)?,
         reason: col(row, 11, w, raw)?,
         finished_ms: col(row, 12, w, raw)?,
+        cluster: gantry_proto::ClusterId::parse(&cluster).map_err(|e| corrupt(w, raw)(e.to_string()))?,
     })
 }
 
@@ -1614,6 +1628,7 @@ mod tests {
             exit_code: None,
             reason: None,
             finished_ms: None,
+            cluster: gantry_proto::ClusterId::from_bits(0xfeed_0000_0000_0000_0000_0000_0000_beef),
         }
     }
 
@@ -1844,6 +1859,40 @@ mod tests {
         assert_eq!(rows, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
         let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
         assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn containers_stored_before_cluster_ids_read_as_the_legacy_cluster() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        // A store as version 3 left it, holding one running container.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_ms INTEGER NOT NULL,
+                                          description TEXT NOT NULL) STRICT",
+        )
+        .unwrap();
+        for m in MIGRATIONS.iter().filter(|m| m.version <= 3) {
+            conn.execute_batch(m.sql).unwrap();
+            conn.execute("INSERT INTO schema_version VALUES (?1, 0, ?2)", params![m.version, m.description])
+                .unwrap();
+        }
+        conn.pragma_update(None, "application_id", APPLICATION_ID).unwrap();
+        conn.execute_batch(
+            "INSERT INTO apps VALUES (1, 'a', 'root.default', 'u', 0, 1, 1, 2, 1, '', '{\"requests\":[]}', '[]');
+             INSERT INTO containers VALUES (7, 1, 0, 'n1', 100, 1048576, 0, '[]', 3, 5, NULL, NULL);",
+        )
+        .unwrap();
+        drop(conn);
+        let store = Store::open(&path).unwrap();
+        let recovered = store.load().unwrap();
+        assert_eq!(recovered.containers.len(), 1);
+        assert_eq!(recovered.containers[0].cluster, gantry_proto::ClusterId::LEGACY);
+        // Written again with a cluster id, it reads back with it.
+        let mut c = recovered.containers[0].clone();
+        c.cluster = gantry_proto::ClusterId::from_bits(42);
+        store.write_blocking(vec![Write::UpsertContainer(c.clone())]).unwrap();
+        assert_eq!(store.load().unwrap().containers, vec![c]);
     }
 
     #[test]

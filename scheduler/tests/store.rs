@@ -61,6 +61,7 @@ fn container(id: u64, app: u64) -> ContainerRecord {
         exit_code: None,
         reason: None,
         finished_ms: None,
+        cluster: gantry_proto::ClusterId::from_bits(u128::from(id % 2)),
     }
 }
 

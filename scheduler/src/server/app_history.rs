@@ -40,6 +40,8 @@ pub struct LaunchedContainer {
     pub finished_ms: Option<u64>,
     /// How it ended, in words, once it ended.
     pub diagnostics: String,
+    /// The cluster id it was launched under: its agent knows it by this and its id.
+    pub cluster: gantry_proto::ClusterId,
 }
 
 impl From<&ContainerRecord> for LaunchedContainer {
@@ -55,6 +57,7 @@ impl From<&ContainerRecord> for LaunchedContainer {
             started_ms: c.started_ms,
             finished_ms: c.finished_ms,
             diagnostics: c.reason.clone().unwrap_or_default(),
+            cluster: c.cluster,
         }
     }
 }
@@ -201,6 +204,7 @@ mod tests {
             started_ms: None,
             finished_ms: None,
             diagnostics: String::new(),
+            cluster: gantry_proto::ClusterId::LEGACY,
         }
     }
 

@@ -7,6 +7,15 @@
 //! registering), with the requests that arrived meanwhile coalesced into one cycle, and at the
 //! latest every `cycle_interval`.
 //!
+//! Every run has a cluster id of its own (random, made at start) that its launches carry, as
+//! YARN's container ids carry the ResourceManager's start time: an agent names containers by
+//! (cluster id, container id), so a scheduler on a fresh data directory, a restored backup or
+//! another cluster's state never mistakes an agent's older containers for its own, whatever
+//! their numbers. The core applies only what agents report about its own containers — those it
+//! launched, under its cluster id or (on an agent older than cluster ids) the legacy one, and
+//! the live ones restored from the store under the cluster ids they were launched with
+//! ([`Core::cluster_of`]) — and kills the others when their agent registers.
+//!
 //! Container logs stay on the node that ran the container (as YARN's NodeManager keeps them):
 //! [`CoreHandle::read_log`] sends a `ReadLog` down that node's stream and hands back the agent's
 //! `LogChunk`. A read in flight fails as soon as its stream ends, is replaced or its node is
@@ -19,6 +28,7 @@ use gantry_engine::{
     AppId, AppSpec, Command, ContainerId, Engine, EngineError, Event, GpuSpec, NodeCondition, NodeSpec,
     Resources,
 };
+use gantry_proto::ClusterId;
 use gantry_proto::v1;
 use gantry_proto::v1::agent_message::Msg as Up;
 use gantry_proto::v1::scheduler_message::Msg as Down;
@@ -458,6 +468,9 @@ pub struct AgentLink {
     last_seen: Instant,
     /// The agent's last usage report.
     pub last_status: Option<v1::Status>,
+    /// It names containers by cluster id too (`Register.reports_cluster_ids`); an older agent
+    /// reports none, and means the containers this scheduler addressed.
+    reports_cluster_ids: bool,
 }
 
 impl AgentLink {
@@ -485,6 +498,13 @@ pub struct CoreStats {
 /// The engine and its surroundings, owned by the core task.
 pub struct Core {
     engine: Engine,
+    /// This run's cluster id, carried by every launch (see the module's documentation).
+    cluster: ClusterId,
+    /// Live containers their agents know by another cluster id than this run's: those restored
+    /// from the store that earlier runs launched, and those launched on an agent older than
+    /// cluster ids (which names every container legacy). Ended ones are dropped at the liveness
+    /// check (the launch history, which forgets old applications, still names them).
+    known_as: HashMap<u64, ClusterId>,
     agents: HashMap<String, AgentLink>,
     /// Messages to agents held back until a store write commits, in batches: a launch must not
     /// reach an agent before its container's record is durable, or a crash in between lets the
@@ -570,6 +590,9 @@ impl Core {
         Core {
             history: AppHistory::new(engine.history_len()),
             engine,
+            // Random, never the legacy cluster's 0: unique across scheduler states.
+            cluster: ClusterId::from_bits(rand::random::<u128>().max(1)),
+            known_as: HashMap::new(),
             agents: HashMap::new(),
             templates: HashMap::new(),
             specs: HashMap::new(),
@@ -761,6 +784,7 @@ impl Core {
             // its logs can be read from that node after the restart too.
             core.history.remember_launch(c.app.0, LaunchedContainer::from(&c));
             if live_apps.contains(&c.app.0) && gantry_engine::state::container_is_live(c.state) {
+                core.known_as.insert(c.id.0, c.cluster);
                 core.awaiting.entry(c.node.clone()).or_default().push(c);
             }
         }
@@ -804,9 +828,54 @@ impl Core {
         self.history.ended(app)
     }
 
+    /// A launched container, as remembered.
+    fn launched_container(&self, container: u64) -> Option<&LaunchedContainer> {
+        self.history.container(container)
+    }
+
     /// The node that ran (or runs) a container, as remembered.
     pub fn container_node(&self, container: u64) -> Option<&str> {
         self.history.container(container).map(|c| c.node.as_str())
+    }
+
+    /// This run's cluster id.
+    pub fn cluster(&self) -> ClusterId {
+        self.cluster
+    }
+
+    /// The cluster id agents know a container by, as recorded when it was launched: an earlier
+    /// run's for one restored from the store, the legacy one for one launched on an agent older
+    /// than cluster ids, this run's otherwise (and for a container it does not remember).
+    pub fn cluster_of(&self, container: u64) -> ClusterId {
+        self.known_as
+            .get(&container)
+            .copied()
+            .or_else(|| self.launched_container(container).map(|c| c.cluster))
+            .unwrap_or(self.cluster)
+    }
+
+    /// How many live containers agents know by a cluster id other than this run's (the
+    /// containers [`Core::cluster_of`] must remember for as long as they live, and no longer).
+    pub fn renamed_containers(&self) -> usize {
+        self.known_as.len()
+    }
+
+    /// The cluster id a container launched on `node` now gets: this run's, unless the node's
+    /// agent is older than cluster ids (it names its containers legacy, and keeps doing so for
+    /// them after an upgrade).
+    fn launch_cluster(&self, node: &str) -> ClusterId {
+        match self.agents.get(node) {
+            Some(link) if !link.reports_cluster_ids => ClusterId::LEGACY,
+            _ => self.cluster,
+        }
+    }
+
+    /// Whether a container `node`'s agent reports under `cluster` is this scheduler's (see
+    /// [`Core::cluster_of`]); an agent older than cluster ids means the one this scheduler
+    /// addressed.
+    fn ours(&self, node: &str, cluster: &str, container: u64) -> bool {
+        let aware = self.agents.get(node).is_some_and(|l| l.reports_cluster_ids);
+        !aware || ClusterId::parse(cluster).is_ok_and(|c| c == self.cluster_of(container))
     }
 
     /// Where a container's log is: its node, and that node's log-read slots (wait for one,
@@ -834,7 +903,8 @@ impl Core {
         tail: Option<u64>,
         reply: oneshot::Sender<Result<LogChunk, LogError>>,
     ) {
-        let Some(node) = self.container_node(container).map(str::to_owned) else {
+        let Some((node, cluster)) = self.launched_container(container).map(|c| (c.node.clone(), c.cluster))
+        else {
             let _ = reply.send(Err(LogError::UnknownContainer(container)));
             return;
         };
@@ -845,8 +915,13 @@ impl Core {
         }
         self.last_log_request += 1;
         let request_id = self.last_log_request;
-        let read =
-            v1::ReadLog { request_id, container_id: container, stream: stream as i32, tail_bytes: tail };
+        let read = v1::ReadLog {
+            request_id,
+            container_id: container,
+            stream: stream as i32,
+            tail_bytes: tail,
+            cluster_id: cluster.to_wire(),
+        };
         if !self.send_to(&node, Down::ReadLog(read)) {
             // The stream is closed or its queue full: either way the agent will not hear it.
             let _ = reply.send(Err(LogError::NodeNotConnected { node, container }));
@@ -1208,6 +1283,10 @@ impl Core {
             match c {
                 Command::Launch { container, app, request, node, resources, gpus } => {
                     let name = self.node_name(node.0);
+                    let cluster = self.launch_cluster(&name);
+                    if cluster != self.cluster {
+                        self.known_as.insert(container.0, cluster);
+                    }
                     let Some(t) = self.template(app.0, request as usize).cloned() else {
                         tracing::error!(app = app.0, request, "no launch template; cannot start container");
                         continue;
@@ -1221,6 +1300,7 @@ impl Core {
                         cpu_millis: i64::try_from(resources.cpu_millis).unwrap_or(i64::MAX),
                         memory_bytes: i64::try_from(resources.memory_bytes).unwrap_or(i64::MAX),
                         gpus,
+                        cluster_id: cluster.to_wire(),
                         ..Default::default()
                     };
                     let placed_ms = now_ms();
@@ -1237,6 +1317,7 @@ impl Core {
                             exit_code: None,
                             reason: None,
                             finished_ms: None,
+                            cluster,
                         },
                     )]);
                     self.history.remember_launch(
@@ -1252,6 +1333,7 @@ impl Core {
                             started_ms: Some(placed_ms),
                             finished_ms: None,
                             diagnostics: String::new(),
+                            cluster,
                         },
                     );
                     self.send_launch(&name, launch, record);
@@ -1262,6 +1344,7 @@ impl Core {
                         container_id: container.0,
                         grace_ms: Some(grace_ms),
                         reason: format!("{reason:?}"),
+                        cluster_id: self.cluster_of(container.0).to_wire(),
                     };
                     if !self.send_to(&name, Down::Kill(kill)) {
                         tracing::warn!(container = container.0, node = %name, "no stream to the node for a kill");
@@ -1472,17 +1555,43 @@ impl Core {
                 Err(e) => tracing::warn!(container = c.id.0, error = %e, "cannot restore container"),
             }
         }
-        self.agents
-            .insert(node.clone(), AgentLink { tx, stream, last_seen: Instant::now(), last_status: None });
+        self.agents.insert(
+            node.clone(),
+            AgentLink {
+                tx,
+                stream,
+                last_seen: Instant::now(),
+                last_status: None,
+                reports_cluster_ids: r.reports_cluster_ids,
+            },
+        );
         // Reads sent down an earlier stream of this node are answered on that stream or never.
         self.fail_log_reads(&node, |s| s != stream);
         self.log_slots.entry(node.clone()).or_insert_with(|| Arc::new(Semaphore::new(LOG_READS_PER_NODE)));
-        let _ = self.send_to(&node, Down::Registered(v1::Registered { heartbeat_interval_ms: 0 }));
+        let registered = v1::Registered { heartbeat_interval_ms: 0, cluster_id: self.cluster.to_wire() };
+        let _ = self.send_to(&node, Down::Registered(registered));
         // Reconcile: exits first, then what runs there against what the engine wants there.
         for exit in &r.unacked_exits {
             self.exited(&node, exit);
         }
-        let reported: HashSet<u64> = r.containers.iter().map(|c| c.container_id).collect();
+        // Containers of another scheduler state (a fresh data directory, a restored backup,
+        // another cluster) are not ours, whatever their numbers: they are killed, addressed by
+        // their own cluster id, as YARN's NodeManager kills its containers when it resyncs
+        // with a ResourceManager that does not know them.
+        let (ours, foreign): (Vec<&v1::LiveContainer>, Vec<&v1::LiveContainer>) =
+            r.containers.iter().partition(|c| self.ours(&node, &c.cluster_id, c.container_id));
+        for c in foreign {
+            tracing::warn!(%node, container = c.container_id, cluster = %c.cluster_id, "agent runs a container of another scheduler state; killing it");
+            self.stats.reconcile_kills += 1;
+            let kill = v1::Kill {
+                container_id: c.container_id,
+                grace_ms: Some(0),
+                reason: "another scheduler state's".into(),
+                cluster_id: c.cluster_id.clone(),
+            };
+            let _ = self.send_to(&node, Down::Kill(kill));
+        }
+        let reported: HashSet<u64> = ours.iter().map(|c| c.container_id).collect();
         let wanted: HashSet<u64> = {
             let st = self.engine.state();
             let idx = st.node_by_name(&node).map(|n| n.0);
@@ -1492,12 +1601,16 @@ impl Core {
                 .map(|c| c.id)
                 .collect()
         };
-        for c in &r.containers {
+        for c in ours {
             if !wanted.contains(&c.container_id) {
                 tracing::warn!(%node, container = c.container_id, "agent runs a container the scheduler does not want; killing it");
                 self.stats.reconcile_kills += 1;
-                let kill =
-                    v1::Kill { container_id: c.container_id, grace_ms: Some(0), reason: "not wanted".into() };
+                let kill = v1::Kill {
+                    container_id: c.container_id,
+                    grace_ms: Some(0),
+                    reason: "not wanted".into(),
+                    cluster_id: c.cluster_id.clone(),
+                };
                 let _ = self.send_to(&node, Down::Kill(kill));
             } else if c.state == v1::ContainerState::Running as i32 {
                 let _ = self
@@ -1505,7 +1618,12 @@ impl Core {
                     .handle(now_ms(), Event::ContainerStarted { container: ContainerId(c.container_id) });
             }
         }
-        let exited: HashSet<u64> = r.unacked_exits.iter().map(|e| e.container_id).collect();
+        let exited: HashSet<u64> = r
+            .unacked_exits
+            .iter()
+            .filter(|e| self.ours(&node, &e.cluster_id, e.container_id))
+            .map(|e| e.container_id)
+            .collect();
         for id in wanted.difference(&reported) {
             if exited.contains(id) {
                 continue;
@@ -1521,6 +1639,15 @@ impl Core {
     }
 
     fn exited(&mut self, node: &str, e: &v1::ContainerExited) {
+        let ack =
+            Down::AckExit(v1::AckExit { container_id: e.container_id, cluster_id: e.cluster_id.clone() });
+        if !self.ours(node, &e.cluster_id, e.container_id) {
+            // Another scheduler state's container: nothing of this one's may change. The agent
+            // may forget it.
+            tracing::info!(%node, container = e.container_id, cluster = %e.cluster_id, "exit of another scheduler state's container acknowledged, not applied");
+            let _ = self.send_to(node, ack);
+            return;
+        }
         let id = ContainerId(e.container_id);
         let reason = v1::ExitReason::try_from(e.reason).unwrap_or(v1::ExitReason::Unspecified);
         let (state, code) = match reason {
@@ -1570,7 +1697,6 @@ impl Core {
         // the commit would let a crash lose a container's end, and the restarted scheduler would
         // declare it lost and run it again (the kill-under-load test found it). An exit whose
         // write failed is not acknowledged: the agent reports it again on its next Register.
-        let ack = Down::AckExit(v1::AckExit { container_id: e.container_id });
         match (self.store.is_some(), committed, self.agents.get(node)) {
             (false, _, _) => {
                 let _ = self.send_to(node, ack);
@@ -1606,6 +1732,9 @@ impl Core {
                 }
                 let _ = self.send_to(node, Down::StatusAck(v1::StatusAck { seq }));
             }
+            Up::ContainerStarted(c) if !self.ours(node, &c.cluster_id, c.container_id) => {
+                tracing::debug!(%node, container = c.container_id, cluster = %c.cluster_id, "start of another scheduler state's container ignored");
+            }
             Up::ContainerStarted(c) => {
                 self.history.update(c.container_id, |l| {
                     l.state = GANTRY_CONTAINER_RUNNING;
@@ -1628,6 +1757,7 @@ impl Core {
                     container_id: f.container_id,
                     reason: v1::ExitReason::Exited as i32,
                     exit_code: 127,
+                    cluster_id: f.cluster_id,
                     ..Default::default()
                 };
                 self.exited(node, &exit);
@@ -1637,10 +1767,15 @@ impl Core {
         }
     }
 
-    /// Declares lost every node whose agent has not been heard from within `timeout`, and drops
-    /// log reads whose callers gave up waiting.
+    /// Declares lost every node whose agent has not been heard from within `timeout`, drops
+    /// log reads whose callers gave up waiting, and forgets the names of ended containers.
     fn check_liveness(&mut self, timeout: Duration) {
         self.log_reads.retain(|_, p| !p.reply.is_closed());
+        if self.recovering_until.is_none() {
+            // Restored containers reach the engine only as their agents come back.
+            let st = self.engine.state();
+            self.known_as.retain(|&id, _| st.container_index(ContainerId(id)).is_some());
+        }
         let late: Vec<String> = self
             .agents
             .iter()
