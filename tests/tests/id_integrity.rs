@@ -327,3 +327,47 @@ fn a_kill_the_store_cannot_record_is_503_and_changes_nothing() {
     assert_eq!(rt.block_on(client.app(id)).expect("app").state, AppState::Killed);
     assert_eq!(starts(), 1, "the killed app's command never ran again");
 }
+
+#[test]
+fn work_that_completed_before_a_restart_never_runs_again() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files =
+        gantry_tests::scheduler_config(dir.path(), "node_timeout_ms = 3000\ncycle_interval_ms = 50", "");
+    let client = Client::new(&files.api).expect("client").with_timeout(Duration::from_secs(20));
+    let agents: std::net::SocketAddr = files.agents.parse().expect("address");
+    let out = gantry_tests::container_writable_dir(dir.path(), "out");
+    let _agent = TestAgent::start(dir.path(), "done-once", "r1", &[], agents);
+    let mut scheduler = start_scheduler(&files.config);
+    wait_up(&rt, &client, 1);
+    // Two groups: a quick one that records each run, and a long one that keeps the app live.
+    let runs = out.join("quick-runs");
+    let quick = format!("echo run >> {}", runs.display());
+    let body = json!({
+        "application-name": "half-done",
+        "containers": [
+            {"resource": {"cpuMillis": 10, "memoryBytes": 8 << 20, "gpus": 0}, "count": 2, "command": ["sh", "-c", quick]},
+            {"resource": {"cpuMillis": 10, "memoryBytes": 8 << 20, "gpus": 0}, "command": ["sleep", "600"]}
+        ]
+    });
+    let id = submit(&rt, &client, &body).expect("submit");
+    let count = || std::fs::read_to_string(&runs).map_or(0, |t| t.lines().count());
+    wait_until("both quick containers to complete", GUARD, || {
+        let a = rt.block_on(client.app(id)).ok()?;
+        (a.requests.first()?.completed == 2 && a.state == AppState::Running).then_some(())
+    });
+    assert_eq!(count(), 2);
+    scheduler.kill9();
+    let _scheduler = start_scheduler(&files.config);
+    wait_up(&rt, &client, 1);
+    wait_until("the long container to be restored", GUARD, || {
+        let a = rt.block_on(client.app(id)).ok()?;
+        (a.state == AppState::Running && a.running_containers == 1).then_some(())
+    });
+    // Several cycles later, the completed work has not run again.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(count(), 2, "completed containers ran again after the restart");
+    let a = rt.block_on(client.app(id)).expect("app");
+    assert_eq!(a.requests[0].completed, 2, "{a:?}");
+    assert!((a.progress - 66.67).abs() < 0.01, "progress {}", a.progress);
+}

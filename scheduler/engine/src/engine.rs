@@ -19,6 +19,8 @@ struct RestoredApp {
     state: u32,
     failures: u32,
     submit_ms: u64,
+    /// Completed containers per request (may be shorter than the requests).
+    completed: Vec<u32>,
     /// Recovered from the driver's store (not a new submission under a handed-out id): an app
     /// of a reservation that ended meanwhile may fall back to the plan's default queue.
     from_store: bool,
@@ -324,6 +326,7 @@ impl Engine {
                     state: GANTRY_APP_NEW,
                     failures: 0,
                     submit_ms: self.now_ms,
+                    completed: Vec::new(),
                     from_store: false,
                 };
                 let id = self.insert_app(spec, Some(restored))?;
@@ -335,8 +338,9 @@ impl Engine {
                 st.next_container = st.next_container.max(container_below);
                 st.next_reservation = st.next_reservation.max(reservation_below);
             }
-            Event::AppRestored { app, spec, state, failures, submit_ms } => {
-                let restored = RestoredApp { id: app, state, failures, submit_ms, from_store: true };
+            Event::AppRestored { app, spec, state, failures, submit_ms, completed } => {
+                let restored =
+                    RestoredApp { id: app, state, failures, submit_ms, completed, from_store: true };
                 self.insert_app(spec, Some(restored))?;
             }
             Event::ContainerRestored { container, app, request, node, gpus, running } => {
@@ -453,6 +457,14 @@ impl Engine {
                     reason: format!("state {} is not a live state", r.state),
                 });
             }
+            let too_many = r.completed.len() > spec.requests.len()
+                || r.completed.iter().zip(&spec.requests).any(|(&done, q)| done > q.count);
+            if too_many {
+                return Err(EngineError::Invalid {
+                    what: "restored application",
+                    reason: format!("completed containers {:?} exceed its requests", r.completed),
+                });
+            }
         }
         let st = &mut self.state;
         let id = match &restored {
@@ -466,9 +478,13 @@ impl Engine {
             }
         };
         let submit_ms = restored.as_ref().map_or(self.now_ms, |r| r.submit_ms);
+        let mut completed = vec![0; spec.requests.len()];
+        if let Some(r) = &restored {
+            completed[..r.completed.len()].copy_from_slice(&r.completed);
+        }
         let app_idx = st.apps.len() as u32;
         let start = st.requests.len() as u32;
-        for r in &spec.requests {
+        for (k, r) in spec.requests.iter().enumerate() {
             let selector = st.intern_labels(&r.selector);
             let preferred = st.intern_labels(&r.preferred);
             let mut flags = 0;
@@ -489,7 +505,8 @@ impl Engine {
                 flags,
                 resources: r.resources,
                 count: r.count,
-                placed: 0,
+                // Completed containers stay placed: their work is done.
+                placed: completed[k],
                 priority: r.priority,
                 reserved: 0,
                 selector,
@@ -524,7 +541,7 @@ impl Engine {
             failures,
             live_containers: 0,
             diagnostics: String::new(),
-            completed: vec![0; spec.requests.len()],
+            completed,
         });
         st.app_index.insert(id, app_idx);
         Ok(AppId(id))

@@ -67,6 +67,10 @@ pub enum Event {
         failures: u32,
         /// When it was submitted, ms.
         submit_ms: u64,
+        /// Per request, in order, the containers that completed (exited 0) before the restart:
+        /// they count as placed and never run again. Empty = none; refused if longer than the
+        /// requests or above a request's count.
+        completed: Vec<u32>,
     },
     /// A container recovered from the durable store, on a node that is registered (or restored).
     ContainerRestored {

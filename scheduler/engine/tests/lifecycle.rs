@@ -1532,6 +1532,7 @@ fn restored_apps_and_containers_resume_and_new_ids_follow_them() {
         state: GANTRY_APP_RUNNING,
         failures: 1,
         submit_ms: 5,
+        completed: Vec::new(),
     });
     // One of its two containers was running before the restart, on GPU 1.
     h.ok(Event::ContainerRestored {
@@ -1575,6 +1576,7 @@ fn bad_restores_are_refused_and_change_nothing() {
         state: GANTRY_APP_ACCEPTED,
         failures: 0,
         submit_ms: 0,
+        completed: Vec::new(),
     });
     // The same id twice; a terminal state; an unknown queue.
     h.refused(Event::AppRestored {
@@ -1583,6 +1585,7 @@ fn bad_restores_are_refused_and_change_nothing() {
         state: GANTRY_APP_ACCEPTED,
         failures: 0,
         submit_ms: 0,
+        completed: Vec::new(),
     });
     h.refused(Event::AppRestored {
         app: AppId(8),
@@ -1590,6 +1593,7 @@ fn bad_restores_are_refused_and_change_nothing() {
         state: GANTRY_APP_FINISHED,
         failures: 0,
         submit_ms: 0,
+        completed: Vec::new(),
     });
     h.refused(Event::AppRestored {
         app: AppId(9),
@@ -1597,6 +1601,7 @@ fn bad_restores_are_refused_and_change_nothing() {
         state: GANTRY_APP_NEW,
         failures: 0,
         submit_ms: 0,
+        completed: Vec::new(),
     });
     let restored = |container: u64, request: u32, node: &str, gpus: Vec<u32>| Event::ContainerRestored {
         container: ContainerId(container),
@@ -1870,4 +1875,36 @@ fn preemption_marks_follow_the_latest_rebalance_call() {
     let k = kills(&h.tick()); // call 5: kill it during its grace: stopped now, counted once
     assert_eq!(k.len(), 1);
     assert_eq!(h.e.stats().preempted_by_queue[queue].containers, 1, "a container is reclaimed once");
+}
+
+#[test]
+fn containers_completed_before_a_restart_stay_placed_and_never_run_again() {
+    let mut h = H::builtin();
+    h.register(node("n1", "r1", 8, 32, 0));
+    // Three containers wanted, two completed before the restart: one more runs, then it is done.
+    h.ok(Event::AppRestored {
+        app: AppId(5),
+        spec: app("half", DEFAULT_Q, vec![req(100, 1, 0, 3)]),
+        state: GANTRY_APP_RUNNING,
+        failures: 0,
+        submit_ms: 0,
+        completed: vec![2],
+    });
+    let l = launches(&h.tick());
+    assert_eq!(l.len(), 1, "only the container that had not completed runs");
+    assert!(launches(&h.tick()).is_empty());
+    h.start(l[0].container);
+    let cmds = h.exit(l[0].container, 0);
+    assert_eq!(changes_of(&cmds, AppId(5)), vec![GANTRY_APP_FINISHED]);
+    // More completions than a request wants, or than it has requests: refused.
+    for completed in [vec![4], vec![1, 1]] {
+        h.refused(Event::AppRestored {
+            app: AppId(6),
+            spec: app("bad", DEFAULT_Q, vec![req(100, 1, 0, 3)]),
+            state: GANTRY_APP_RUNNING,
+            failures: 0,
+            submit_ms: 0,
+            completed,
+        });
+    }
 }

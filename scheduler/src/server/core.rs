@@ -580,6 +580,36 @@ fn measured_usage(s: &v1::Status) -> Option<Resources> {
     Some(Resources::new(cpu_millis, host.memory_used_bytes, gpus))
 }
 
+/// Per request of a live app, the stored containers that completed and must not run again
+/// after a restart. A gang restarts whole when a member ends otherwise (its completed members run
+/// again), so for a gang only completions after its last other end count.
+fn completed_per_request(spec: &AppSpec, stored: &[&crate::store::ContainerRecord]) -> Vec<u32> {
+    spec.requests
+        .iter()
+        .enumerate()
+        .map(|(k, r)| {
+            let mine = || stored.iter().filter(|c| c.request as usize == k);
+            let restarted_after = if r.gang {
+                mine()
+                    .filter(|c| {
+                        matches!(
+                            c.state,
+                            GANTRY_CONTAINER_FAILED | GANTRY_CONTAINER_LOST | GANTRY_CONTAINER_KILLED
+                        )
+                    })
+                    .map(|c| c.id.0)
+                    .max()
+                    .unwrap_or(0)
+            } else {
+                0
+            };
+            let done =
+                mine().filter(|c| c.state == GANTRY_CONTAINER_COMPLETED && c.id.0 > restarted_after).count();
+            (done as u32).min(r.count)
+        })
+        .collect()
+}
+
 fn down(msg: Down) -> Result<v1::SchedulerMessage, tonic::Status> {
     Ok(v1::SchedulerMessage { msg: Some(msg) })
 }
@@ -764,8 +794,10 @@ impl Core {
             }
             let templates: Vec<LaunchTemplate> = serde_json::from_value(a.launch.clone()).unwrap_or_default();
             core.specs.insert(a.id.0, a.spec.clone());
+            let stored = by_app.get(&a.id.0).map(Vec::as_slice).unwrap_or_default();
             let event = Event::AppRestored {
                 app: a.id,
+                completed: completed_per_request(&a.spec, stored),
                 spec: a.spec,
                 state: a.state,
                 failures: failures.get(&a.id.0).copied().unwrap_or(0),
