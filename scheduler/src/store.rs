@@ -26,8 +26,13 @@
 //!
 //! # Reading
 //! [`Store::load`] reads everything back in one consistent snapshot, on a connection of its own
-//! (WAL lets it run beside the writer). It is meant for start-up, not for serving queries: the
-//! engine answers those from memory.
+//! (WAL lets it run beside the writer); [`Store::load_recent`], what the daemon starts with,
+//! reads the live applications and only as many ended ones as its memory keeps. They are meant
+//! for start-up, not for serving queries: the engine answers those from memory.
+//!
+//! # Retention
+//! Ended applications are kept by count and age and the rest removed in the background, in
+//! small chunks through the same writer ([`Store::prune_ended`], module `retention`).
 //!
 //! # Schema
 //! The schema is versioned in the table `schema_version` (one row per applied migration) and
@@ -55,6 +60,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 use tokio::sync::oneshot;
+
+mod retention;
+pub use retention::{PruneReport, Retention};
 
 /// `PRAGMA application_id` of a gantry store ("GNTR"), so that `open` refuses another program's
 /// SQLite file instead of adding tables to it.
@@ -153,6 +161,11 @@ const MIGRATIONS: &[Migration] = &[
             record      TEXT    NOT NULL
         ) STRICT;
     ",
+    },
+    Migration {
+        version: 4,
+        description: "ended applications by the time they ended, for retention",
+        sql: retention::MIGRATION_SQL,
     },
 ];
 
@@ -435,6 +448,13 @@ pub enum Write {
         /// The application.
         id: AppId,
     },
+    /// Retention ([`Store::prune_ended`]): forget each listed application that has ended and
+    /// has no live container, with its containers; live ones and unknown ids are left alone.
+    /// The ids are not reused: the counters stay.
+    PruneApps {
+        /// The applications.
+        ids: Vec<AppId>,
+    },
     /// Record a container, or overwrite it whole. Refused if its app is not stored. Raises the
     /// container id counter past it.
     UpsertContainer(ContainerRecord),
@@ -492,15 +512,21 @@ pub enum Write {
 }
 
 /// Everything the daemon needs to rebuild its engine, read in one snapshot.
+///
+/// [`Store::load`] fills `apps` and `containers` with every stored record;
+/// [`Store::load_recent`] with every live application (NEW, ACCEPTED, RUNNING), only the most
+/// recently ended ones it was asked for, and the containers of exactly those applications. The
+/// id counters, reservations, queues and drains are always whole.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Recovered {
-    /// Every stored application, by id.
+    /// The stored applications read (see above), by id.
     pub apps: Vec<AppRecord>,
-    /// Every stored container, by id.
+    /// The containers of the applications in `apps`, by id.
     pub containers: Vec<ContainerRecord>,
     /// Every stored reservation, by id.
     pub reservations: Vec<ReservationRecord>,
-    /// Next application id: above every id ever stored (deleted ones included), at least 1.
+    /// Next application id: above every id ever stored (deleted and pruned ones included, and
+    /// those a bounded load did not read), at least 1.
     pub next_app_id: u64,
     /// Next container id, likewise.
     pub next_container_id: u64,
@@ -705,12 +731,27 @@ impl Store {
         }
     }
 
-    /// Reads everything back, in one consistent snapshot of what has committed. Blocking; for
-    /// start-up.
+    /// Reads everything back, every ended application included, in one consistent snapshot of
+    /// what has committed. Blocking; for tools and tests (the daemon starts with
+    /// [`Store::load_recent`]).
     pub fn load(&self) -> Result<Recovered, StoreError> {
+        self.load_snapshot(None)
+    }
+
+    /// What the daemon needs to start, in one consistent snapshot: every live application, the
+    /// `ended_apps` most recently ended ones (what its memory keeps: `[engine]
+    /// max_completed_apps`), the containers of those applications, and everything else as
+    /// [`Store::load`] reads it. Older ended applications stay in the file, found by id through
+    /// [`Store::app_summary`]; reading them would make a restart's cost grow with the history.
+    /// Blocking; for start-up.
+    pub fn load_recent(&self, ended_apps: usize) -> Result<Recovered, StoreError> {
+        self.load_snapshot(Some(ended_apps))
+    }
+
+    fn load_snapshot(&self, ended_apps: Option<usize>) -> Result<Recovered, StoreError> {
         let mut conn = self.reader()?;
         let tx = conn.transaction().map_err(classify)?;
-        let recovered = read_all(&tx)?;
+        let recovered = read_all(&tx, ended_apps)?;
         tx.finish().map_err(classify)?;
         Ok(recovered)
     }
@@ -1054,6 +1095,7 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
                 .map_err(classify)?;
             Ok(())
         }
+        Write::PruneApps { ids } => retention::delete_ended(conn, ids),
         Write::UpsertContainer(c) => {
             let gpus = to_json("GPU list", &c.gpus)?;
             conn.prepare_cached(
@@ -1189,66 +1231,114 @@ fn col<T: rusqlite::types::FromSql>(
     row.get(i).map_err(|e| corrupt(what, id)(format!("column {i}: {e}")))
 }
 
-fn read_all(conn: &Connection) -> Result<Recovered, StoreError> {
+/// The columns [`app_from_row`] reads, in its order.
+const APP_COLUMNS: &str =
+    "id, name, queue, user, priority, max_attempts, submit_ms, state, state_ms, diagnostics, spec, launch";
+
+/// The columns [`container_from_row`] reads, in its order.
+const CONTAINER_COLUMNS: &str = "id, app, request, node, cpu_millis, memory_bytes, gpus, gpu_indexes, state, started_ms, exit_code, reason";
+
+fn app_from_row(row: &rusqlite::Row<'_>) -> Result<AppRecord, StoreError> {
+    let raw: i64 = row.get(0).map_err(classify)?;
+    let w = "app";
+    let spec_json: String = col(row, 10, w, raw)?;
+    let spec: SpecJson = serde_json::from_str(&spec_json).map_err(|e| corrupt(w, raw)(e.to_string()))?;
+    let launch_json: String = col(row, 11, w, raw)?;
+    let launch = serde_json::from_str(&launch_json).map_err(|e| corrupt(w, raw)(e.to_string()))?;
+    Ok(AppRecord {
+        id: AppId(col(row, 0, w, raw)?),
+        spec: AppSpec {
+            name: col(row, 1, w, raw)?,
+            queue: col(row, 2, w, raw)?,
+            user: col(row, 3, w, raw)?,
+            priority: col(row, 4, w, raw)?,
+            max_attempts: col(row, 5, w, raw)?,
+            requests: spec.requests.into_iter().map(RequestSpec::from).collect(),
+        },
+        launch,
+        submit_ms: col(row, 6, w, raw)?,
+        state: col(row, 7, w, raw)?,
+        state_ms: col(row, 8, w, raw)?,
+        diagnostics: col(row, 9, w, raw)?,
+    })
+}
+
+fn container_from_row(row: &rusqlite::Row<'_>) -> Result<ContainerRecord, StoreError> {
+    let raw: i64 = row.get(0).map_err(classify)?;
+    let w = "container";
+    let gpus_json: String = col(row, 7, w, raw)?;
+    Ok(ContainerRecord {
+        id: ContainerId(col(row, 0, w, raw)?),
+        app: AppId(col(row, 1, w, raw)?),
+        request: col(row, 2, w, raw)?,
+        node: col(row, 3, w, raw)?,
+        resources: resources(col(row, 4, w, raw)?, col(row, 5, w, raw)?, col(row, 6, w, raw)?),
+        gpus: serde_json::from_str(&gpus_json).map_err(|e| corrupt(w, raw)(e.to_string()))?,
+        state: col(row, 8, w, raw)?,
+        started_ms: col(row, 9, w, raw)?,
+        exit_code: col(row, 10, w, raw)?,
+        reason: col(row, 11, w, raw)?,
+    })
+}
+
+/// Runs `sql` with `args` and turns each row into a record with `from_row`.
+fn query_records<T>(
+    conn: &Connection,
+    sql: &str,
+    args: impl rusqlite::Params,
+    from_row: fn(&rusqlite::Row<'_>) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql).map_err(classify)?;
+    let mut rows = stmt.query(args).map_err(classify)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(classify)? {
+        out.push(from_row(row)?);
+    }
+    Ok(out)
+}
+
+/// Reads the stored state; `ended_apps` bounds the ended applications read (see
+/// [`Store::load_recent`]), `None` reads every one.
+fn read_all(conn: &Connection, ended_apps: Option<usize>) -> Result<Recovered, StoreError> {
     let mut out = Recovered::default();
 
-    let mut stmt = conn
-        .prepare(
-            "SELECT id, name, queue, user, priority, max_attempts, submit_ms, state, state_ms,
-                    diagnostics, spec, launch
-             FROM apps ORDER BY id",
-        )
-        .map_err(classify)?;
-    let mut rows = stmt.query([]).map_err(classify)?;
-    while let Some(row) = rows.next().map_err(classify)? {
-        let raw: i64 = row.get(0).map_err(classify)?;
-        let w = "app";
-        let spec_json: String = col(row, 10, w, raw)?;
-        let spec: SpecJson = serde_json::from_str(&spec_json).map_err(|e| corrupt(w, raw)(e.to_string()))?;
-        let launch_json: String = col(row, 11, w, raw)?;
-        let launch = serde_json::from_str(&launch_json).map_err(|e| corrupt(w, raw)(e.to_string()))?;
-        out.apps.push(AppRecord {
-            id: AppId(col(row, 0, w, raw)?),
-            spec: AppSpec {
-                name: col(row, 1, w, raw)?,
-                queue: col(row, 2, w, raw)?,
-                user: col(row, 3, w, raw)?,
-                priority: col(row, 4, w, raw)?,
-                max_attempts: col(row, 5, w, raw)?,
-                requests: spec.requests.into_iter().map(RequestSpec::from).collect(),
-            },
-            launch,
-            submit_ms: col(row, 6, w, raw)?,
-            state: col(row, 7, w, raw)?,
-            state_ms: col(row, 8, w, raw)?,
-            diagnostics: col(row, 9, w, raw)?,
-        });
-    }
-
-    let mut stmt = conn
-        .prepare(
-            "SELECT id, app, request, node, cpu_millis, memory_bytes, gpus, gpu_indexes, state,
-                    started_ms, exit_code, reason
-             FROM containers ORDER BY id",
-        )
-        .map_err(classify)?;
-    let mut rows = stmt.query([]).map_err(classify)?;
-    while let Some(row) = rows.next().map_err(classify)? {
-        let raw: i64 = row.get(0).map_err(classify)?;
-        let w = "container";
-        let gpus_json: String = col(row, 7, w, raw)?;
-        out.containers.push(ContainerRecord {
-            id: ContainerId(col(row, 0, w, raw)?),
-            app: AppId(col(row, 1, w, raw)?),
-            request: col(row, 2, w, raw)?,
-            node: col(row, 3, w, raw)?,
-            resources: resources(col(row, 4, w, raw)?, col(row, 5, w, raw)?, col(row, 6, w, raw)?),
-            gpus: serde_json::from_str(&gpus_json).map_err(|e| corrupt(w, raw)(e.to_string()))?,
-            state: col(row, 8, w, raw)?,
-            started_ms: col(row, 9, w, raw)?,
-            exit_code: col(row, 10, w, raw)?,
-            reason: col(row, 11, w, raw)?,
-        });
+    match ended_apps {
+        None => {
+            out.apps = query_records(
+                conn,
+                &format!("SELECT {APP_COLUMNS} FROM apps ORDER BY id"),
+                [],
+                app_from_row,
+            )?;
+            out.containers = query_records(
+                conn,
+                &format!("SELECT {CONTAINER_COLUMNS} FROM containers ORDER BY id"),
+                [],
+                container_from_row,
+            )?;
+        }
+        Some(n) => {
+            // Live apps by the state index, the newest ended by the retention index; then each
+            // one's containers by the containers' app index. Nothing here scans a table.
+            out.apps = query_records(
+                conn,
+                &format!("SELECT {APP_COLUMNS} FROM apps WHERE state IN (1, 2, 3)"),
+                [],
+                app_from_row,
+            )?;
+            out.apps.extend(query_records(
+                conn,
+                &format!("SELECT {APP_COLUMNS} FROM apps WHERE id IN ({})", retention::NEWEST_ENDED_IDS),
+                [i64::try_from(n).unwrap_or(i64::MAX)],
+                app_from_row,
+            )?);
+            out.apps.sort_by_key(|a| a.id.0);
+            let by_app = format!("SELECT {CONTAINER_COLUMNS} FROM containers WHERE app = ?1");
+            for a in &out.apps {
+                out.containers.extend(query_records(conn, &by_app, [a.id.0], container_from_row)?);
+            }
+            out.containers.sort_by_key(|c| c.id.0);
+        }
     }
 
     let mut stmt = conn
@@ -1481,7 +1571,8 @@ pub fn bench_group_commit(path: &Path, writers: usize, writes_each: usize) -> Re
     Ok((if seconds > 0.0 { total / seconds } else { f64::INFINITY }, transactions))
 }
 
-fn bench_app(id: u64) -> AppRecord {
+/// A small NEW application as the benchmarks write it (`gantry bench store` too).
+pub(crate) fn bench_app(id: u64) -> AppRecord {
     AppRecord {
         id: AppId(id),
         spec: AppSpec {

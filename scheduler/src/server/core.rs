@@ -634,7 +634,9 @@ impl Core {
         store: std::sync::Arc<crate::store::Store>,
         grace: Duration,
     ) -> Result<Self, crate::store::StoreError> {
-        let recovered = store.load()?;
+        // Live apps whole; of the ended ones only as many as memory keeps (max_completed_apps),
+        // so a restart does not read the whole history. Older ones are read by id when asked.
+        let recovered = store.load_recent(engine.history_len())?;
         let mut core = Core::new(engine);
         let mut failures: HashMap<u64, u32> = HashMap::new();
         for c in &recovered.containers {
