@@ -61,7 +61,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 use tokio::sync::oneshot;
 
-mod retention;
+pub(crate) mod retention;
 pub use retention::{PruneReport, Retention};
 
 /// `PRAGMA application_id` of a gantry store ("GNTR"), so that `open` refuses another program's

@@ -5,15 +5,17 @@
 //! 1. **fill** — `apps` submitted-and-ended applications, each with one ended container, plus
 //!    `live` running ones with a running container, written in big jobs (the writer's group
 //!    commit), then closed;
-//! 2. **restart before retention** — reopen + [`Store::load`] (everything: what a start-up read
+//! 2. **upgrade** — the retention index dropped and built again on the full file, as the schema
+//!    migration does when a version with retention first opens a store from before it;
+//! 3. **restart before retention** — reopen + [`Store::load`] (everything: what a start-up read
 //!    before retention), and reopen + [`Core::recover`] (what the daemon does now: live apps and
 //!    only the ended ones memory keeps, then the engine rebuilt, ready to schedule);
-//! 3. **submit latency without pruning** — `InsertApp` commits at a steady `rate` for
+//! 4. **submit latency without pruning** — `InsertApp` commits at a steady `rate` for
 //!    `baseline_secs`, each timed from when it was due (so a stall also counts against the
 //!    submissions it delays);
-//! 4. **submit latency while pruning** — the same, while [`Store::prune_ended`] removes the
+//! 5. **submit latency while pruning** — the same, while [`Store::prune_ended`] removes the
 //!    backlog down to `keep` in chunks of `chunk`; runs until the round ends;
-//! 5. **restart after retention** — as 2, on the pruned file.
+//! 6. **restart after retention** — as 3, on the pruned file.
 //!
 //! Sizes are the database plus its WAL; pruning frees pages inside the file (reused by later
 //! rows) rather than shrinking it, so the free pages are reported too.
@@ -105,6 +107,8 @@ pub struct StoreBenchResult {
     pub fill_secs: f64,
     /// Database + WAL after the fill, bytes.
     pub size_full_bytes: u64,
+    /// Building the retention index on the full store (the upgrade's migration), s.
+    pub index_build_secs: f64,
     /// Restart on the full store.
     pub restart_full: RestartFigures,
     /// Submissions without pruning.
@@ -144,6 +148,7 @@ impl StoreBenchResult {
         format!(
             "{} ended + {} live apps, retention {} (chunks of {})\n\
              fill                   {:.1} s, {:.1} MiB (db+wal)\n\
+             upgrade (index build)  {:.2} s\n\
              restart, full store    {}\n\
              submit, no pruning     {}\n\
              submit, pruning        {}\n\
@@ -156,6 +161,7 @@ impl StoreBenchResult {
             self.chunk,
             self.fill_secs,
             mib(self.size_full_bytes),
+            self.index_build_secs,
             restart(&self.restart_full),
             lat(&self.submit_baseline),
             lat(&self.submit_while_pruning),
@@ -179,6 +185,9 @@ pub enum StoreBenchError {
     /// The store failed.
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    /// Reading the file beside the store failed.
+    #[error("sqlite: {0}")]
+    Sql(#[from] rusqlite::Error),
     /// The engine refused its configuration.
     #[error("engine: {0}")]
     Engine(#[from] gantry_engine::EngineError),
@@ -219,6 +228,7 @@ fn measure(args: &StoreBenchArgs, db: &Path) -> Result<StoreBenchResult, StoreBe
     fill(db, args, now)?;
     let fill_secs = started.elapsed().as_secs_f64();
     let size_full_bytes = db_size(db);
+    let index_build_secs = rebuild_retention_index(db)?;
     let restart_full = restart(db, args.keep)?;
 
     let store = Store::open(db)?;
@@ -251,6 +261,7 @@ fn measure(args: &StoreBenchArgs, db: &Path) -> Result<StoreBenchResult, StoreBe
         chunk: args.chunk,
         fill_secs,
         size_full_bytes,
+        index_build_secs,
         restart_full,
         submit_baseline,
         submit_while_pruning,
@@ -380,16 +391,21 @@ fn db_size(db: &Path) -> u64 {
         .sum()
 }
 
+/// Drops the retention index and builds it again as its migration does; returns the seconds the
+/// build took.
+fn rebuild_retention_index(db: &Path) -> Result<f64, StoreBenchError> {
+    let conn = rusqlite::Connection::open(db)?;
+    conn.execute_batch("DROP INDEX apps_ended_by_time")?;
+    let started = Instant::now();
+    conn.execute_batch(crate::store::retention::MIGRATION_SQL)?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
 /// Bytes in the file's free pages.
 fn free_bytes(db: &Path) -> Result<u64, StoreBenchError> {
-    let conn = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .map_err(|e| StoreBenchError::Store(StoreError::Database(e.to_string())))?;
-    let pages: u64 = conn
-        .pragma_query_value(None, "freelist_count", |r| r.get(0))
-        .map_err(|e| StoreBenchError::Store(StoreError::Database(e.to_string())))?;
-    let size: u64 = conn
-        .pragma_query_value(None, "page_size", |r| r.get(0))
-        .map_err(|e| StoreBenchError::Store(StoreError::Database(e.to_string())))?;
+    let conn = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let pages: u64 = conn.pragma_query_value(None, "freelist_count", |r| r.get(0))?;
+    let size: u64 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
     Ok(pages * size)
 }
 
@@ -428,7 +444,7 @@ mod tests {
         assert_eq!(r.restart_pruned.load_all_apps, 120 + submitted, "the submissions are live");
         assert_eq!(r.restart_pruned.recover_apps, 120 + submitted);
         assert!(r.submit_baseline.submissions > 0 && r.submit_baseline.p99_ms >= r.submit_baseline.p50_ms);
-        assert!(r.size_full_bytes > 0 && r.free_pruned_bytes > 0);
+        assert!(r.size_full_bytes > 0 && r.free_pruned_bytes > 0 && r.index_build_secs > 0.0);
         assert!(r.summary().contains("2900 apps in 12 chunks"), "{}", r.summary());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "its files are removed");
         let bad = StoreBenchArgs { chunk: 0, ..args };
