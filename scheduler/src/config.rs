@@ -144,7 +144,7 @@ pub struct StoreSection {
     pub retain_completed_for: Option<ConfigDuration>,
     /// How often the daemon removes what the retention no longer keeps (default `"1m"`).
     pub prune_interval: Option<ConfigDuration>,
-    /// Applications removed per store transaction (default 500): bounds how long a submission
+    /// Applications removed per store transaction (default 100): bounds how long a submission
     /// queued behind one waits.
     pub prune_chunk_apps: Option<usize>,
 }
@@ -708,7 +708,7 @@ mod tests {
         use crate::store::Retention;
         use std::time::Duration;
         let c = parse("").expect("defaults");
-        assert_eq!(c.retention(), Retention { max_completed_apps: 10_000, max_age: None, chunk_apps: 500 });
+        assert_eq!(c.retention(), Retention { max_completed_apps: 10_000, max_age: None, chunk_apps: 100 });
         assert_eq!(c.prune_interval(), Duration::from_secs(60));
         let c = parse("[engine]\nmax_completed_apps = 50\n").expect("memory only");
         assert_eq!(
