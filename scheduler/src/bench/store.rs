@@ -206,12 +206,13 @@ pub enum StoreBenchError {
 
 /// Runs the benchmark.
 pub fn run(args: &StoreBenchArgs) -> Result<StoreBenchResult, StoreBenchError> {
-    if args.apps == 0 || args.fill_batch == 0 || args.chunk == 0 || !(args.rate > 0.0) {
+    let rate_ok = args.rate.is_finite() && args.rate > 0.0;
+    if args.apps == 0 || args.fill_batch == 0 || args.chunk == 0 || !rate_ok {
         return Err(StoreBenchError::Args(
             "--apps, --fill-batch, --chunk and --rate must be positive".into(),
         ));
     }
-    if !(args.baseline_secs > 0.0 && args.baseline_secs <= 3600.0) {
+    if args.baseline_secs <= 0.0 || args.baseline_secs.is_nan() || args.baseline_secs > 3600.0 {
         return Err(StoreBenchError::Args("--baseline-secs must be in (0, 3600]".into()));
     }
     let dir = args
