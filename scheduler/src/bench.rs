@@ -7,6 +7,8 @@
 //! submissions are timed separately, since a real scheduler receives them over time. Nothing
 //! ends during the run, so the cluster is sized to hold every container.
 
+pub mod store;
+
 use crate::plugin_host::DynamicPlugin;
 use gantry_engine::{
     AppSpec, Engine, EngineConfig, Event, NodeSpec, Policy, Profile, RequestSpec, Resources,
