@@ -279,3 +279,23 @@ fn a_round_asked_to_stop_stops_between_chunks() {
     assert_eq!(report.pruned_apps, 0);
     assert_eq!(stored_apps(&store).len(), 10, "left for the next round");
 }
+
+#[test]
+fn a_count_no_store_can_reach_bounds_nothing_but_the_age_still_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let now = T0 + 10 * HOUR;
+    let writes: Vec<Write> =
+        (1..=6).flat_map(|id| app_with_container(id, GANTRY_APP_FINISHED, now - id * HOUR)).collect();
+    store.write_blocking(writes).unwrap();
+    for keep in [i64::MAX as u64, u64::MAX] {
+        assert_eq!(prune(&store, &count(keep), now), 0, "keep {keep}");
+    }
+    let by_age = Retention {
+        max_completed_apps: u64::MAX,
+        max_age: Some(Duration::from_secs(3 * 3600)),
+        chunk_apps: 2,
+    };
+    assert_eq!(prune(&store, &by_age, now), 3, "ended 4, 5 and 6 hours ago");
+    assert_eq!(stored_apps(&store), BTreeSet::from([1, 2, 3]));
+}

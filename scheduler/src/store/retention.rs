@@ -85,7 +85,8 @@ pub(super) const NEWEST_ENDED_IDS: &str = "
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
     /// Ended applications kept, the most recently ended first (YARN's
-    /// `yarn.resourcemanager.state-store.max-completed-applications`).
+    /// `yarn.resourcemanager.state-store.max-completed-applications`); `i64::MAX` or more: no
+    /// bound by count.
     pub max_completed_apps: u64,
     /// Ended applications that ended longer ago than this are removed, whatever their number;
     /// `None`: no age bound.
@@ -176,11 +177,15 @@ fn prune_boundary(
     retention: &Retention,
     now_ms: u64,
 ) -> Result<Option<(i64, i64)>, StoreError> {
+    // A count no store can reach (SQLite's row ids stop at i64::MAX) bounds nothing: no walk.
     let keep = i64::try_from(retention.max_completed_apps).unwrap_or(i64::MAX);
-    let by_count: Option<(i64, i64)> = conn
-        .query_row(NTH_NEWEST_ENDED, [keep], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()
-        .map_err(classify)?;
+    let by_count: Option<(i64, i64)> = if keep == i64::MAX {
+        None
+    } else {
+        conn.query_row(NTH_NEWEST_ENDED, [keep], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .map_err(classify)?
+    };
     // Ended before the cut-off: `state_ms < cutoff`, as the last `(state_ms, id)` before it.
     let by_age = retention
         .max_age
