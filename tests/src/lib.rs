@@ -632,3 +632,42 @@ pub fn container_writable_dir(dir: &Path, name: &str) -> PathBuf {
     mode(&out, 0o777).expect("chmod");
     out
 }
+
+/// A tmpfs mounted for a test (needs root, as the cgroup tests do), unmounted when dropped: a
+/// disk that a test can fill to the last byte.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (e.g. `8m`) on `dir`, creating it.
+    pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).expect("mount point");
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "mounting a tmpfs needs root: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Tmpfs(dir.to_owned())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Writes zeros to `path` until its filesystem is full.
+pub fn fill_disk(path: &Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).expect("filler");
+    let block = vec![0u8; 64 << 10];
+    while f.write_all(&block).is_ok() {}
+    let small = [0u8; 512];
+    while f.write_all(&small).is_ok() {}
+    let _ = f.sync_all();
+}

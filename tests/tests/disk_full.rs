@@ -7,35 +7,7 @@
 
 use gantry_scheduler::api::client::{Client, ClientError};
 use gantry_scheduler::api::types::SubmitApp;
-use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// A tmpfs mounted for the test, unmounted when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(dir).expect("mount point");
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .output()
-            .expect("run mount");
-        assert!(
-            out.status.success(),
-            "mounting a tmpfs needs root: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Tmpfs(dir.to_owned())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
 
 fn app(name: &str) -> SubmitApp {
     serde_json::from_value(serde_json::json!({
@@ -45,22 +17,12 @@ fn app(name: &str) -> SubmitApp {
     .expect("submission")
 }
 
-/// Writes zeros to `path` until the filesystem is full.
-fn fill(path: &Path) {
-    let mut f = std::fs::File::create(path).expect("filler");
-    let block = vec![0u8; 64 << 10];
-    while f.write_all(&block).is_ok() {}
-    let small = [0u8; 512];
-    while f.write_all(&small).is_ok() {}
-    let _ = f.sync_all();
-}
-
 #[test]
 fn a_full_disk_refuses_submissions_with_503_and_service_resumes_when_space_returns() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
-    let _fs = Tmpfs::mount(&data, "8m");
+    let _fs = gantry_tests::Tmpfs::mount(&data, "8m");
     let toml = format!(
         "[server]\nagent_listen = \"127.0.0.1:0\"\nlisten = \"127.0.0.1:0\"\ncycle_interval_ms = 50\ndata_dir = {:?}\n",
         data.display().to_string()
@@ -71,7 +33,7 @@ fn a_full_disk_refuses_submissions_with_503_and_service_resumes_when_space_retur
 
     let before = rt.block_on(client.submit(&app("before"))).expect("accepted while there is room");
 
-    fill(&data.join("filler"));
+    gantry_tests::fill_disk(&data.join("filler"));
     let mut refused = 0;
     let mut accepted_while_full = Vec::new();
     for i in 0..20 {

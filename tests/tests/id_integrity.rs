@@ -10,7 +10,6 @@ use gantry_scheduler::api::client::{Client, ClientError};
 use gantry_scheduler::api::types::{AppState, NodeState, SubmitApp};
 use gantry_tests::{KilledOnDrop, TestAgent, start_scheduler, wait_until};
 use serde_json::{Value, json};
-use std::path::Path;
 use std::time::Duration;
 
 const GUARD: Duration = Duration::from_secs(60);
@@ -238,48 +237,11 @@ fn an_application_id_is_usable_only_by_the_caller_it_was_handed_to_and_only_once
     assert_eq!(listed, unique, "no id listed twice");
 }
 
-/// A tmpfs mounted for the test, unmounted when dropped (needs root, as the cgroup tests do).
-struct Tmpfs(std::path::PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(dir).expect("mount point");
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .output()
-            .expect("run mount");
-        assert!(
-            out.status.success(),
-            "mounting a tmpfs needs root: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Tmpfs(dir.to_owned())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
-/// Writes zeros to `path` until the filesystem is full.
-fn fill(path: &Path) {
-    use std::io::Write;
-    let mut f = std::fs::File::create(path).expect("filler");
-    let block = vec![0u8; 64 << 10];
-    while f.write_all(&block).is_ok() {}
-    let small = [0u8; 512];
-    while f.write_all(&small).is_ok() {}
-    let _ = f.sync_all();
-}
-
 #[test]
 fn a_kill_the_store_cannot_record_is_503_and_changes_nothing() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let dir = tempfile::tempdir().expect("tempdir");
-    let _fs = Tmpfs::mount(&dir.path().join("data"), "8m");
+    let _fs = gantry_tests::Tmpfs::mount(&dir.path().join("data"), "8m");
     let files =
         gantry_tests::scheduler_config(dir.path(), "node_timeout_ms = 3000\ncycle_interval_ms = 50", "");
     let client = Client::new(&files.api).expect("client").with_timeout(Duration::from_secs(20));
@@ -298,7 +260,7 @@ fn a_kill_the_store_cannot_record_is_503_and_changes_nothing() {
     let starts = || std::fs::read_to_string(&marker).map_or(0, |t| t.lines().count());
     wait_until("the command to start", GUARD, || (starts() == 1).then_some(()));
 
-    fill(&dir.path().join("data").join("filler"));
+    gantry_tests::fill_disk(&dir.path().join("data").join("filler"));
     // SQLite may still fit a page or two in space it holds: submit throw-away apps until the
     // store refuses one, so the disk is full for the kill as well.
     let full = (0..50).any(|i| {
