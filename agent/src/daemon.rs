@@ -212,7 +212,7 @@ pub async fn run_with(
                             spawn_kill(executor.clone(), container_id, grace, KillReason::Request);
                         } else {
                             // Nothing of it runs here: say so, so the scheduler stops waiting.
-                            let exit = ContainerExit { container_id, reason: ExitReason::Lost, finished_at_ms: now_ms() };
+                            let exit = ContainerExit::new(container_id, ExitReason::Lost, now_ms());
                             report_exit(&events, &metrics, exit).await;
                         }
                     }

@@ -108,7 +108,7 @@ impl Agent {
 }
 
 fn exit(container_id: u64, reason: ExitReason) -> ContainerExit {
-    ContainerExit { container_id, reason, finished_at_ms: 1_700_000_000_000 + container_id }
+    ContainerExit::new(container_id, reason, 1_700_000_000_000 + container_id)
 }
 
 fn unacked_ids(r: &v1::Register) -> Vec<u64> {

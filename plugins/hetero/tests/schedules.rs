@@ -144,7 +144,7 @@ impl Bed {
         self.now_ms = at_s * S;
         for (c, _) in self.placed.get(name).cloned().unwrap_or_default() {
             self.engine
-                .handle(self.now_ms, Event::ContainerExited { container: c, exit_code: 0 })
+                .handle(self.now_ms, Event::container_exited(c, 0))
                 .expect("exit");
         }
     }

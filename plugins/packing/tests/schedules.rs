@@ -154,7 +154,7 @@ impl Bed {
         self.now_ms += 1000;
         for (c, _) in self.placed.remove(name).unwrap_or_default() {
             self.engine
-                .handle(self.now_ms, Event::ContainerExited { container: c, exit_code: 0 })
+                .handle(self.now_ms, Event::container_exited(c, 0))
                 .expect("exit");
         }
     }

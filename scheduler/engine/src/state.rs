@@ -10,6 +10,7 @@ use crate::error::EngineError;
 use crate::event::KillReason;
 use crate::model::*;
 use crate::strings::StringArena;
+use crate::waiting::Waiting;
 use gantry_sdk::View;
 use gantry_sdk::abi::*;
 use std::collections::{HashMap, VecDeque};
@@ -51,17 +52,47 @@ pub struct AppMeta {
     pub failures: u32,
     /// Containers holding resources (allocated, running or stopping).
     pub live_containers: u32,
-    /// Why it is in its state.
+    /// Why it is in its state, and the last thing that happened to it worth telling (a failed
+    /// attempt, a lost container). Stored with each state change.
     pub diagnostics: String,
+    /// Why it waits, as of the last cycle; `None` once nothing of it is pending. Words come
+    /// from [`crate::Engine::app_diagnostics`]; never stored (every cycle recomputes it).
+    pub waiting: Option<Waiting>,
+    /// What the nodes can never give it (`Some`) or nothing (`None`), as of the node set
+    /// `checked_nodes`: recomputed only when the node set changes.
+    pub(crate) impossible: Option<Waiting>,
+    /// The [`ClusterState::node_generation`] `impossible` was computed for (0 = never).
+    pub(crate) checked_nodes: u64,
+    /// The cycle that last reset `waiting`.
+    pub(crate) waiting_cycle: u64,
+}
+
+impl AppMeta {
+    /// A new application's side record.
+    pub(crate) fn new(name: String, max_attempts: u32, failures: u32) -> AppMeta {
+        AppMeta {
+            name,
+            max_attempts,
+            failures,
+            live_containers: 0,
+            diagnostics: String::new(),
+            waiting: None,
+            impossible: None,
+            checked_nodes: 0,
+            waiting_cycle: 0,
+        }
+    }
 }
 
 /// What the engine remembers of a container that is not in the records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ContainerMeta {
     /// Why it was asked to stop, if it was.
     pub kill_reason: Option<KillReason>,
     /// Exit status once it exited.
     pub exit_code: Option<i32>,
+    /// How it ended, in words, once it ended (until the next cycle drops it; drivers keep it).
+    pub diagnostics: String,
     /// Since when (engine ms) it has been a preemption candidate, while it is one: marked by
     /// every rebalance call since (`GANTRY_DECISION_MARK_PREEMPT`), not stopped yet.
     pub candidate_since_ms: Option<u64>,
@@ -139,6 +170,9 @@ pub struct ClusterState {
     pub(crate) next_reservation: u64,
     /// Something finished since the last compaction.
     pub(crate) dirty: bool,
+    /// Bumped whenever the node set changes (a registration, a loss, a state change): what
+    /// depends only on the nodes is recomputed when it moves (see [`crate::waiting`]).
+    pub(crate) node_generation: u64,
 }
 
 /// Whether a container state holds resources.
@@ -216,6 +250,8 @@ impl ClusterState {
             next_request: 1,
             next_container: 1,
             next_reservation: 1,
+            // 0 is an application's "never checked".
+            node_generation: 1,
             ..Default::default()
         };
         s.build_queues(&config.queues)?;
@@ -485,6 +521,7 @@ impl ClusterState {
                 n.state = GANTRY_NODE_RUNNING;
             }
             self.recompute_capacity();
+            self.node_generation += 1;
             return Ok(NodeId(idx));
         }
         let idx = self.nodes.len() as u32;
@@ -508,6 +545,7 @@ impl ClusterState {
         self.node_usage.push(GantryNodeUsage::default());
         self.node_index.insert(spec.name.clone(), idx);
         self.recompute_capacity();
+        self.node_generation += 1;
         Ok(NodeId(idx))
     }
 
@@ -618,7 +656,7 @@ impl ClusterState {
             c.app = app_map[c.app as usize];
             c.request = req_map[c.request as usize];
             kept_conts.push(c);
-            kept_cmeta.push(*m);
+            kept_cmeta.push(m.clone());
         }
         // GPUs: drop orphans, renumber node ranges and holders.
         let mut new_gpus = Vec::with_capacity(self.gpus.len());
@@ -673,6 +711,20 @@ impl ClusterState {
             pending,
             node_usage: &self.node_usage,
         }
+    }
+
+    /// The largest capacity in each dimension over the nodes that are not lost (each dimension
+    /// on its own: the most CPU may be on one node, the most memory on another), or `None`
+    /// while no node is registered. YARN's maximum allocation: what no request may exceed.
+    pub fn largest_node(&self) -> Option<GantryResources> {
+        self.nodes.iter().filter(|n| n.state != GANTRY_NODE_LOST).map(|n| n.capacity).reduce(|a, b| {
+            GantryResources {
+                cpu_millis: a.cpu_millis.max(b.cpu_millis),
+                memory_bytes: a.memory_bytes.max(b.memory_bytes),
+                gpus: a.gpus.max(b.gpus),
+                reserved: 0,
+            }
+        })
     }
 
     /// The nodes that hold no container and are not lost, longest idle first (ties by index).

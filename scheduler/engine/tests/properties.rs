@@ -528,7 +528,7 @@ impl Sim {
                 }
                 let c = live[*p as usize % live.len()];
                 self.apply(
-                    Event::ContainerExited { container: ContainerId(c.id), exit_code: *code },
+                    Event::container_exited(ContainerId(c.id), *code),
                     Expect::Accept,
                 )
             }
@@ -541,7 +541,7 @@ impl Sim {
                 } else {
                     ended[*p as usize % ended.len()]
                 };
-                self.apply(Event::ContainerExited { container: c, exit_code: 0 }, Expect::Refuse)
+                self.apply(Event::container_exited(c, 0), Expect::Refuse)
             }
             Op::Lose(i) => {
                 let name = self.nodes[*i as usize % n].name.clone();
@@ -973,7 +973,7 @@ proptest! {
                 live.swap(i, rng.below32(i + 1) as usize);
             }
             for c in live {
-                sim.apply(Event::ContainerExited { container: ContainerId(c.id), exit_code: 0 }, Expect::Accept)?;
+                sim.apply(Event::container_exited(ContainerId(c.id), 0), Expect::Accept)?;
             }
         }
         sim.tick(1_000)?;

@@ -87,23 +87,25 @@ fn ended_info(s: &AppSummary) -> AppInfo {
 
 fn summary_info(core: &Core, s: &AppSummary) -> AppInfo {
     let mut a = ended_info(s);
-    for c in core.launched(s.id.0) {
-        let Some(state) = ContainerState::from_abi(c.state) else { continue };
-        a.containers.push(ContainerInfo {
-            id: c.id,
-            state,
-            node_id: c.node.clone(),
-            request: c.request,
-            resource: ResourceInfo::default(),
-            gpus: Vec::new(),
-            exit_code: c.exit_code,
-            started_time: 0,
-            finished_time: 0,
-            diagnostics: String::new(),
-            preemption_candidate_since: None,
-        });
-    }
+    a.containers.extend(core.launched(s.id.0).iter().filter_map(ended_container));
     a
+}
+
+/// What the API shows of a container the core remembers (ended ones carry their words).
+fn ended_container(c: &super::core::LaunchedContainer) -> Option<ContainerInfo> {
+    Some(ContainerInfo {
+        id: c.id,
+        state: ContainerState::from_abi(c.state)?,
+        node_id: c.node.clone(),
+        request: c.request,
+        resource: ResourceInfo::default(),
+        gpus: Vec::new(),
+        exit_code: c.exit_code,
+        started_time: 0,
+        finished_time: 0,
+        diagnostics: c.diagnostics.clone(),
+        preemption_candidate_since: None,
+    })
 }
 
 /// Everything the API shows of a live application.
@@ -114,7 +116,8 @@ fn live_info(core: &Core, index: u32) -> Option<AppInfo> {
     let state = AppState::from_abi(a.state).unwrap_or(AppState::Failed);
     let mut info =
         AppInfo::new(a.id, meta.name.clone(), st.str(a.user), st.queue_path(a.queue).to_owned(), state);
-    info.diagnostics.clone_from(&meta.diagnostics);
+    // Why it waits, if it does, before what happened to it last.
+    info.diagnostics = core.engine().app_diagnostics(AppId(a.id)).unwrap_or_default();
     info.priority = a.priority;
     info.started_time = a.submit_ms;
     info.elapsed_time = now_ms().saturating_sub(a.submit_ms);
@@ -171,6 +174,10 @@ fn live_info(core: &Core, index: u32) -> Option<AppInfo> {
                 .and_then(|m| m.candidate_since_ms),
         });
     }
+    // Its ended containers too (a failed attempt, a lost one), with how they ended.
+    let ended = core.launched(a.id).iter().filter(|c| !container_is_live(c.state));
+    info.containers.extend(ended.filter_map(ended_container));
+    info.containers.sort_by_key(|c| c.id);
     Some(info)
 }
 
@@ -490,13 +497,8 @@ impl Backend for DaemonBackend {
             .core
             .read(|c| {
                 let st = c.engine().state();
-                let max = st
-                    .nodes()
-                    .iter()
-                    .filter(|n| n.state == GANTRY_NODE_RUNNING)
-                    .map(|n| n.capacity)
-                    .max_by_key(|r| (r.cpu_millis, r.memory_bytes))
-                    .unwrap_or_default();
+                // What submissions are checked against (Engine::check_fits).
+                let max = st.largest_node().unwrap_or_default();
                 (c.reserve_app_id(), max)
             })
             .await
@@ -731,6 +733,22 @@ mod tests {
         // An unknown container never reaches an agent.
         let e = backend.logs(999_999, LogFile::Stdout, None).await.expect_err("unknown");
         assert_eq!((e.status.as_u16(), e.message.as_str()), (404, "container 999999 not found"));
+    }
+
+    /// A launch its agent refused ends as a failed attempt that says why, in the application's
+    /// diagnostics and in its container's (before, a bare "exit 127" with empty logs).
+    #[tokio::test]
+    async fn a_launch_its_agent_refused_says_why() {
+        let (backend, core, _rx, id) = cluster().await;
+        let failed = v1::LaunchFailed { container_id: id, message: "unknown user \"bob\"".into() };
+        core.send(Request::AgentMessage { node: "n1".into(), stream: 1, msg: Up::LaunchFailed(failed) })
+            .await
+            .expect("core");
+        let app = backend.apps(AppFilter::default()).await.pop().expect("the app");
+        let said = format!("container {id} could not be launched on node n1: unknown user \"bob\"");
+        assert!(app.diagnostics.contains(&said), "{}", app.diagnostics);
+        let c = app.containers.iter().find(|c| c.id == id).expect("the failed container is listed");
+        assert_eq!((c.state, c.diagnostics.as_str()), (ContainerState::Failed, said.as_str()));
     }
 
     #[tokio::test]

@@ -16,6 +16,7 @@ use gantry_engine::{
     AppId, AppSpec, Command, ContainerId, Engine, EngineError, Event, GpuSpec, NodeCondition, NodeSpec,
     Resources,
 };
+use super::exit_words;
 use gantry_proto::v1;
 use gantry_proto::v1::agent_message::Msg as Up;
 use gantry_proto::v1::scheduler_message::Msg as Down;
@@ -403,6 +404,8 @@ pub struct LaunchedContainer {
     pub state: u32,
     /// Its exit status, once it ended.
     pub exit_code: Option<i32>,
+    /// How it ended, in words, once it ended (the engine's, kept in the store's `reason`).
+    pub diagnostics: String,
 }
 
 /// Applications whose launched containers are remembered; the oldest are forgotten first.
@@ -475,6 +478,10 @@ pub struct Core {
     /// agent re-registers; scheduling waits until `recovering_until` so they are not placed twice.
     awaiting: HashMap<String, Vec<crate::store::ContainerRecord>>,
     recovering_until: Option<Instant>,
+    /// Submissions larger than the largest node are refused only from then on: after a
+    /// (re)start the agents have a node timeout to come back, and a cluster half registered
+    /// is no measure of what fits (`None`: from the start).
+    sizes_checked_from: Option<Instant>,
     /// Applications that had ended before the last restart (the engine's history starts empty).
     past: Vec<gantry_engine::state::AppSummary>,
     /// Log reads sent to agents and not answered yet, by request id.
@@ -542,6 +549,7 @@ impl Core {
             store: None,
             awaiting: HashMap::new(),
             recovering_until: None,
+            sizes_checked_from: None,
             past: Vec::new(),
             log_reads: HashMap::new(),
             // Milliseconds · 2^16: ids of one run stay below the next run's first for as long as
@@ -704,6 +712,7 @@ impl Core {
                     request: c.request,
                     state: c.state,
                     exit_code: c.exit_code,
+                    diagnostics: c.reason.clone().unwrap_or_default(),
                 },
             );
             if live_apps.contains(&c.app.0) && gantry_engine::state::container_is_live(c.state) {
@@ -723,6 +732,7 @@ impl Core {
         core.drained = recovered.drained_nodes.into_iter().collect();
         core.store = Some(store);
         core.recovering_until = Some(Instant::now() + grace);
+        core.sizes_checked_from = Some(Instant::now() + grace);
         Ok(core)
     }
 
@@ -766,11 +776,12 @@ impl Core {
         self.launched.entry(app).or_default().push(c);
     }
 
-    fn remember_end(&mut self, container: u64, state: u32, exit_code: Option<i32>) {
+    fn remember_end(&mut self, container: u64, state: u32, exit_code: Option<i32>, diagnostics: &str) {
         let Some(app) = self.launched_app.get(&container) else { return };
         if let Some(c) = self.launched.get_mut(app).and_then(|v| v.iter_mut().find(|c| c.id == container)) {
             c.state = state;
             c.exit_code = exit_code;
+            c.diagnostics = diagnostics.to_owned();
         }
     }
 
@@ -1156,6 +1167,7 @@ impl Core {
                             request,
                             state: GANTRY_CONTAINER_ALLOCATED,
                             exit_code: None,
+                            diagnostics: String::new(),
                         },
                     );
                     self.send_launch(&name, launch, record);
@@ -1215,6 +1227,9 @@ impl Core {
                             what: "submission",
                             reason: "one command per container request is needed".into(),
                         });
+                    }
+                    if self.sizes_checked_from.is_none_or(|from| Instant::now() >= from) {
+                        self.engine.check_fits(&spec)?;
                     }
                     let (id, commands) = match id {
                         // A reserved id: recorded as given (the engine refuses one in use).
@@ -1364,6 +1379,7 @@ impl Core {
                         request: c.request,
                         state: c.state,
                         exit_code: None,
+                        diagnostics: String::new(),
                     },
                 ),
                 Err(e) => tracing::warn!(container = c.id.0, error = %e, "cannot restore container"),
@@ -1377,7 +1393,7 @@ impl Core {
         let _ = self.send_to(&node, Down::Registered(v1::Registered { heartbeat_interval_ms: 0 }));
         // Reconcile: exits first, then what runs there against what the engine wants there.
         for exit in &r.unacked_exits {
-            self.exited(&node, exit);
+            self.exited(&node, exit, exit_words::exit_phrase(exit));
         }
         let reported: HashSet<u64> = r.containers.iter().map(|c| c.container_id).collect();
         let wanted: HashSet<u64> = {
@@ -1417,7 +1433,8 @@ impl Core {
         Ok(())
     }
 
-    fn exited(&mut self, node: &str, e: &v1::ContainerExited) {
+    /// A container ended; `words` says how (after "container N "), for its diagnostics.
+    fn exited(&mut self, node: &str, e: &v1::ContainerExited, words: String) {
         let id = ContainerId(e.container_id);
         let reason = v1::ExitReason::try_from(e.reason).unwrap_or(v1::ExitReason::Unspecified);
         let (state, code) = match reason {
@@ -1428,23 +1445,29 @@ impl Core {
             v1::ExitReason::KilledByRequest => (GANTRY_CONTAINER_KILLED, Some(137)),
             v1::ExitReason::Lost | v1::ExitReason::Unspecified => (GANTRY_CONTAINER_LOST, None),
         };
-        self.remember_end(e.container_id, state, code);
+        let exit = |exit_code| Event::ContainerExited { container: id, exit_code, diagnostics: words.clone() };
+        let event = match reason {
+            v1::ExitReason::Lost | v1::ExitReason::Unspecified => Event::ContainerLost { container: id },
+            v1::ExitReason::Exited => exit(e.exit_code),
+            v1::ExitReason::Signaled => exit(128 + e.signal),
+            v1::ExitReason::KilledByRequest | v1::ExitReason::MemoryLimit => exit(137),
+        };
+        let result = self.event(event);
+        // The engine's words add why it had asked the container to stop; the agent's stand
+        // where the engine no longer knows the container.
+        let diagnostics = self
+            .engine
+            .container_diagnostics(id)
+            .map_or_else(|| format!("container {} {words}", e.container_id), str::to_owned);
+        self.remember_end(e.container_id, state, code, &diagnostics);
         let committed = self.persist(vec![crate::store::Write::ContainerState {
             id,
             state,
             started_ms: None,
             exit_code: code,
-            reason: Some(format!("{reason:?}")),
+            reason: Some(diagnostics),
         }]);
-        let event = match reason {
-            v1::ExitReason::Lost | v1::ExitReason::Unspecified => Event::ContainerLost { container: id },
-            v1::ExitReason::Exited => Event::ContainerExited { container: id, exit_code: e.exit_code },
-            v1::ExitReason::Signaled => Event::ContainerExited { container: id, exit_code: 128 + e.signal },
-            v1::ExitReason::KilledByRequest | v1::ExitReason::MemoryLimit => {
-                Event::ContainerExited { container: id, exit_code: 137 }
-            }
-        };
-        match self.event(event) {
+        match result {
             Ok(()) => self.dirty = true,
             // An exit the engine no longer tracks (already recorded, or from a previous life).
             Err(EngineError::UnknownContainer(_)) => {}
@@ -1492,7 +1515,7 @@ impl Core {
                 let _ = self.send_to(node, Down::StatusAck(v1::StatusAck { seq }));
             }
             Up::ContainerStarted(c) => {
-                self.remember_end(c.container_id, GANTRY_CONTAINER_RUNNING, None);
+                self.remember_end(c.container_id, GANTRY_CONTAINER_RUNNING, None, "");
                 self.persist(vec![crate::store::Write::ContainerState {
                     id: ContainerId(c.container_id),
                     state: GANTRY_CONTAINER_RUNNING,
@@ -1502,7 +1525,7 @@ impl Core {
                 }]);
                 let _ = self.event(Event::ContainerStarted { container: ContainerId(c.container_id) });
             }
-            Up::ContainerExited(e) => self.exited(node, &e),
+            Up::ContainerExited(e) => self.exited(node, &e, exit_words::exit_phrase(&e)),
             Up::LaunchFailed(f) => {
                 tracing::warn!(%node, container = f.container_id, message = %f.message, "launch failed on the agent");
                 let exit = v1::ContainerExited {
@@ -1511,7 +1534,7 @@ impl Core {
                     exit_code: 127,
                     ..Default::default()
                 };
-                self.exited(node, &exit);
+                self.exited(node, &exit, exit_words::launch_failed_phrase(node, &f.message));
             }
             Up::LogChunk(chunk) => self.log_chunk(node, stream, chunk),
             Up::Pong(_) | Up::Register(_) => {}

@@ -4,6 +4,7 @@
 pub mod agents;
 pub mod backend;
 pub mod core;
+pub mod exit_words;
 
 use crate::config::SchedulerConfig;
 use crate::metrics::SchedulerMetrics;
