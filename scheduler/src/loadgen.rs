@@ -985,6 +985,7 @@ impl SimAgent {
                                     exit_code: 137,
                                     signal: 0,
                                     finished_at_ms: unix_ms(),
+                                    ..Default::default()
                                 };
                                 if send(Up::ContainerExited(exit)) {
                                     unacked.insert(k.container_id);
@@ -1021,6 +1022,7 @@ impl SimAgent {
                             exit_code: 0,
                             signal: 0,
                             finished_at_ms: unix_ms(),
+                            ..Default::default()
                         };
                         if send(Up::ContainerExited(exit)) {
                             unacked.insert(id);
