@@ -10,7 +10,7 @@ use crate::reservations::{PlannedPiece, ReservationBook, ReservationEnd, Reserva
 use crate::rng::SplitMix64;
 use crate::state::{AppMeta, AppSummary, ClusterState, ContainerMeta, app_is_terminal, container_is_live};
 use crate::validate::{self, PlaceNote, RebalanceAction, Rejections};
-use crate::waiting::{self, NodeSummary};
+use crate::waiting::{self, WaitingBook};
 use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, View};
 
@@ -149,8 +149,8 @@ pub struct Engine {
     /// The plugin (policy index) whose decisions this cycle's placement used; `None` for the
     /// built-in first fit.
     place_policy: Option<u32>,
-    /// The nodes as pending reasons need them, recomputed when the node set changes.
-    node_summary: NodeSummary,
+    /// Why each waiting application waits (see [`crate::waiting`]).
+    waiting: WaitingBook,
 }
 
 impl std::fmt::Debug for Engine {
@@ -227,7 +227,7 @@ impl Engine {
             commands: Vec::new(),
             place_notes: Vec::new(),
             place_policy: None,
-            node_summary: NodeSummary::default(),
+            waiting: WaitingBook::default(),
             config,
         })
     }
@@ -496,7 +496,13 @@ impl Engine {
         });
         let max_attempts =
             if spec.max_attempts == 0 { self.config.default_max_attempts } else { spec.max_attempts };
-        st.app_meta.push(AppMeta::new(spec.name, max_attempts, failures));
+        st.app_meta.push(AppMeta {
+            name: spec.name,
+            max_attempts,
+            failures,
+            live_containers: 0,
+            diagnostics: String::new(),
+        });
         st.app_index.insert(id, app_idx);
         Ok(AppId(id))
     }
@@ -704,7 +710,7 @@ impl Engine {
     fn end_app(&mut self, app: u32, state: u32, diagnostics: String, reason: KillReason) {
         self.state.apps[app as usize].state = state;
         self.state.app_meta[app as usize].diagnostics.clone_from(&diagnostics);
-        self.state.app_meta[app as usize].waiting = None;
+        self.waiting.forget(self.state.apps[app as usize].id);
         self.state.dirty = true;
         self.app_changed(app, diagnostics);
         for i in 0..self.state.containers.len() as u32 {
@@ -740,7 +746,7 @@ impl Engine {
         let c = self.state.containers[i as usize];
         let was_stopping = c.state == GANTRY_CONTAINER_STOPPING;
         let told = self.exit_words(i, exit_code, words);
-        self.state.container_meta[i as usize].diagnostics.clone_from(&told);
+        self.state.ended_words.insert(c.id, told.clone());
         self.release(i);
         let meta = &mut self.state.app_meta[c.app as usize];
         meta.live_containers = meta.live_containers.saturating_sub(1);
@@ -796,7 +802,7 @@ impl Engine {
         let id = self.state.containers[i as usize].id;
         let how = if words.is_empty() { format!("exited with status {exit_code}") } else { words.to_owned() };
         match self.state.container_meta[i as usize].kill_reason {
-            Some(reason) => format!("container {id} {how} (asked to stop: {})", reason.describe()),
+            Some(reason) => format!("container {id} {how}; it had been asked to stop: {}", reason.describe()),
             None => format!("container {id} {how}"),
         }
     }
@@ -858,8 +864,10 @@ impl Engine {
         if !self.pending.is_empty() {
             self.order_phase();
             self.place_phase();
-            self.note_waiting();
         }
+        // Why the rest wait (and, with nothing pending, that nothing does).
+        self.waiting.note(&self.state, &self.pending, &mut self.place_notes, self.place_policy, self.cycle);
+        self.place_notes.clear();
         if self.now_ms >= self.next_rebalance_ms {
             self.next_rebalance_ms = self.now_ms.saturating_add(self.config.rebalance_interval_ms);
             if self.profile.rebalance.is_some() {
@@ -1082,38 +1090,6 @@ impl Engine {
         }
     }
 
-    /// Gives every application with containers left to place after this cycle's placement the
-    /// reason it waits (see [`crate::waiting`]), and clears it for those placed in full. Walks
-    /// the pending requests once; what depends on the nodes is recomputed per application only
-    /// when the node set has changed.
-    fn note_waiting(&mut self) {
-        self.place_notes.sort_unstable_by_key(|(r, _)| *r);
-        let (cycle, generation) = (self.cycle, self.state.node_generation);
-        for &ri in &self.pending {
-            let r = self.state.requests[ri as usize];
-            let meta = &mut self.state.app_meta[r.app as usize];
-            if meta.waiting_cycle != cycle {
-                meta.waiting_cycle = cycle;
-                meta.waiting = None;
-            }
-            if r.placed >= r.count || meta.waiting.is_some() {
-                continue;
-            }
-            if meta.checked_nodes != generation {
-                self.node_summary.refresh(&self.state);
-                let impossible = waiting::impossible(&self.state, &self.node_summary, r.app);
-                let meta = &mut self.state.app_meta[r.app as usize];
-                meta.impossible = impossible;
-                meta.checked_nodes = generation;
-            }
-            let reason = match self.state.app_meta[r.app as usize].impossible {
-                Some(w) => w,
-                None => waiting::this_cycle(&self.state, ri, &self.place_notes, self.place_policy),
-            };
-            self.state.app_meta[r.app as usize].waiting = Some(reason);
-        }
-    }
-
     fn commit_placement(&mut self, request: u32, node: u32) {
         let id = self.state.next_container;
         self.state.next_container += 1;
@@ -1304,9 +1280,8 @@ impl Engine {
     /// Why a live application waits, in words, as of the last cycle (`None` when nothing of it
     /// is pending, or it is not live).
     pub fn waiting_reason(&self, app: AppId) -> Option<String> {
-        let meta = self.state.app_meta(self.state.app_index(app)?)?;
         let names = |p: u32| self.policies.get(p as usize).map_or_else(String::new, |s| s.policy.name().to_owned());
-        meta.waiting.map(|w| w.describe(&self.state, names))
+        self.waiting.get(app.0).map(|w| w.describe(&self.state, names))
     }
 
     /// An application's diagnostics as users see them: why it waits (if it does), then what
@@ -1326,8 +1301,7 @@ impl Engine {
     /// How a container that ended in the last event ended, in words (until the next cycle
     /// drops it): what drivers keep for its diagnostics.
     pub fn container_diagnostics(&self, container: ContainerId) -> Option<&str> {
-        let meta = self.state.container_meta(self.state.container_index(container)?)?;
-        Some(meta.diagnostics.as_str()).filter(|d| !d.is_empty())
+        self.state.ended_words.get(&container.0).map(String::as_str)
     }
 
     /// The state of an application, live or remembered.

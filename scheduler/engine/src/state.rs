@@ -10,7 +10,6 @@ use crate::error::EngineError;
 use crate::event::KillReason;
 use crate::model::*;
 use crate::strings::StringArena;
-use crate::waiting::Waiting;
 use gantry_sdk::View;
 use gantry_sdk::abi::*;
 use std::collections::{HashMap, VecDeque};
@@ -55,44 +54,15 @@ pub struct AppMeta {
     /// Why it is in its state, and the last thing that happened to it worth telling (a failed
     /// attempt, a lost container). Stored with each state change.
     pub diagnostics: String,
-    /// Why it waits, as of the last cycle; `None` once nothing of it is pending. Words come
-    /// from [`crate::Engine::app_diagnostics`]; never stored (every cycle recomputes it).
-    pub waiting: Option<Waiting>,
-    /// What the nodes can never give it (`Some`) or nothing (`None`), as of the node set
-    /// `checked_nodes`: recomputed only when the node set changes.
-    pub(crate) impossible: Option<Waiting>,
-    /// The [`ClusterState::node_generation`] `impossible` was computed for (0 = never).
-    pub(crate) checked_nodes: u64,
-    /// The cycle that last reset `waiting`.
-    pub(crate) waiting_cycle: u64,
-}
-
-impl AppMeta {
-    /// A new application's side record.
-    pub(crate) fn new(name: String, max_attempts: u32, failures: u32) -> AppMeta {
-        AppMeta {
-            name,
-            max_attempts,
-            failures,
-            live_containers: 0,
-            diagnostics: String::new(),
-            waiting: None,
-            impossible: None,
-            checked_nodes: 0,
-            waiting_cycle: 0,
-        }
-    }
 }
 
 /// What the engine remembers of a container that is not in the records.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ContainerMeta {
     /// Why it was asked to stop, if it was.
     pub kill_reason: Option<KillReason>,
     /// Exit status once it exited.
     pub exit_code: Option<i32>,
-    /// How it ended, in words, once it ended (until the next cycle drops it; drivers keep it).
-    pub diagnostics: String,
     /// Since when (engine ms) it has been a preemption candidate, while it is one: marked by
     /// every rebalance call since (`GANTRY_DECISION_MARK_PREEMPT`), not stopped yet.
     pub candidate_since_ms: Option<u64>,
@@ -173,6 +143,9 @@ pub struct ClusterState {
     /// Bumped whenever the node set changes (a registration, a loss, a state change): what
     /// depends only on the nodes is recomputed when it moves (see [`crate::waiting`]).
     pub(crate) node_generation: u64,
+    /// How each container that ended since the last compaction ended, in words, by id: for
+    /// drivers to keep (the container itself leaves at the next compaction, and so does this).
+    pub(crate) ended_words: IdMap<String>,
 }
 
 /// Whether a container state holds resources.
@@ -587,6 +560,7 @@ impl ClusterState {
             return false;
         }
         self.dirty = false;
+        self.ended_words.clear();
         let mut live_per_app = vec![0u32; self.apps.len()];
         for c in &self.containers {
             if container_is_live(c.state) {
@@ -656,7 +630,7 @@ impl ClusterState {
             c.app = app_map[c.app as usize];
             c.request = req_map[c.request as usize];
             kept_conts.push(c);
-            kept_cmeta.push(m.clone());
+            kept_cmeta.push(*m);
         }
         // GPUs: drop orphans, renumber node ranges and holders.
         let mut new_gpus = Vec::with_capacity(self.gpus.len());

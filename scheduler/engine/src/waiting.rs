@@ -5,14 +5,15 @@
 //! cluster), else what held it back this cycle (the placement plugin's WAIT or a refused
 //! decision, its queue's maximum), else a full cluster.
 //!
-//! Cheap by construction: the cycle already walks the pending requests, and each first
-//! unplaced request of an application costs a few comparisons and a walk up its queue here.
-//! What depends on the nodes is computed once per change of the node set
+//! Cheap by construction: the [`WaitingBook`] keeps only the applications left waiting, by id,
+//! so a cycle that places everything pays one comparison per pending request; a waiting
+//! application's first unplaced request costs a map lookup, a few comparisons and a walk up
+//! its queue. What depends on the nodes is computed once per change of the node set
 //! (`ClusterState::node_generation`): a [`NodeSummary`] (the largest node per dimension,
 //! overall and per label) and, per application, what the nodes can never give it. Only a
 //! gang's check looks at the nodes one by one, and it stops as soon as the gang fits.
 
-use crate::state::ClusterState;
+use crate::state::{ClusterState, IdMap};
 use crate::validate::{PlaceNote, RejectReason};
 use gantry_sdk::View;
 use gantry_sdk::abi::*;
@@ -192,6 +193,77 @@ impl Waiting {
 fn percent(share: f64) -> String {
     let s = format!("{:.1}", share * 100.0);
     s.trim_end_matches(".0").to_owned()
+}
+
+/// Why each waiting application waits. Holds only applications that had something left to
+/// place after the last cycle, by id (stable across compactions).
+#[derive(Debug, Default)]
+pub(crate) struct WaitingBook {
+    apps: IdMap<AppWaiting>,
+    nodes: NodeSummary,
+}
+
+/// What one waiting application is told, and what the nodes can never give it.
+#[derive(Debug, Clone, Copy)]
+struct AppWaiting {
+    /// Why it waits, as of `cycle`.
+    now: Waiting,
+    /// What the nodes can never give it, as of node generation `checked_nodes`.
+    impossible: Option<Waiting>,
+    checked_nodes: u64,
+    cycle: u64,
+}
+
+impl WaitingBook {
+    /// After cycle `cycle`'s placement: gives every application with a request of `pending`
+    /// left unplaced the reason of its first such request (in scheduling order) — what the
+    /// nodes can never give it, else [`this_cycle`] — and forgets every other application.
+    /// `notes` is what the placement plugin said (sorted here); `place_policy` the plugin that
+    /// placed (`None`: the built-in first fit).
+    pub(crate) fn note(
+        &mut self,
+        state: &ClusterState,
+        pending: &[u32],
+        notes: &mut [(u32, PlaceNote)],
+        place_policy: Option<u32>,
+        cycle: u64,
+    ) {
+        notes.sort_unstable_by_key(|(r, _)| *r);
+        for &ri in pending {
+            let Some(r) = state.requests.get(ri as usize) else { continue };
+            if r.placed >= r.count {
+                continue;
+            }
+            let Some(app) = state.apps.get(r.app as usize) else { continue };
+            let w = self.apps.entry(app.id).or_insert(AppWaiting {
+                now: Waiting::Full,
+                impossible: None,
+                checked_nodes: 0,
+                cycle: 0,
+            });
+            if w.cycle == cycle {
+                continue; // an earlier request of the application decided
+            }
+            w.cycle = cycle;
+            if w.checked_nodes != state.node_generation {
+                self.nodes.refresh(state);
+                w.impossible = impossible(state, &self.nodes, r.app);
+                w.checked_nodes = state.node_generation;
+            }
+            w.now = w.impossible.unwrap_or_else(|| this_cycle(state, ri, notes, place_policy));
+        }
+        self.apps.retain(|_, w| w.cycle == cycle);
+    }
+
+    /// Why application `app` waits, as of the last cycle; `None` if it does not.
+    pub(crate) fn get(&self, app: u64) -> Option<Waiting> {
+        self.apps.get(&app).map(|w| w.now)
+    }
+
+    /// Forgets an application that ended.
+    pub(crate) fn forget(&mut self, app: u64) {
+        self.apps.remove(&app);
+    }
 }
 
 /// What the nodes that are not lost offer, as of one node generation.

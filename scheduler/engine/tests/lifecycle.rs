@@ -2000,7 +2000,7 @@ fn how_a_container_ended_reaches_the_container_and_the_app() {
     h.exit(c3, 143);
     assert_eq!(
         h.e.container_diagnostics(c3),
-        Some(format!("container {} exited with status 143 (asked to stop: its application was killed)", c3.0).as_str())
+        Some(format!("container {} exited with status 143; it had been asked to stop: its application was killed", c3.0).as_str())
     );
 
     // A container lost with its node: the app is told, and no attempt is used.
