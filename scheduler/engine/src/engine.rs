@@ -502,6 +502,7 @@ impl Engine {
             failures,
             live_containers: 0,
             diagnostics: String::new(),
+            waiting: GANTRY_NONE,
         });
         st.app_index.insert(id, app_idx);
         Ok(AppId(id))
@@ -710,7 +711,7 @@ impl Engine {
     fn end_app(&mut self, app: u32, state: u32, diagnostics: String, reason: KillReason) {
         self.state.apps[app as usize].state = state;
         self.state.app_meta[app as usize].diagnostics.clone_from(&diagnostics);
-        self.waiting.forget(self.state.apps[app as usize].id);
+        self.waiting.forget(&mut self.state, app);
         self.state.dirty = true;
         self.app_changed(app, diagnostics);
         for i in 0..self.state.containers.len() as u32 {
@@ -866,7 +867,7 @@ impl Engine {
             self.place_phase();
         }
         // Why the rest wait (and, with nothing pending, that nothing does).
-        self.waiting.note(&self.state, &self.pending, &mut self.place_notes, self.place_policy, self.cycle);
+        self.waiting.note(&mut self.state, &self.pending, &mut self.place_notes, self.place_policy, self.cycle);
         self.place_notes.clear();
         if self.now_ms >= self.next_rebalance_ms {
             self.next_rebalance_ms = self.now_ms.saturating_add(self.config.rebalance_interval_ms);
@@ -1281,7 +1282,7 @@ impl Engine {
     /// is pending, or it is not live).
     pub fn waiting_reason(&self, app: AppId) -> Option<String> {
         let names = |p: u32| self.policies.get(p as usize).map_or_else(String::new, |s| s.policy.name().to_owned());
-        self.waiting.get(app.0).map(|w| w.describe(&self.state, names))
+        self.waiting.get(&self.state, app).map(|w| w.describe(&self.state, names))
     }
 
     /// An application's diagnostics as users see them: why it waits (if it does), then what

@@ -54,6 +54,9 @@ pub struct AppMeta {
     /// Why it is in its state, and the last thing that happened to it worth telling (a failed
     /// attempt, a lost container). Stored with each state change.
     pub diagnostics: String,
+    /// Its entry in the engine's book of waiting applications (`crate::waiting`), or
+    /// `GANTRY_NONE` while nothing of it waits; travels with it through compactions.
+    pub(crate) waiting: u32,
 }
 
 /// What the engine remembers of a container that is not in the records.

@@ -13,7 +13,7 @@
 //! overall and per label) and, per application, what the nodes can never give it. Only a
 //! gang's check looks at the nodes one by one, and it stops as soon as the gang fits.
 
-use crate::state::{ClusterState, IdMap};
+use crate::state::ClusterState;
 use crate::validate::{PlaceNote, RejectReason};
 use gantry_sdk::View;
 use gantry_sdk::abi::*;
@@ -195,21 +195,26 @@ fn percent(share: f64) -> String {
     s.trim_end_matches(".0").to_owned()
 }
 
-/// Why each waiting application waits. Holds only applications that had something left to
-/// place after the last cycle, by id (stable across compactions).
+/// Why each waiting application waits: one entry per application that had something left to
+/// place after the last cycle, found from the application through `AppMeta::waiting` (no
+/// hashing, and entries sit in the order applications first waited, roughly the order the
+/// cycle walks them).
 #[derive(Debug, Default)]
 pub(crate) struct WaitingBook {
-    apps: IdMap<AppWaiting>,
+    entries: Vec<AppWaiting>,
     nodes: NodeSummary,
 }
 
-/// What one waiting application is told, and what the nodes can never give it.
+/// What one waiting application is told.
 #[derive(Debug, Clone, Copy)]
 struct AppWaiting {
+    /// The application's id.
+    app: u64,
     /// Why it waits, as of `cycle`.
-    now: Waiting,
-    /// What the nodes can never give it, as of node generation `checked_nodes`.
-    impossible: Option<Waiting>,
+    reason: Waiting,
+    /// Whether `reason` is what the nodes of generation `checked_nodes` can never give it
+    /// (kept until the node set changes); otherwise every cycle says anew.
+    impossible: bool,
     checked_nodes: u64,
     cycle: u64,
 }
@@ -222,7 +227,7 @@ impl WaitingBook {
     /// placed (`None`: the built-in first fit).
     pub(crate) fn note(
         &mut self,
-        state: &ClusterState,
+        state: &mut ClusterState,
         pending: &[u32],
         notes: &mut [(u32, PlaceNote)],
         place_policy: Option<u32>,
@@ -230,39 +235,72 @@ impl WaitingBook {
     ) {
         notes.sort_unstable_by_key(|(r, _)| *r);
         for &ri in pending {
-            let Some(r) = state.requests.get(ri as usize) else { continue };
+            let Some(r) = state.requests.get(ri as usize).copied() else { continue };
             if r.placed >= r.count {
                 continue;
             }
-            let Some(app) = state.apps.get(r.app as usize) else { continue };
-            let w = self.apps.entry(app.id).or_insert(AppWaiting {
-                now: Waiting::Full,
-                impossible: None,
-                checked_nodes: 0,
-                cycle: 0,
-            });
+            let (Some(app), Some(meta)) = (state.apps.get(r.app as usize), state.app_meta.get_mut(r.app as usize))
+            else {
+                continue;
+            };
+            if self.entries.get(meta.waiting as usize).is_none_or(|w| w.app != app.id) {
+                meta.waiting = self.entries.len() as u32;
+                self.entries.push(AppWaiting {
+                    app: app.id,
+                    reason: Waiting::Full,
+                    impossible: false,
+                    checked_nodes: 0,
+                    cycle: 0,
+                });
+            }
+            let w = &mut self.entries[meta.waiting as usize];
             if w.cycle == cycle {
                 continue; // an earlier request of the application decided
             }
             w.cycle = cycle;
+            let state = &*state;
             if w.checked_nodes != state.node_generation {
                 self.nodes.refresh(state);
-                w.impossible = impossible(state, &self.nodes, r.app);
-                w.checked_nodes = state.node_generation;
+                let never = impossible(state, &self.nodes, r.app);
+                (w.impossible, w.checked_nodes) = (never.is_some(), state.node_generation);
+                w.reason = never.unwrap_or(w.reason);
             }
-            w.now = w.impossible.unwrap_or_else(|| this_cycle(state, ri, notes, place_policy));
+            if !w.impossible {
+                w.reason = this_cycle(state, ri, notes, place_policy);
+            }
         }
-        self.apps.retain(|_, w| w.cycle == cycle);
+        let mut k = 0;
+        while k < self.entries.len() {
+            if self.entries[k].cycle == cycle {
+                k += 1;
+            } else {
+                self.remove(state, k);
+            }
+        }
+    }
+
+    /// Removes entry `k`, keeping the moved last entry's application pointing at it.
+    fn remove(&mut self, state: &mut ClusterState, k: usize) {
+        let gone = self.entries.swap_remove(k);
+        for (id, slot) in [(gone.app, GANTRY_NONE), (self.entries.get(k).map_or(0, |w| w.app), k as u32)] {
+            if let Some(&i) = state.app_index.get(&id) {
+                state.app_meta[i as usize].waiting = slot;
+            }
+        }
     }
 
     /// Why application `app` waits, as of the last cycle; `None` if it does not.
-    pub(crate) fn get(&self, app: u64) -> Option<Waiting> {
-        self.apps.get(&app).map(|w| w.now)
+    pub(crate) fn get(&self, state: &ClusterState, app: crate::model::AppId) -> Option<Waiting> {
+        let meta = state.app_meta(state.app_index(app)?)?;
+        self.entries.get(meta.waiting as usize).filter(|w| w.app == app.0).map(|w| w.reason)
     }
 
-    /// Forgets an application that ended.
-    pub(crate) fn forget(&mut self, app: u64) {
-        self.apps.remove(&app);
+    /// Forgets application `app` (an index), which ended.
+    pub(crate) fn forget(&mut self, state: &mut ClusterState, app: u32) {
+        let Some(k) = state.app_meta.get(app as usize).map(|m| m.waiting as usize) else { return };
+        if k < self.entries.len() {
+            self.remove(state, k);
+        }
     }
 }
 

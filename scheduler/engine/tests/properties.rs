@@ -791,7 +791,22 @@ impl Sim {
                 Some(i) => {
                     let a = s.apps()[i as usize];
                     if is_terminal(a.state) {
+                        prop_assert!(self.e.waiting_reason(id).is_none(), "ended {:?} still waits", id);
                         continue;
+                    }
+                    if shown == "Tick" {
+                        // Right after a cycle, exactly the admitted apps with something left to
+                        // place say why they wait.
+                        let unplaced = View::range(s.requests(), a.requests).iter().any(|r| r.placed < r.count);
+                        let admitted = matches!(a.state, GANTRY_APP_ACCEPTED | GANTRY_APP_RUNNING);
+                        prop_assert_eq!(
+                            self.e.waiting_reason(id).is_some(),
+                            admitted && unplaced,
+                            "{:?} (state {}) and its pending reason disagree: {:?}",
+                            id,
+                            a.state,
+                            self.e.waiting_reason(id)
+                        );
                     }
                     for r in View::range(s.requests(), a.requests) {
                         if r.flags & GANTRY_REQUEST_GANG != 0 {
