@@ -956,7 +956,8 @@ impl Executor {
     /// [`ExitReason::MemoryLimit`] with `seen`, the usage that condemned it. Returns once SIGKILL
     /// is sent.
     pub fn kill_for_memory(&self, id: u64, seen: MemorySeen) -> Result<(), ExecError> {
-        let control = self.lock().containers.get(&id).map(|t| t.control.clone()).ok_or(ExecError::Unknown(id))?;
+        let control =
+            self.lock().containers.get(&id).map(|t| t.control.clone()).ok_or(ExecError::Unknown(id))?;
         let path = control.join(MEMORY_SEEN_FILE);
         if !path.exists() {
             // Only read back for a memory-limit end; a container that ended first keeps its own.
@@ -1358,7 +1359,10 @@ fn recorded_exit(
 /// it killed it, else the cgroup's peak (the kernel's OOM killer acted); and its limit.
 fn memory_at_exit(control: &Path, cgroup: Option<&ContainerCgroup>, limit: u64) -> MemorySeen {
     if let Ok(seen) = shim::read_json::<MemorySeen>(&control.join(MEMORY_SEEN_FILE)) {
-        return MemorySeen { limit_bytes: if seen.limit_bytes == 0 { limit } else { seen.limit_bytes }, ..seen };
+        return MemorySeen {
+            limit_bytes: if seen.limit_bytes == 0 { limit } else { seen.limit_bytes },
+            ..seen
+        };
     }
     MemorySeen { used_bytes: cgroup.and_then(ContainerCgroup::memory_peak).unwrap_or(0), limit_bytes: limit }
 }

@@ -43,12 +43,17 @@ fn users_are_told_why_a_container_ended_why_an_app_waits_and_why_a_request_is_re
     // 1. Over its memory limit: the kernel (or the agent's monitor) ends it, and the app says
     //    how much it used of how much, in its diagnostics and its container's.
     let hog = "b = []\nwhile True: b.append(b'x' * (4 << 20))\n";
-    let oom = submit(&api, &["--max-attempts", "1", "--cpu", "100m", "--mem", "32M", "--", "python3", "-c", hog]);
+    let oom =
+        submit(&api, &["--max-attempts", "1", "--cpu", "100m", "--mem", "32M", "--", "python3", "-c", hog]);
     let app = wait_until("the memory hog to fail", GUARD, || {
         rt.block_on(client.app(oom)).ok().filter(|a| a.state.is_terminal())
     });
     assert_eq!(app.state, AppState::Failed);
-    assert!(app.diagnostics.contains("was killed for running beyond its memory limit"), "{}", app.diagnostics);
+    assert!(
+        app.diagnostics.contains("was killed for running beyond its memory limit"),
+        "{}",
+        app.diagnostics
+    );
     assert!(app.diagnostics.contains("of 32Mi used"), "usage and limit: {}", app.diagnostics);
     assert!(app.diagnostics.ends_with("1 of 1 attempts used"), "{}", app.diagnostics);
     let container = app.containers.first().expect("its container is listed");

@@ -787,8 +787,10 @@ impl Engine {
                     self.end_app(app, GANTRY_APP_FAILED, msg, KillReason::AppFailed);
                     return;
                 }
-                meta.diagnostics =
-                    format!("attempt {} of {} failed: {told}; it runs again", meta.failures, meta.max_attempts);
+                meta.diagnostics = format!(
+                    "attempt {} of {} failed: {told}; it runs again",
+                    meta.failures, meta.max_attempts
+                );
                 self.state.apps[app as usize].attempt = meta.failures + 1;
             } else {
                 meta.diagnostics = format!("{told}; it runs again (a loss uses no attempt)");
@@ -867,7 +869,13 @@ impl Engine {
             self.place_phase();
         }
         // Why the rest wait (and, with nothing pending, that nothing does).
-        self.waiting.note(&mut self.state, &self.pending, &mut self.place_notes, self.place_policy, self.cycle);
+        self.waiting.note(
+            &mut self.state,
+            &self.pending,
+            &mut self.place_notes,
+            self.place_policy,
+            self.cycle,
+        );
         self.place_notes.clear();
         if self.now_ms >= self.next_rebalance_ms {
             self.next_rebalance_ms = self.now_ms.saturating_add(self.config.rebalance_interval_ms);
@@ -1281,7 +1289,8 @@ impl Engine {
     /// Why a live application waits, in words, as of the last cycle (`None` when nothing of it
     /// is pending, or it is not live).
     pub fn waiting_reason(&self, app: AppId) -> Option<String> {
-        let names = |p: u32| self.policies.get(p as usize).map_or_else(String::new, |s| s.policy.name().to_owned());
+        let names =
+            |p: u32| self.policies.get(p as usize).map_or_else(String::new, |s| s.policy.name().to_owned());
         self.waiting.get(&self.state, app).map(|w| w.describe(&self.state, names))
     }
 

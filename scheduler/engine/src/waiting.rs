@@ -182,7 +182,10 @@ impl Waiting {
                 reason.as_str()
             ),
             Waiting::NotPlaced { policy } => {
-                format!("waiting for resources: the placement plugin {} did not place it", policy_name(policy))
+                format!(
+                    "waiting for resources: the placement plugin {} did not place it",
+                    policy_name(policy)
+                )
             }
             Waiting::Full => "waiting for resources: the cluster is full".into(),
         }
@@ -235,11 +238,13 @@ impl WaitingBook {
     ) {
         notes.sort_unstable_by_key(|(r, _)| *r);
         for &ri in pending {
-            let Some(r) = state.requests.get(ri as usize).copied() else { continue };
-            if r.placed >= r.count {
+            let Some(&GantryRequest { app: ai, placed, count, .. }) = state.requests.get(ri as usize) else {
+                continue;
+            };
+            if placed >= count {
                 continue;
             }
-            let (Some(app), Some(meta)) = (state.apps.get(r.app as usize), state.app_meta.get_mut(r.app as usize))
+            let (Some(app), Some(meta)) = (state.apps.get(ai as usize), state.app_meta.get_mut(ai as usize))
             else {
                 continue;
             };
@@ -261,7 +266,7 @@ impl WaitingBook {
             let state = &*state;
             if w.checked_nodes != state.node_generation {
                 self.nodes.refresh(state);
-                let never = impossible(state, &self.nodes, r.app);
+                let never = impossible(state, &self.nodes, ai);
                 (w.impossible, w.checked_nodes) = (never.is_some(), state.node_generation);
                 w.reason = never.unwrap_or(w.reason);
             }

@@ -515,10 +515,7 @@ fn unknown_ids_are_refused_without_state_change() {
         h.refused(Event::ContainerStarted { container: ContainerId(999) }),
         EngineError::UnknownContainer(999)
     );
-    assert_eq!(
-        h.refused(Event::container_exited(ContainerId(999), 0)),
-        EngineError::UnknownContainer(999)
-    );
+    assert_eq!(h.refused(Event::container_exited(ContainerId(999), 0)), EngineError::UnknownContainer(999));
     assert_eq!(h.refused(Event::NodeLost { node: "ghost".into() }), EngineError::UnknownNode("ghost".into()));
     assert_eq!(
         h.refused(Event::NodeStateChanged { node: "ghost".into(), state: NodeCondition::Draining }),
@@ -529,10 +526,7 @@ fn unknown_ids_are_refused_without_state_change() {
     // A container that has exited is no longer known to container events.
     h.start(c);
     h.exit(c, 0);
-    assert_eq!(
-        h.refused(Event::container_exited(c, 1)),
-        EngineError::UnknownContainer(c.0)
-    );
+    assert_eq!(h.refused(Event::container_exited(c, 1)), EngineError::UnknownContainer(c.0));
     assert_eq!(h.refused(Event::ContainerStarted { container: c }), EngineError::UnknownContainer(c.0));
     assert_eq!(h.state_of(id), GANTRY_APP_FINISHED);
 
@@ -1865,7 +1859,10 @@ fn a_request_no_node_can_hold_says_why_it_waits() {
         h.waiting(mem).as_deref(),
         Some("waiting: needs 100Gi of memory per container; the largest node has 64Gi of memory")
     );
-    assert_eq!(h.waiting(gpus).as_deref(), Some("waiting: needs 4 GPUs per container; the largest node has 1 GPU"));
+    assert_eq!(
+        h.waiting(gpus).as_deref(),
+        Some("waiting: needs 4 GPUs per container; the largest node has 1 GPU")
+    );
     assert_eq!(h.waiting(label).as_deref(), Some("waiting: no node has label gpu=a100"));
     // 2 + 2 + 1 members of 2 CPU fit on the three nodes, even empty.
     assert_eq!(
@@ -1981,7 +1978,8 @@ fn how_a_container_ended_reaches_the_container_and_the_app() {
     let c1 = launches(&h.tick())[0].container;
     h.start(c1);
     let oom = "was killed for running beyond its memory limit: 1.1Gi of 1Gi used (exit status 137)";
-    let exited = |c: ContainerId| Event::ContainerExited { container: c, exit_code: 137, diagnostics: oom.into() };
+    let exited =
+        |c: ContainerId| Event::ContainerExited { container: c, exit_code: 137, diagnostics: oom.into() };
     h.ok(exited(c1));
     let told = format!("container {} {oom}", c1.0);
     assert_eq!(h.e.container_diagnostics(c1), Some(told.as_str()));
@@ -2000,7 +1998,13 @@ fn how_a_container_ended_reaches_the_container_and_the_app() {
     h.exit(c3, 143);
     assert_eq!(
         h.e.container_diagnostics(c3),
-        Some(format!("container {} exited with status 143; it had been asked to stop: its application was killed", c3.0).as_str())
+        Some(
+            format!(
+                "container {} exited with status 143; it had been asked to stop: its application was killed",
+                c3.0
+            )
+            .as_str()
+        )
     );
 
     // A container lost with its node: the app is told, and no attempt is used.
@@ -2009,7 +2013,10 @@ fn how_a_container_ended_reaches_the_container_and_the_app() {
     h.lose("n1");
     assert_eq!(
         h.diagnostics(d),
-        format!("container {} was lost with its node n1 (no word from its agent); it runs again (a loss uses no attempt)", c4.0)
+        format!(
+            "container {} was lost with its node n1 (no word from its agent); it runs again (a loss uses no attempt)",
+            c4.0
+        )
     );
     h.tick();
     assert_eq!(
@@ -2040,7 +2047,10 @@ fn a_submission_larger_than_every_node_is_refused_unless_no_node_is_registered()
     // Each dimension is measured on its own: 16 CPU on n1, 128Gi on n2.
     assert_eq!(h.e.check_fits(&app("fits", DEFAULT_Q, vec![req(16_000, 128, 2, 1)])), Ok(()));
     let gpus = h.e.check_fits(&app("gpus", DEFAULT_Q, vec![req(1000, 1, 4, 1)])).expect_err("4 GPUs");
-    assert!(gpus.to_string().contains("4 GPUs per container, more than the maximum allocation of 2 GPUs"), "{gpus}");
+    assert!(
+        gpus.to_string().contains("4 GPUs per container, more than the maximum allocation of 2 GPUs"),
+        "{gpus}"
+    );
     // A lost node is no measure; when every node is lost, nothing is.
     h.lose("n1");
     assert!(h.e.check_fits(&app("cpu", DEFAULT_Q, vec![req(8000, 1, 0, 1)])).is_err());

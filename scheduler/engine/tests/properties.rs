@@ -527,10 +527,7 @@ impl Sim {
                     return Ok(());
                 }
                 let c = live[*p as usize % live.len()];
-                self.apply(
-                    Event::container_exited(ContainerId(c.id), *code),
-                    Expect::Accept,
-                )
+                self.apply(Event::container_exited(ContainerId(c.id), *code), Expect::Accept)
             }
             Op::ExitStale(p) => {
                 let live: BTreeSet<u64> = self.live().iter().map(|c| c.id).collect();
@@ -797,7 +794,8 @@ impl Sim {
                     if shown == "Tick" {
                         // Right after a cycle, exactly the admitted apps with something left to
                         // place say why they wait.
-                        let unplaced = View::range(s.requests(), a.requests).iter().any(|r| r.placed < r.count);
+                        let unplaced =
+                            View::range(s.requests(), a.requests).iter().any(|r| r.placed < r.count);
                         let admitted = matches!(a.state, GANTRY_APP_ACCEPTED | GANTRY_APP_RUNNING);
                         prop_assert_eq!(
                             self.e.waiting_reason(id).is_some(),

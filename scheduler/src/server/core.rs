@@ -12,11 +12,11 @@
 //! `LogChunk`. A read in flight fails as soon as its stream ends, is replaced or its node is
 //! lost; one whose caller gave up is dropped at the next liveness tick.
 
+use super::exit_words;
 use gantry_engine::{
     AppId, AppSpec, Command, ContainerId, Engine, EngineError, Event, GpuSpec, NodeCondition, NodeSpec,
     Resources,
 };
-use super::exit_words;
 use gantry_proto::v1;
 use gantry_proto::v1::agent_message::Msg as Up;
 use gantry_proto::v1::scheduler_message::Msg as Down;
@@ -1445,7 +1445,8 @@ impl Core {
             v1::ExitReason::KilledByRequest => (GANTRY_CONTAINER_KILLED, Some(137)),
             v1::ExitReason::Lost | v1::ExitReason::Unspecified => (GANTRY_CONTAINER_LOST, None),
         };
-        let exit = |exit_code| Event::ContainerExited { container: id, exit_code, diagnostics: words.clone() };
+        let exit =
+            |exit_code| Event::ContainerExited { container: id, exit_code, diagnostics: words.clone() };
         let event = match reason {
             v1::ExitReason::Lost | v1::ExitReason::Unspecified => Event::ContainerLost { container: id },
             v1::ExitReason::Exited => exit(e.exit_code),

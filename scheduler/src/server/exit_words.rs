@@ -91,7 +91,10 @@ mod tests {
             "was killed for running beyond its memory limit: 1.1Gi of 1Gi used (exit status 137)"
         );
         let old_agent = exit(v1::ExitReason::MemoryLimit, 137);
-        assert_eq!(exit_phrase(&old_agent), "was killed for running beyond its memory limit (exit status 137)");
+        assert_eq!(
+            exit_phrase(&old_agent),
+            "was killed for running beyond its memory limit (exit status 137)"
+        );
         let signaled = v1::ContainerExited { signal: 11, ..exit(v1::ExitReason::Signaled, 139) };
         assert!(exit_phrase(&signaled).contains("signal 11 (SIGSEGV)"), "{}", exit_phrase(&signaled));
         assert_eq!(exit_phrase(&exit(v1::ExitReason::Exited, 3)), "exited with status 3");
