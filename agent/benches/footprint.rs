@@ -254,6 +254,7 @@ fn main() {
                     container_id: id,
                     grace_ms: Some(0),
                     reason: "bench over".into(),
+                    cluster_id: String::new(),
                 }))
                 .await;
         }
@@ -262,7 +263,12 @@ fn main() {
         while ended < CONTAINERS && tokio::time::Instant::now() < deadline {
             if let Up::ContainerExited(e) = session.recv().await {
                 ended += 1;
-                session.send(Down::AckExit(v1::AckExit { container_id: e.container_id })).await;
+                session
+                    .send(Down::AckExit(v1::AckExit {
+                        container_id: e.container_id,
+                        cluster_id: e.cluster_id,
+                    }))
+                    .await;
             }
         }
         assert_eq!(ended, CONTAINERS, "every container was killed");

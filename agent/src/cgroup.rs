@@ -7,6 +7,7 @@
 //! kill of the whole tree; v1 only) and pids when mounted. Where no cgroup is writable the agent
 //! falls back to the process tree under the container's shim ([`crate::procfs`]).
 
+use crate::model::ContainerKey;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -202,9 +203,10 @@ impl Layout {
         Ok(())
     }
 
-    /// The cgroup a container gets under `parent` (paths only; see [`ContainerCgroup::create`]).
-    pub fn container(&self, parent: &str, container_id: u64) -> Option<ContainerCgroup> {
-        let leaf = format!("c{container_id}");
+    /// The cgroup a container gets under `parent` (paths only; see [`ContainerCgroup::create`]):
+    /// `c<key>`, so containers of the same id from different clusters never share one.
+    pub fn container(&self, parent: &str, key: ContainerKey) -> Option<ContainerCgroup> {
+        let leaf = format!("c{key}");
         match self {
             Layout::V2 { root } => Some(ContainerCgroup::V2 { dir: root.join(parent).join(leaf) }),
             Layout::V1(m) => Some(ContainerCgroup::V1 {
@@ -635,7 +637,7 @@ mod tests {
         assert_eq!(m.cpu, Path::new("/sys/fs/cgroup/cpu,cpuacct"));
         assert_eq!(m.pids.as_deref(), Some(Path::new("/sys/fs/cgroup/pids")));
         assert_eq!(layout.parent_dirs("g").len(), 4, "the shared cpu,cpuacct mount appears once");
-        let cg = layout.container("g", 7).expect("v1 cgroup");
+        let cg = layout.container("g", ContainerKey::legacy(7)).expect("v1 cgroup");
         assert_eq!(cg.procs_files().len(), 4);
         assert!(cg.procs_files()[0].ends_with("memory/g/c7/cgroup.procs"));
     }
@@ -648,8 +650,15 @@ mod tests {
         assert_eq!(Layout::from_mountinfo(v2, |_| "pids".into()), Layout::None);
         // A hybrid machine whose cgroup2 mount has no controllers uses v1.
         assert_eq!(Layout::from_mountinfo(MOUNTINFO_V1, |_| String::new()).name(), "v1");
-        let cg = layout.container("gantry", 3).expect("v2 cgroup");
+        let cg = layout.container("gantry", ContainerKey::legacy(3)).expect("v2 cgroup");
         assert_eq!(cg, ContainerCgroup::V2 { dir: "/sys/fs/cgroup/gantry/c3".into() });
+        let cluster = crate::model::ClusterId::from_bits(0xabc);
+        let cg = layout.container("gantry", ContainerKey::new(cluster, 3)).expect("v2 cgroup");
+        assert_eq!(
+            cg,
+            ContainerCgroup::V2 { dir: "/sys/fs/cgroup/gantry/c3.00000000000000000000000000000abc".into() },
+            "another cluster's container 3 has a cgroup of its own"
+        );
     }
 
     #[test]

@@ -19,6 +19,10 @@
 //!   reaches the core ([`launch_from_wire`]).
 //! - **Status is best effort.** A status that cannot be sent (disconnected, or a backlog) is
 //!   dropped: the next one is a full picture again.
+//! - **Containers are named by cluster and id.** Every container message carries the cluster id
+//!   of the scheduler run that launched the container ([`ContainerKey`]), so the containers of a
+//!   scheduler on fresh state never answer for (or to) older ones of the same number; an
+//!   invalid cluster id from the wire is refused here.
 //! - **Log reads belong to their stream.** A `ReadLog` goes to the core as
 //!   [`Command::ReadLog`] and its answer comes back as [`AgentEvent::Log`]; an answer that
 //!   finds no stream is dropped, because the scheduler fails every read of a stream that ends.
@@ -51,7 +55,10 @@ use tracing::{debug, info, warn};
 
 use crate::config::AgentConfig;
 use crate::executor::{LogRead, LogStream};
-use crate::model::{ContainerExit, ContainerUsage, ExitReason, GpuInfo, HostUsage, LaunchSpec, NodeReport};
+use crate::model::{
+    ClusterId, ContainerExit, ContainerKey, ContainerUsage, ExitReason, GpuInfo, HostUsage, LaunchSpec,
+    NodeReport,
+};
 
 /// Most `argv` or `env` entries a launch may have.
 pub const MAX_LAUNCH_ENTRIES: usize = 4096;
@@ -136,6 +143,9 @@ pub enum LaunchError {
         /// The GPU index.
         index: u32,
     },
+    /// A cluster id that is neither empty nor 32 lowercase hex digits.
+    #[error("{0}")]
+    BadCluster(gantry_proto::ClusterIdError),
 }
 
 /// Reconnect delays: exponential backoff with full jitter, i.e. a uniformly random delay in
@@ -247,8 +257,8 @@ pub enum LiveState {
 /// A container alive on the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LiveContainer {
-    /// Container id.
-    pub container_id: u64,
+    /// The container.
+    pub key: ContainerKey,
     /// Application id.
     pub app_id: u64,
     /// Lifecycle state.
@@ -284,8 +294,8 @@ pub enum AgentEvent {
     Status(StatusReport),
     /// A container is running (dropped while disconnected: the next `Register` lists it).
     Started {
-        /// Container id.
-        container_id: u64,
+        /// The container.
+        key: ContainerKey,
         /// When its process started, Unix ms.
         started_at_ms: u64,
     },
@@ -293,8 +303,8 @@ pub enum AgentEvent {
     Exited(ContainerExit),
     /// A launch the core refused or could not start; nothing of it runs.
     LaunchFailed {
-        /// Container id.
-        container_id: u64,
+        /// The container.
+        key: ContainerKey,
         /// Why.
         message: String,
     },
@@ -321,8 +331,8 @@ pub enum Command {
     Launch(LaunchSpec),
     /// Stop a container.
     Kill {
-        /// Container id.
-        container_id: u64,
+        /// The container.
+        key: ContainerKey,
         /// SIGTERM → SIGKILL grace; `None` = the configured default.
         grace: Option<Duration>,
         /// Why, for logs.
@@ -330,15 +340,15 @@ pub enum Command {
     },
     /// The scheduler recorded this exit: the core may forget it (e.g. in its state directory).
     AckExit {
-        /// Container id.
-        container_id: u64,
+        /// The container.
+        key: ContainerKey,
     },
     /// Read the end of a container's log; answer with [`AgentEvent::Log`].
     ReadLog {
         /// Echoed in the answer.
         request_id: u64,
-        /// Container id (not 0).
-        container_id: u64,
+        /// The container (id not 0).
+        key: ContainerKey,
         /// Which file.
         stream: LogStream,
         /// Only the last this many bytes; `None` = the whole file (both capped at 4 MiB).
@@ -446,7 +456,7 @@ impl Client {
             .tcp_nodelay(true))
     }
 
-    fn register(&self, unacked: &BTreeMap<u64, ContainerExit>) -> v1::AgentMessage {
+    fn register(&self, unacked: &BTreeMap<ContainerKey, ContainerExit>) -> v1::AgentMessage {
         let Snapshot { node, containers } = (self.snapshot)();
         let register = v1::Register {
             node_name: node.name,
@@ -469,9 +479,10 @@ impl Client {
             // An exit the scheduler has not acknowledged wins over a stale "live" entry.
             containers: containers
                 .iter()
-                .filter(|c| !unacked.contains_key(&c.container_id))
+                .filter(|c| !unacked.contains_key(&c.key))
                 .map(|c| v1::LiveContainer {
-                    container_id: c.container_id,
+                    container_id: c.key.id,
+                    cluster_id: c.key.cluster.to_wire(),
                     app_id: c.app_id,
                     state: match c.state {
                         LiveState::Starting => v1::ContainerState::Starting,
@@ -484,6 +495,7 @@ impl Client {
             unacked_exits: unacked.values().map(exit_to_wire).collect(),
             agent_version: env!("CARGO_PKG_VERSION").into(),
             agent_started_at_ms: self.options.agent_started_at_ms,
+            reports_cluster_ids: true,
         };
         up(Up::Register(register))
     }
@@ -503,8 +515,8 @@ struct Runner<'a> {
     commands: mpsc::Sender<Command>,
     shutdown: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
     rng: StdRng,
-    /// Exits reported and not yet acknowledged, by container id.
-    unacked: BTreeMap<u64, ContainerExit>,
+    /// Exits reported and not yet acknowledged, by container.
+    unacked: BTreeMap<ContainerKey, ContainerExit>,
     /// `LaunchFailed` messages that could not be sent yet.
     failures: VecDeque<v1::LaunchFailed>,
     /// Commands waiting for room in the core's channel.
@@ -720,10 +732,14 @@ impl Runner<'_> {
                 debug!(request_id, "log answer dropped: its stream is gone");
             }
             AgentEvent::Exited(exit) => {
-                self.unacked.insert(exit.container_id, exit);
+                self.unacked.insert(exit.key(), exit);
             }
-            AgentEvent::LaunchFailed { container_id, message } => {
-                self.remember_failure(v1::LaunchFailed { container_id, message });
+            AgentEvent::LaunchFailed { key, message } => {
+                self.remember_failure(v1::LaunchFailed {
+                    container_id: key.id,
+                    message,
+                    cluster_id: key.cluster.to_wire(),
+                });
             }
         }
     }
@@ -739,16 +755,20 @@ impl Runner<'_> {
                 self.seq += 1;
                 Up::Status(status_to_wire(self.seq, now_ms(), report))
             }
-            AgentEvent::Started { container_id, started_at_ms } => {
-                Up::ContainerStarted(v1::ContainerStarted { container_id, started_at_ms })
-            }
+            AgentEvent::Started { key, started_at_ms } => Up::ContainerStarted(v1::ContainerStarted {
+                container_id: key.id,
+                started_at_ms,
+                cluster_id: key.cluster.to_wire(),
+            }),
             AgentEvent::Exited(exit) => {
-                self.unacked.insert(exit.container_id, exit);
+                self.unacked.insert(exit.key(), exit);
                 Up::ContainerExited(exit_to_wire(&exit))
             }
-            AgentEvent::LaunchFailed { container_id, message } => {
-                Up::LaunchFailed(v1::LaunchFailed { container_id, message })
-            }
+            AgentEvent::LaunchFailed { key, message } => Up::LaunchFailed(v1::LaunchFailed {
+                container_id: key.id,
+                message,
+                cluster_id: key.cluster.to_wire(),
+            }),
             AgentEvent::Log { request_id, outcome } => Up::LogChunk(log_chunk(request_id, outcome)),
         };
         outbox.push_back(up(message));
@@ -757,7 +777,7 @@ impl Runner<'_> {
     fn remember_failure(&mut self, failure: v1::LaunchFailed) {
         if self.failures.len() >= MAX_PENDING_FAILURES {
             if let Some(old) = self.failures.pop_front() {
-                warn!(container_id = old.container_id, "launch failure forgotten: too many pending");
+                warn!(container_id = old.container_id, cluster = %old.cluster_id, "launch failure forgotten: too many pending");
             }
         }
         self.failures.push_back(failure);
@@ -767,39 +787,48 @@ impl Runner<'_> {
     fn handle(&mut self, message: v1::SchedulerMessage, outbox: &mut VecDeque<v1::AgentMessage>) {
         match message.msg {
             Some(Down::Registered(r)) => {
-                info!(endpoint = %self.client.options.endpoint, "registered with the scheduler");
+                info!(
+                    endpoint = %self.client.options.endpoint,
+                    cluster = %r.cluster_id,
+                    "registered with the scheduler"
+                );
                 self.attempt = 0;
                 let heartbeat_interval =
                     (r.heartbeat_interval_ms > 0).then(|| Duration::from_millis(r.heartbeat_interval_ms));
                 self.to_core.push_back(Command::Registered { heartbeat_interval });
             }
             Some(Down::Launch(launch)) => {
-                let container_id = launch.container_id;
+                let (container_id, cluster_id) = (launch.container_id, launch.cluster_id.clone());
                 match launch_from_wire(launch) {
                     Ok(spec) => self.to_core.push_back(Command::Launch(spec)),
                     Err(e) => {
-                        warn!(container_id, error = %e, "launch refused");
+                        warn!(container_id, cluster = %cluster_id, error = %e, "launch refused");
                         let message = format!("launch refused: {e}");
-                        outbox.push_back(up(Up::LaunchFailed(v1::LaunchFailed { container_id, message })));
+                        outbox.push_back(up(Up::LaunchFailed(v1::LaunchFailed {
+                            container_id,
+                            message,
+                            cluster_id,
+                        })));
                     }
                 }
             }
             Some(Down::Kill(kill)) => {
-                if kill.container_id == 0 {
-                    warn!("kill for container id 0 ignored");
+                let Some(key) = key_from_wire(kill.container_id, &kill.cluster_id) else {
+                    warn!(container_id = kill.container_id, cluster = %kill.cluster_id, "kill of an invalid container ignored");
                     return;
-                }
+                };
                 self.to_core.push_back(Command::Kill {
-                    container_id: kill.container_id,
+                    key,
                     grace: kill.grace_ms.map(Duration::from_millis),
                     reason: kill.reason,
                 });
             }
             Some(Down::AckExit(ack)) => {
-                if self.unacked.remove(&ack.container_id).is_some() {
-                    self.to_core.push_back(Command::AckExit { container_id: ack.container_id });
+                let key = key_from_wire(ack.container_id, &ack.cluster_id);
+                if let Some(key) = key.filter(|key| self.unacked.remove(key).is_some()) {
+                    self.to_core.push_back(Command::AckExit { key });
                 } else {
-                    debug!(container_id = ack.container_id, "ack for an exit not pending");
+                    debug!(container_id = ack.container_id, cluster = %ack.cluster_id, "ack for an exit not pending");
                 }
             }
             Some(Down::ReadLog(read)) => match read_log_from_wire(&read) {
@@ -845,11 +874,18 @@ fn up(msg: Up) -> v1::AgentMessage {
     v1::AgentMessage { msg: Some(msg) }
 }
 
-/// Checks a `ReadLog` from the wire: a container id and a stream this agent knows.
+/// A container named on the wire: an id that is not 0 and a valid cluster id.
+fn key_from_wire(container_id: u64, cluster_id: &str) -> Option<ContainerKey> {
+    let cluster = ClusterId::parse(cluster_id).ok()?;
+    (container_id != 0).then_some(ContainerKey::new(cluster, container_id))
+}
+
+/// Checks a `ReadLog` from the wire: a container id, a cluster id and a stream this agent knows.
 fn read_log_from_wire(read: &v1::ReadLog) -> Result<Command, String> {
     if read.container_id == 0 {
         return Err("container id 0 is not a valid id".into());
     }
+    let cluster = ClusterId::parse(&read.cluster_id).map_err(|e| e.to_string())?;
     let stream = match v1::LogStream::try_from(read.stream) {
         Ok(v1::LogStream::Stdout) => LogStream::Stdout,
         Ok(v1::LogStream::Stderr) => LogStream::Stderr,
@@ -859,7 +895,7 @@ fn read_log_from_wire(read: &v1::ReadLog) -> Result<Command, String> {
     };
     Ok(Command::ReadLog {
         request_id: read.request_id,
-        container_id: read.container_id,
+        key: ContainerKey::new(cluster, read.container_id),
         stream,
         tail: read.tail_bytes,
     })
@@ -888,6 +924,7 @@ pub fn launch_from_wire(launch: v1::Launch) -> Result<LaunchSpec, LaunchError> {
     if launch.container_id == 0 {
         return Err(LaunchError::ZeroContainerId);
     }
+    let cluster = ClusterId::parse(&launch.cluster_id).map_err(LaunchError::BadCluster)?;
     if launch.argv.first().is_none_or(String::is_empty) {
         return Err(LaunchError::EmptyArgv);
     }
@@ -918,6 +955,7 @@ pub fn launch_from_wire(launch: v1::Launch) -> Result<LaunchSpec, LaunchError> {
     }
     Ok(LaunchSpec {
         container_id: launch.container_id,
+        cluster,
         app_id: launch.app_id,
         workdir: contained_path("workdir", launch.workdir)?,
         stdout: contained_path("stdout", launch.stdout)?,
@@ -973,6 +1011,7 @@ pub fn exit_to_wire(exit: &ContainerExit) -> v1::ContainerExited {
         exit_code: exit.reason.exit_code(),
         signal,
         finished_at_ms: exit.finished_at_ms,
+        cluster_id: exit.cluster.to_wire(),
         memory_used_bytes: memory.used_bytes,
         memory_limit_bytes: memory.limit_bytes,
     }
@@ -1057,17 +1096,26 @@ mod tests {
 
     #[test]
     fn exits_map_to_wire_reasons_and_codes() {
-        let w = exit_to_wire(&ContainerExit::new(3, ExitReason::Signaled { signal: 11 }, 5));
+        let w = exit_to_wire(&ContainerExit::new(
+            ContainerKey::new(ClusterId::LEGACY, 3),
+            ExitReason::Signaled { signal: 11 },
+            5,
+        ));
         assert_eq!((w.reason, w.exit_code, w.signal), (v1::ExitReason::Signaled as i32, 139, 11));
         assert_eq!((w.memory_used_bytes, w.memory_limit_bytes), (0, 0), "nothing known: zero");
         let w = exit_to_wire(&ContainerExit {
             memory: Some(MemorySeen { used_bytes: 1100 << 20, limit_bytes: 1 << 30 }),
-            ..ContainerExit::new(3, ExitReason::MemoryLimit, 5)
+            ..ContainerExit::new(ContainerKey::new(ClusterId::LEGACY, 3), ExitReason::MemoryLimit, 5)
         });
         assert_eq!((w.reason, w.exit_code, w.signal), (v1::ExitReason::MemoryLimit as i32, 137, 0));
         assert_eq!((w.memory_used_bytes, w.memory_limit_bytes), (1100 << 20, 1 << 30));
-        let w = exit_to_wire(&ContainerExit::new(3, ExitReason::Fenced, 5));
+        let w = exit_to_wire(&ContainerExit::new(
+            ContainerKey::new(ClusterId::from_bits(9), 3),
+            ExitReason::Fenced,
+            5,
+        ));
         assert_eq!((w.reason, w.exit_code), (v1::ExitReason::Lost as i32, 137), "fenced reads as lost");
+        assert_eq!(w.cluster_id, "00000000000000000000000000000009", "the exit names its cluster");
     }
 
     #[test]

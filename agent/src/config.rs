@@ -150,20 +150,13 @@ impl Default for AgentConfig {
     }
 }
 
-/// The longest rack name, label key or value: the scheduler's limit for names.
-pub const MAX_NAME_LEN: usize = 253;
+/// The longest node name, rack name, label key or value: the scheduler's limit for names.
+pub use gantry_sdk::names::MAX_NAME_LEN;
 
-/// Why a rack name, label key or value would be refused by the scheduler, if it would.
+/// Why a node name, rack name, label key or value would be refused by the scheduler, if it
+/// would: the one rule for names ([`gantry_sdk::names::check_name`]).
 fn name_problem(s: &str, allow_empty: bool) -> Option<String> {
-    if s.is_empty() && !allow_empty {
-        Some("must not be empty".into())
-    } else if s.len() > MAX_NAME_LEN {
-        Some(format!("is {} bytes; the limit is {MAX_NAME_LEN}", s.len()))
-    } else if s.chars().any(char::is_control) {
-        Some("contains control characters".into())
-    } else {
-        None
-    }
+    gantry_sdk::names::check_name(s, allow_empty).err().map(|problem| problem.to_string())
 }
 
 impl AgentConfig {
@@ -200,11 +193,10 @@ impl AgentConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field, message: String| Err(ConfigError::Invalid { field, message });
         if let Some(n) = &self.node_name {
-            if n.is_empty() || n.len() > 253 || n.chars().any(|c| c.is_control() || c.is_whitespace()) {
-                return bad(
-                    "node_name",
-                    format!("`{n}` must be 1..=253 printable characters without spaces"),
-                );
+            let why = name_problem(n, false)
+                .or_else(|| n.chars().any(char::is_whitespace).then(|| "contains a space".to_owned()));
+            if let Some(why) = why {
+                return bad("node_name", format!("{n:?} {why}"));
             }
         }
         if self.labels.len() > 64 {
@@ -382,6 +374,11 @@ mod tests {
             ("rack = \"r\\u0007\"\n", "rack"),
             ("labels = { \"\" = \"x\" }\n", "labels"),
             ("labels = { gpu = \"a\\nb\" }\n", "labels"),
+            // Bidirectional and zero-width characters, as the scheduler refuses them.
+            ("node_name = \"n\\u202E1\"\n", "U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+            ("rack = \"r\\u200B1\"\n", "U+200B (ZERO WIDTH SPACE)"),
+            ("labels = { \"k\\u2066\" = \"x\" }\n", "U+2066 (LEFT-TO-RIGHT ISOLATE)"),
+            ("labels = { gpu = \"a\\uFEFF\" }\n", "U+FEFF (ZERO WIDTH NO-BREAK SPACE)"),
         ] {
             std::fs::write(&p, text).expect("write");
             let err = AgentConfig::from_file(&p).expect_err(text).to_string();

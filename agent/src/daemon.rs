@@ -8,7 +8,7 @@ use crate::config::AgentConfig;
 use crate::executor::{ExecError, Executor, ExecutorSettings, ExitNotice, KillReason, LogStream};
 use crate::fencing::{ContactClock, Fence};
 use crate::metrics::{self, AgentMetrics};
-use crate::model::{ContainerExit, ExitReason, LaunchSpec, NodeReport};
+use crate::model::{ContainerExit, ContainerKey, ExitReason, LaunchSpec, NodeReport};
 use crate::monitor::Monitor;
 use crate::probe::{GpuProbe, ProbeError};
 use std::collections::{BTreeMap, HashMap};
@@ -126,21 +126,18 @@ pub async fn run_with(
         let executor = executor.clone();
         let launcher = launcher.clone();
         move || {
-            let mut containers: BTreeMap<u64, LiveContainer> = launcher
+            let mut containers: BTreeMap<ContainerKey, LiveContainer> = launcher
                 .in_flight()
                 .iter()
-                .map(|(&container_id, launch)| {
+                .map(|(&key, launch)| {
                     let state = LiveState::Starting;
-                    (
-                        container_id,
-                        LiveContainer { container_id, app_id: launch.app_id, state, started_at_ms: 0 },
-                    )
+                    (key, LiveContainer { key, app_id: launch.app_id, state, started_at_ms: 0 })
                 })
                 .collect();
             for c in executor.list().into_iter().filter(|c| c.running) {
-                let (container_id, app_id, started_at_ms) = (c.container_id, c.app_id, c.started_at_ms);
+                let (key, app_id, started_at_ms) = (c.key, c.app_id, c.started_at_ms);
                 let state = LiveState::Running;
-                containers.insert(container_id, LiveContainer { container_id, app_id, state, started_at_ms });
+                containers.insert(key, LiveContainer { key, app_id, state, started_at_ms });
             }
             Snapshot {
                 node: report.lock().map(|r| r.clone()).unwrap_or_else(|p| p.into_inner().clone()),
@@ -203,25 +200,25 @@ pub async fn run_with(
                 let Some(cmd) = cmd else { break };
                 match cmd {
                     Command::Launch(spec) => launcher.launch(spec),
-                    Command::Kill { container_id, grace, reason } => {
+                    Command::Kill { key, grace, reason } => {
                         let grace = grace.unwrap_or(default_grace);
-                        if launcher.kill_when_launched(container_id, grace, KillReason::Request) {
-                            tracing::info!(container = container_id, %reason, "kill requested during its launch");
-                        } else if executor.list().iter().any(|c| c.container_id == container_id) {
-                            tracing::info!(container = container_id, %reason, "kill requested");
-                            spawn_kill(executor.clone(), container_id, grace, KillReason::Request);
+                        if launcher.kill_when_launched(key, grace, KillReason::Request) {
+                            tracing::info!(container = %key, %reason, "kill requested during its launch");
+                        } else if executor.list().iter().any(|c| c.key == key) {
+                            tracing::info!(container = %key, %reason, "kill requested");
+                            spawn_kill(executor.clone(), key, grace, KillReason::Request);
                         } else {
                             // Nothing of it runs here: say so, so the scheduler stops waiting.
-                            let exit = ContainerExit::new(container_id, ExitReason::Lost, now_ms());
+                            let exit = ContainerExit::new(key, ExitReason::Lost, now_ms());
                             report_exit(&events, &metrics, exit).await;
                         }
                     }
-                    Command::ReadLog { request_id, container_id, stream, tail } => {
-                        spawn_log_read(executor.clone(), log_reads.clone(), events.clone(), LogReadRequest { request_id, container_id, stream, tail });
+                    Command::ReadLog { request_id, key, stream, tail } => {
+                        spawn_log_read(executor.clone(), log_reads.clone(), events.clone(), LogReadRequest { request_id, key, stream, tail });
                     }
-                    Command::AckExit { container_id } => {
-                        if let Err(e) = executor.forget(container_id) {
-                            tracing::debug!(container = container_id, error = %e, "forget");
+                    Command::AckExit { key } => {
+                        if let Err(e) = executor.forget(key) {
+                            tracing::debug!(container = %key, error = %e, "forget");
                         }
                     }
                     Command::Registered { heartbeat_interval } => {
@@ -241,9 +238,9 @@ pub async fn run_with(
     // Exits from here on are found by scanning (the watchers stop with the runtime).
     executor.unwatch_all();
     if options.kill_containers_on_exit {
-        for id in executor.running() {
-            if let Err(e) = executor.force_kill(id) {
-                tracing::warn!(container = id, error = %e, "kill at exit");
+        for key in executor.running() {
+            if let Err(e) = executor.force_kill(key) {
+                tracing::warn!(container = %key, error = %e, "kill at exit");
             }
         }
         // Reap what was killed, then drop the records.
@@ -253,10 +250,10 @@ pub async fn run_with(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         for exit in executor.collect_exits() {
-            let _ = executor.forget(exit.container_id);
+            let _ = executor.forget(exit.key());
         }
         for c in executor.list() {
-            let _ = executor.forget(c.container_id);
+            let _ = executor.forget(c.key);
         }
         let _ = executor.remove_parent_cgroup();
     }
@@ -281,7 +278,7 @@ fn fence_if_due(
     }
     tracing::warn!(
         silent_ms = u64::try_from(silent_for.as_millis()).unwrap_or(u64::MAX),
-        containers = ?due,
+        containers = ?due.iter().map(ToString::to_string).collect::<Vec<_>>(),
         "no word from the scheduler for the fencing timeout: it reruns this node's work elsewhere, so this node's copies are killed"
     );
     let grace = crate::fencing::grace(kill_grace);
@@ -292,10 +289,10 @@ fn fence_if_due(
     }
 }
 
-fn spawn_kill(executor: Arc<Executor>, id: u64, grace: Duration, reason: KillReason) {
+fn spawn_kill(executor: Arc<Executor>, key: ContainerKey, grace: Duration, reason: KillReason) {
     tokio::spawn(async move {
-        if let Err(e) = executor.kill_as(id, grace, reason).await {
-            tracing::warn!(container = id, error = %e, "kill failed");
+        if let Err(e) = executor.kill_as(key, grace, reason).await {
+            tracing::warn!(container = %key, error = %e, "kill failed");
         }
     });
 }
@@ -303,7 +300,7 @@ fn spawn_kill(executor: Arc<Executor>, id: u64, grace: Duration, reason: KillRea
 /// One `ReadLog` from the scheduler.
 struct LogReadRequest {
     request_id: u64,
-    container_id: u64,
+    key: ContainerKey,
     stream: LogStream,
     tail: Option<u64>,
 }
@@ -317,18 +314,18 @@ fn spawn_log_read(
     read: LogReadRequest,
 ) {
     tokio::spawn(async move {
-        let LogReadRequest { request_id, container_id, stream, tail } = read;
+        let LogReadRequest { request_id, key, stream, tail } = read;
         let outcome = match slots.acquire_owned().await {
             Ok(permit) => tokio::task::spawn_blocking(move || {
                 let _permit = permit;
-                executor.read_log(container_id, stream, tail).map_err(|e| e.to_string())
+                executor.read_log(key, stream, tail).map_err(|e| e.to_string())
             })
             .await
             .unwrap_or_else(|e| Err(format!("the log read failed: {e}"))),
             Err(_) => Err("the agent is stopping".to_owned()),
         };
         if let Err(e) = &outcome {
-            tracing::debug!(container = container_id, %stream, error = %e, "log read refused");
+            tracing::debug!(container = %key, %stream, error = %e, "log read refused");
         }
         let _ = events.send(AgentEvent::Log { request_id, outcome }).await;
     });
@@ -359,8 +356,8 @@ struct Launcher {
     metrics: Arc<AgentMetrics>,
     /// Launches running at once: each mostly waits for a fork and two execs.
     slots: Arc<Semaphore>,
-    /// Launches accepted and not finished, by container id.
-    in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
+    /// Launches accepted and not finished, by container.
+    in_flight: Arc<Mutex<HashMap<ContainerKey, InFlight>>>,
 }
 
 impl Launcher {
@@ -379,17 +376,17 @@ impl Launcher {
         }
     }
 
-    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<u64, InFlight>> {
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<ContainerKey, InFlight>> {
         self.in_flight.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Starts a launch; `Started` (or `LaunchFailed`) and later `Exited` go up the stream in
     /// that order.
     fn launch(&self, spec: LaunchSpec) {
-        let id = spec.container_id;
+        let id = spec.key();
         if self.in_flight().insert(id, InFlight { app_id: spec.app_id, kill: None }).is_some() {
-            // The executor refuses a second launch of the same id anyway; say so once.
-            tracing::warn!(container = id, "launch of a container already being launched ignored");
+            // The executor refuses a second launch of the same container anyway; say so once.
+            tracing::warn!(container = %id, "launch of a container already being launched ignored");
             return;
         }
         let this = self.clone();
@@ -398,7 +395,7 @@ impl Launcher {
 
     /// Records a kill for a container whose launch is in flight; it is carried out once the
     /// launch completes. False if no launch of it is in flight.
-    fn kill_when_launched(&self, id: u64, grace: Duration, reason: KillReason) -> bool {
+    fn kill_when_launched(&self, id: ContainerKey, grace: Duration, reason: KillReason) -> bool {
         match self.in_flight().get_mut(&id) {
             Some(launch) => {
                 launch.kill = Some(PendingKill { grace, reason });
@@ -408,7 +405,7 @@ impl Launcher {
         }
     }
 
-    async fn run(self, id: u64, spec: LaunchSpec) {
+    async fn run(self, id: ContainerKey, spec: LaunchSpec) {
         let launched = match self.slots.clone().acquire_owned().await {
             Ok(permit) => {
                 let executor = self.executor.clone();
@@ -426,20 +423,17 @@ impl Launcher {
         let notice = match launched {
             Ok((_, notice)) => notice,
             Err(e) => {
-                tracing::warn!(container = id, error = %e, "launch refused");
-                let _ = self
-                    .events
-                    .send(AgentEvent::LaunchFailed { container_id: id, message: e.to_string() })
-                    .await;
+                tracing::warn!(container = %id, error = %e, "launch refused");
+                let _ = self.events.send(AgentEvent::LaunchFailed { key: id, message: e.to_string() }).await;
                 return;
             }
         };
-        let _ = self.events.send(AgentEvent::Started { container_id: id, started_at_ms: now_ms() }).await;
+        let _ = self.events.send(AgentEvent::Started { key: id, started_at_ms: now_ms() }).await;
         if let Some(PendingKill { grace, reason }) = kill {
             spawn_kill(self.executor.clone(), id, grace, reason);
         }
         if let Err(e) = wait_for_end(notice).await {
-            tracing::warn!(container = id, error = %e, "cannot watch the container; its exit is found by scanning");
+            tracing::warn!(container = %id, error = %e, "cannot watch the container; its exit is found by scanning");
             self.executor.unwatch(id);
             return;
         }
@@ -474,7 +468,7 @@ async fn wait_for_end(notice: ExitNotice) -> std::io::Result<()> {
 
 async fn report_exit(events: &mpsc::Sender<AgentEvent>, metrics: &AgentMetrics, exit: ContainerExit) {
     tracing::info!(
-        container = exit.container_id,
+        container = %exit.key(),
         reason = exit.reason.name(),
         code = exit.reason.exit_code(),
         "container ended"

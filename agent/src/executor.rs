@@ -1,7 +1,14 @@
 //! The executor: turns launch specs into supervised process trees, kills them, collects how
 //! they ended, and re-adopts them after an agent restart.
 //!
-//! Each container has a *control directory* `<containers>/<id>/`, owned by the agent and not
+//! Containers are named by [`ContainerKey`]: the cluster id of the scheduler run that launched
+//! them and their id there, since a scheduler on fresh state numbers from 1 again while this
+//! node keeps the containers (and directories) of the earlier one. Only the same key is "the
+//! same container": a launch is refused only if its key exists, and kills, exits and log reads
+//! go by key.
+//!
+//! Each container has a *control directory* `<containers>/<key>/` (`<id>.<cluster id>`, or
+//! `<id>` for the legacy cluster, as agents older than cluster ids wrote them), owned by the agent and not
 //! writable by the container, holding what must survive the agent: `spec.json` (the resolved
 //! [`ShimSpec`]), `pid` (pids and start times), `exit.json` (written by the shim), `kill-reason`
 //! (why the agent killed it), `reported` (after [`Executor::forget`]) and `shim.log`. Inside it,
@@ -22,7 +29,7 @@
 
 use crate::cgroup::{CgroupError, CgroupUsage, ContainerCgroup, Layout, Limits};
 use crate::config::AgentConfig;
-use crate::model::{ContainerExit, ContainerUsage, ExitReason, LaunchSpec, MemorySeen};
+use crate::model::{ContainerExit, ContainerKey, ContainerUsage, ExitReason, LaunchSpec, MemorySeen};
 use crate::procfs::{ProcStat, descendants, live_start_time, tree_usage};
 use crate::shim::{
     self, DEFAULT_PATH, EXIT_FILE, ExitRecord, ExitStatus, LAUNCH_ERROR_FILE, PID_FILE, PidRecord,
@@ -209,9 +216,9 @@ pub enum SpecError {
     /// A GPU index listed twice.
     #[error("GPU {0} is listed twice")]
     DuplicateGpu(u32),
-    /// The container id is in use on this node.
+    /// A container of this cluster and id is on this node already.
     #[error("container {0} already exists on this node")]
-    AlreadyExists(u64),
+    AlreadyExists(ContainerKey),
 }
 
 /// Why an executor operation failed.
@@ -247,22 +254,22 @@ pub enum ExecError {
     /// The container did not start; nothing is left of it.
     #[error("container {id} failed to start: {message}")]
     Start {
-        /// Container id.
-        id: u64,
+        /// The container.
+        id: ContainerKey,
         /// Why (from the supervisor).
         message: String,
     },
     /// No such container.
     #[error("unknown container {0}")]
-    Unknown(u64),
+    Unknown(ContainerKey),
     /// The container has not ended (so it cannot be forgotten).
     #[error("container {0} is still running")]
-    StillRunning(u64),
+    StillRunning(ContainerKey),
     /// The container did not end after SIGKILL.
     #[error("container {id} did not end within {secs} s of SIGKILL")]
     KillTimeout {
-        /// Container id.
-        id: u64,
+        /// The container.
+        id: ContainerKey,
         /// Seconds waited.
         secs: u64,
     },
@@ -310,32 +317,32 @@ pub enum LogError {
     #[error("container id 0 is not a valid id")]
     ZeroContainerId,
     /// The node has no directory for this container (never ran here, or was cleaned up).
-    #[error("no container {0} on this node")]
-    NoContainer(u64),
+    #[error("no container {} on this node", .0.id)]
+    NoContainer(ContainerKey),
     /// The container has no such file (yet).
-    #[error("no {stream} for container {id}")]
+    #[error("no {stream} for container {}", id.id)]
     NoFile {
-        /// Container id.
-        id: u64,
+        /// The container.
+        id: ContainerKey,
         /// Which file.
         stream: LogStream,
     },
     /// The file, or a directory on its way, is not what the container's launch created: a
     /// symbolic link, something other than a regular file, or a file of another owner.
-    #[error("{stream} of container {id} {why}: refused")]
+    #[error("{stream} of container {} {why}: refused", id.id)]
     Refused {
-        /// Container id.
-        id: u64,
+        /// The container.
+        id: ContainerKey,
         /// Which file.
         stream: LogStream,
         /// What is wrong with it.
         why: String,
     },
     /// Reading failed.
-    #[error("cannot read {stream} of container {id}: {source}")]
+    #[error("cannot read {stream} of container {}: {source}", id.id)]
     Io {
-        /// Container id.
-        id: u64,
+        /// The container.
+        id: ContainerKey,
         /// Which file.
         stream: LogStream,
         /// Why.
@@ -395,8 +402,8 @@ pub fn classify_exit(status: ExitStatus, kill: Option<KillReason>, oom_kills: u6
 /// A launched container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerHandle {
-    /// Container id.
-    pub container_id: u64,
+    /// The container.
+    pub key: ContainerKey,
     /// The command's pid (also its process group id).
     pub pid: u32,
     /// The supervisor's pid.
@@ -410,8 +417,8 @@ pub struct ContainerHandle {
 /// One container the executor knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerInfo {
-    /// Container id.
-    pub container_id: u64,
+    /// The container.
+    pub key: ContainerKey,
     /// Whether it is still running (its exit not yet collected).
     pub running: bool,
     /// The command's pid.
@@ -428,10 +435,10 @@ pub struct ContainerInfo {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Adopted {
     /// Containers running again under this executor.
-    pub running: Vec<u64>,
+    pub running: Vec<ContainerKey>,
     /// Containers that ended while the agent was down (or were lost); their exits come out of
     /// the next [`Executor::collect_exits`].
-    pub ended: Vec<u64>,
+    pub ended: Vec<ContainerKey>,
 }
 
 /// A process named by pid and start time.
@@ -466,8 +473,8 @@ struct Tracked {
 
 #[derive(Default)]
 struct Inner {
-    containers: HashMap<u64, Tracked>,
-    launching: HashSet<u64>,
+    containers: HashMap<ContainerKey, Tracked>,
+    launching: HashSet<ContainerKey>,
     /// Exits found by adoption, not yet collected.
     pending: Vec<ContainerExit>,
     /// Shims of forgotten containers still to be reaped.
@@ -531,13 +538,13 @@ impl Executor {
         &self.settings
     }
 
-    /// A container's control directory.
-    pub fn control_dir(&self, id: u64) -> PathBuf {
+    /// A container's control directory, `<containers>/<key>`.
+    pub fn control_dir(&self, id: ContainerKey) -> PathBuf {
         self.settings.containers_dir.join(id.to_string())
     }
 
     /// A container's directory: its default working directory, holding its logs.
-    pub fn container_dir(&self, id: u64) -> PathBuf {
+    pub fn container_dir(&self, id: ContainerKey) -> PathBuf {
         self.control_dir(id).join(WORK_DIR)
     }
 
@@ -609,7 +616,7 @@ impl Executor {
             .and_then(|c| nix::unistd::getgrouplist(&c, user.gid).ok())
             .unwrap_or_else(|| vec![user.gid]);
 
-        let id = spec.container_id;
+        let id = spec.key();
         if self.is_known(id) || self.control_dir(id).exists() {
             return Err(SpecError::AlreadyExists(id));
         }
@@ -623,15 +630,19 @@ impl Executor {
         ];
         env.extend(spec.env.iter().cloned());
         // The agent's own variables win over the spec's: the GPU hand-over must not be undone.
+        if !id.cluster.is_legacy() {
+            env.push(("GANTRY_CLUSTER_ID".into(), id.cluster.to_wire()));
+        }
         env.extend([
-            ("GANTRY_CONTAINER_ID".into(), id.to_string()),
+            ("GANTRY_CONTAINER_ID".into(), id.id.to_string()),
             ("GANTRY_APP_ID".into(), spec.app_id.to_string()),
             ("CUDA_VISIBLE_DEVICES".into(), gpu_list.clone()),
             ("NVIDIA_VISIBLE_DEVICES".into(), if gpu_list.is_empty() { "void".into() } else { gpu_list }),
         ]);
         let container_dir = self.container_dir(id);
         Ok(ShimSpec {
-            container_id: id,
+            container_id: id.id,
+            cluster: id.cluster,
             app_id: spec.app_id,
             argv: spec.argv.clone(),
             env: last_wins(env),
@@ -649,7 +660,7 @@ impl Executor {
         })
     }
 
-    fn is_known(&self, id: u64) -> bool {
+    fn is_known(&self, id: ContainerKey) -> bool {
         let inner = self.lock();
         inner.containers.contains_key(&id) || inner.launching.contains(&id)
     }
@@ -659,7 +670,7 @@ impl Executor {
     /// left behind: no directory, no cgroup, no process.
     pub fn launch(&self, spec: &LaunchSpec) -> Result<ContainerHandle, ExecError> {
         let (handle, _) = self.launch_watched(spec)?;
-        self.unwatch(handle.container_id);
+        self.unwatch(handle.key);
         Ok(handle)
     }
 
@@ -668,7 +679,7 @@ impl Executor {
     /// [`Executor::collect_exit`] instead of scanning.
     pub fn launch_watched(&self, spec: &LaunchSpec) -> Result<(ContainerHandle, ExitNotice), ExecError> {
         let shim_spec = self.validate(spec)?;
-        let id = spec.container_id;
+        let id = spec.key();
         {
             let mut inner = self.lock();
             if inner.containers.contains_key(&id) || !inner.launching.insert(id) {
@@ -712,7 +723,7 @@ impl Executor {
             },
         );
         let handle = ContainerHandle {
-            container_id: id,
+            key: id,
             pid: rec.pid,
             shim_pid: rec.shim_pid,
             container_dir: control.join(WORK_DIR),
@@ -723,7 +734,7 @@ impl Executor {
 
     /// Whether a launch of this id is in progress (between [`Executor::launch`] being called and
     /// returning).
-    pub fn is_launching(&self, id: u64) -> bool {
+    pub fn is_launching(&self, id: ContainerKey) -> bool {
         self.lock().launching.contains(&id)
     }
 
@@ -733,7 +744,7 @@ impl Executor {
         control: &Path,
         cgroup: Option<&ContainerCgroup>,
     ) -> Result<(Child, PidRecord, OwnedFd), ExecError> {
-        let id = spec.container_id;
+        let id = spec.key();
         std::fs::DirBuilder::new()
             .mode(0o750)
             .create(&spec.container_dir)
@@ -834,8 +845,8 @@ impl Executor {
         let mut out: Vec<ContainerInfo> = inner
             .containers
             .iter()
-            .map(|(&id, t)| ContainerInfo {
-                container_id: id,
+            .map(|(&key, t)| ContainerInfo {
+                key,
                 running: !t.ended,
                 pid: t.cmd.pid,
                 shim_pid: t.shim.pid,
@@ -843,22 +854,22 @@ impl Executor {
                 started_at_ms: t.started_at_ms,
             })
             .collect();
-        out.sort_by_key(|c| c.container_id);
+        out.sort_by_key(|c| c.key);
         out
     }
 
-    /// Ids of the running containers.
-    pub fn running(&self) -> Vec<u64> {
-        self.list().into_iter().filter(|c| c.running).map(|c| c.container_id).collect()
+    /// The running containers.
+    pub fn running(&self) -> Vec<ContainerKey> {
+        self.list().into_iter().filter(|c| c.running).map(|c| c.key).collect()
     }
 
     /// A container's cgroup (`None` without cgroups).
-    pub fn cgroup(&self, id: u64) -> Result<Option<ContainerCgroup>, ExecError> {
+    pub fn cgroup(&self, id: ContainerKey) -> Result<Option<ContainerCgroup>, ExecError> {
         self.lock().containers.get(&id).map(|t| t.cgroup.clone()).ok_or(ExecError::Unknown(id))
     }
 
     /// A running container's processes (for attributing GPU processes to containers).
-    pub fn pids(&self, id: u64) -> Result<Vec<u32>, ExecError> {
+    pub fn pids(&self, id: ContainerKey) -> Result<Vec<u32>, ExecError> {
         let (cgroup, shim) = self.running_parts(id)?;
         match cgroup {
             Some(cg) => Ok(cg.pids()?),
@@ -867,14 +878,15 @@ impl Executor {
     }
 
     /// A running container's usage: from its cgroup, or summed over its process tree.
-    pub fn usage(&self, id: u64) -> Result<ContainerUsage, ExecError> {
+    pub fn usage(&self, id: ContainerKey) -> Result<ContainerUsage, ExecError> {
         let memory_limit = self.lock().containers.get(&id).map_or(0, |t| t.memory_limit);
         let (cgroup, shim) = self.running_parts(id)?;
         match cgroup {
             Some(cg) => {
                 let u = cg.usage()?;
                 Ok(ContainerUsage {
-                    container_id: id,
+                    container_id: id.id,
+                    cluster: id.cluster,
                     cpu_seconds: u.cpu_seconds,
                     memory_working_set_bytes: u.memory_working_set_bytes,
                     memory_limit_bytes: u.memory_limit_bytes,
@@ -885,7 +897,8 @@ impl Executor {
                 let procs = shim_tree(shim);
                 let (cpu_seconds, rss) = tree_usage(&procs);
                 Ok(ContainerUsage {
-                    container_id: id,
+                    container_id: id.id,
+                    cluster: id.cluster,
                     cpu_seconds,
                     memory_working_set_bytes: rss,
                     memory_limit_bytes: memory_limit,
@@ -896,7 +909,7 @@ impl Executor {
     }
 
     /// The cgroup's full accounting (throttling and OOM kills included); `None` without cgroups.
-    pub fn cgroup_usage(&self, id: u64) -> Result<Option<CgroupUsage>, ExecError> {
+    pub fn cgroup_usage(&self, id: ContainerKey) -> Result<Option<CgroupUsage>, ExecError> {
         let (cgroup, _) = self.running_parts(id)?;
         Ok(match cgroup {
             Some(cg) => Some(cg.usage()?),
@@ -904,7 +917,7 @@ impl Executor {
         })
     }
 
-    fn running_parts(&self, id: u64) -> Result<(Option<ContainerCgroup>, ProcRef), ExecError> {
+    fn running_parts(&self, id: ContainerKey) -> Result<(Option<ContainerCgroup>, ProcRef), ExecError> {
         let inner = self.lock();
         let t = inner.containers.get(&id).ok_or(ExecError::Unknown(id))?;
         Ok((t.cgroup.clone(), t.shim))
@@ -942,20 +955,20 @@ impl Executor {
 
     /// Asks a container to stop: records the kill as requested and sends SIGTERM to its process
     /// group. The first half of [`Executor::kill`], for callers that run their own timer.
-    pub fn request_kill(&self, id: u64) -> Result<(), ExecError> {
+    pub fn request_kill(&self, id: ContainerKey) -> Result<(), ExecError> {
         self.signal(id, Some(KillReason::Request), Signal::SIGTERM)
     }
 
     /// SIGKILLs everything left of a container: cgroup-wide, or — without a cgroup — its process
     /// group and every descendant of its supervisor. The second half of [`Executor::kill`].
-    pub fn force_kill(&self, id: u64) -> Result<(), ExecError> {
+    pub fn force_kill(&self, id: ContainerKey) -> Result<(), ExecError> {
         self.signal(id, None, Signal::SIGKILL)
     }
 
     /// Kills a container for exceeding its memory limit; its exit is reported as
     /// [`ExitReason::MemoryLimit`] with `seen`, the usage that condemned it. Returns once SIGKILL
     /// is sent.
-    pub fn kill_for_memory(&self, id: u64, seen: MemorySeen) -> Result<(), ExecError> {
+    pub fn kill_for_memory(&self, id: ContainerKey, seen: MemorySeen) -> Result<(), ExecError> {
         let control =
             self.lock().containers.get(&id).map(|t| t.control.clone()).ok_or(ExecError::Unknown(id))?;
         let path = control.join(MEMORY_SEEN_FILE);
@@ -966,7 +979,7 @@ impl Executor {
         self.signal(id, Some(KillReason::MemoryLimit), Signal::SIGKILL)
     }
 
-    fn signal(&self, id: u64, reason: Option<KillReason>, signal: Signal) -> Result<(), ExecError> {
+    fn signal(&self, id: ContainerKey, reason: Option<KillReason>, signal: Signal) -> Result<(), ExecError> {
         let (control, cgroup, shim, cmd) = {
             let mut inner = self.lock();
             let t = inner.containers.get_mut(&id).ok_or(ExecError::Unknown(id))?;
@@ -997,7 +1010,7 @@ impl Executor {
 
     /// Whether a container has ended (its supervisor recorded the exit, or is gone). Unknown ids
     /// count as ended.
-    pub fn has_ended(&self, id: u64) -> bool {
+    pub fn has_ended(&self, id: ContainerKey) -> bool {
         let mut inner = self.lock();
         match inner.containers.get_mut(&id) {
             None => true,
@@ -1008,13 +1021,18 @@ impl Executor {
     /// Kills a container gracefully: SIGTERM to its process group, up to `grace` for it to end,
     /// then SIGKILL to everything left. Returns once it has ended; its exit (reported as
     /// [`ExitReason::KilledByRequest`]) comes out of [`Executor::collect_exits`].
-    pub async fn kill(&self, id: u64, grace: Duration) -> Result<(), ExecError> {
+    pub async fn kill(&self, id: ContainerKey, grace: Duration) -> Result<(), ExecError> {
         self.kill_as(id, grace, KillReason::Request).await
     }
 
     /// [`Executor::kill`] recording `reason` instead (the first reason recorded wins), e.g.
     /// [`KillReason::Fenced`] so the exit says why the agent stopped it.
-    pub async fn kill_as(&self, id: u64, grace: Duration, reason: KillReason) -> Result<(), ExecError> {
+    pub async fn kill_as(
+        &self,
+        id: ContainerKey,
+        grace: Duration,
+        reason: KillReason,
+    ) -> Result<(), ExecError> {
         self.signal(id, Some(reason), Signal::SIGTERM)?;
         if !self.wait_ended(id, grace).await {
             self.force_kill(id)?;
@@ -1025,7 +1043,7 @@ impl Executor {
         Ok(())
     }
 
-    async fn wait_ended(&self, id: u64, limit: Duration) -> bool {
+    async fn wait_ended(&self, id: ContainerKey, limit: Duration) -> bool {
         let start = Instant::now();
         let mut pause = Duration::from_millis(5);
         loop {
@@ -1058,7 +1076,7 @@ impl Executor {
 
     /// Hands a container launched with [`Executor::launch_watched`] back to
     /// [`Executor::collect_exits`] (its notice was dropped, or could not be watched).
-    pub fn unwatch(&self, id: u64) {
+    pub fn unwatch(&self, id: ContainerKey) {
         if let Some(t) = self.lock().containers.get_mut(&id) {
             t.watched = false;
         }
@@ -1073,15 +1091,15 @@ impl Executor {
 
     /// One container's exit, if it has ended and its exit was not collected yet (by this call,
     /// [`Executor::collect_exits`], or adoption). The cheap path after its [`ExitNotice`] fired.
-    pub fn collect_exit(&self, id: u64) -> Option<ContainerExit> {
+    pub fn collect_exit(&self, id: ContainerKey) -> Option<ContainerExit> {
         let mut inner = self.lock();
-        if let Some(i) = inner.pending.iter().position(|e| e.container_id == id) {
+        if let Some(i) = inner.pending.iter().position(|e| e.key() == id) {
             return Some(inner.pending.swap_remove(i));
         }
         inner.containers.get_mut(&id).and_then(|t| Self::exit_if_ended(id, t))
     }
 
-    fn exit_if_ended(id: u64, t: &mut Tracked) -> Option<ContainerExit> {
+    fn exit_if_ended(id: ContainerKey, t: &mut Tracked) -> Option<ContainerExit> {
         if t.ended {
             return None;
         }
@@ -1115,8 +1133,9 @@ impl Executor {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Adopted::default()),
             Err(e) => return Err(ExecError::Io { what: "list", path: dir.clone(), source: e }),
         };
-        let mut ids: Vec<u64> =
-            entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok()).collect();
+        // Other entries (a name that is no container's) are left alone.
+        let mut ids: Vec<ContainerKey> =
+            entries.filter_map(|e| ContainerKey::from_name(e.ok()?.file_name().to_str()?)).collect();
         ids.sort_unstable();
         let mut adopted = Adopted::default();
         for id in ids {
@@ -1177,7 +1196,7 @@ impl Executor {
 
     /// Forgets an ended container once its exit is reported: removes its cgroup and marks its
     /// control directory reported (the logs stay). Idempotent.
-    pub fn forget(&self, id: u64) -> Result<(), ExecError> {
+    pub fn forget(&self, id: ContainerKey) -> Result<(), ExecError> {
         let control = self.control_dir(id);
         let tracked = {
             let mut inner = self.lock();
@@ -1232,12 +1251,17 @@ impl Executor {
     /// a regular file owned by the container's user (a hard link to someone else's file is
     /// refused too). The file is opened `O_NONBLOCK`, so a FIFO planted in its place cannot
     /// hang the read before it is refused.
-    pub fn read_log(&self, id: u64, stream: LogStream, tail: Option<u64>) -> Result<LogRead, LogError> {
+    pub fn read_log(
+        &self,
+        id: ContainerKey,
+        stream: LogStream,
+        tail: Option<u64>,
+    ) -> Result<LogRead, LogError> {
         use nix::fcntl::{OFlag, openat};
         use nix::sys::stat::Mode;
         use std::os::unix::fs::{FileExt, MetadataExt};
 
-        if id == 0 {
+        if id.id == 0 {
             return Err(LogError::ZeroContainerId);
         }
         let control = self.control_dir(id);
@@ -1341,7 +1365,7 @@ impl Executor {
 /// A container's end as its supervisor recorded it: classified, and for a memory-limit end,
 /// with the memory it was seen using (`limit` is the one its launch asked for).
 fn recorded_exit(
-    id: u64,
+    id: ContainerKey,
     control: &Path,
     rec: &ExitRecord,
     cgroup: Option<&ContainerCgroup>,
@@ -1352,7 +1376,7 @@ fn recorded_exit(
     let oom = cgroup.and_then(|cg| cg.oom_kills().ok()).unwrap_or(0).max(rec.oom_kills);
     let reason = classify_exit(rec.status, kill, oom);
     let memory = (reason == ExitReason::MemoryLimit).then(|| memory_at_exit(control, cgroup, limit));
-    ContainerExit { container_id: id, reason, finished_at_ms: rec.finished_at_ms, memory }
+    ContainerExit { memory, ..ContainerExit::new(id, reason, rec.finished_at_ms) }
 }
 
 /// What a container ended for its memory limit was seen using: the monitor's measurement when
@@ -1369,7 +1393,7 @@ fn memory_at_exit(control: &Path, cgroup: Option<&ContainerCgroup>, limit: u64) 
 
 /// A container whose supervisor vanished without a record: whatever is left in its cgroup is
 /// killed (no stray processes), and it is reported lost now.
-fn lost(id: u64, cgroup: Option<&ContainerCgroup>, cmd: ProcRef) -> ContainerExit {
+fn lost(id: ContainerKey, cgroup: Option<&ContainerCgroup>, cmd: ProcRef) -> ContainerExit {
     if let Some(cg) = cgroup.filter(|cg| cg.exists()) {
         if let Err(e) = cg.kill_all() {
             tracing::warn!("container {id}: {e}");

@@ -76,14 +76,14 @@ impl ContactClock {
 /// and what runs. Each container is handed out once per silence, so a kill that takes its grace
 /// is not started again at every tick.
 #[derive(Debug, Clone, Default)]
-pub struct Fence {
+pub struct Fence<K = crate::model::ContainerKey> {
     /// `None`: fencing is off.
     timeout: Option<Duration>,
     /// Containers handed out for killing during the current silence.
-    fenced: HashSet<u64>,
+    fenced: HashSet<K>,
 }
 
-impl Fence {
+impl<K: Copy + Eq + std::hash::Hash> Fence<K> {
     /// A fence with the configured `fencing_timeout_ms` (0 = off).
     pub fn new(timeout_ms: u64) -> Self {
         Fence { timeout: (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms)), fenced: HashSet::new() }
@@ -97,7 +97,7 @@ impl Fence {
     /// The containers of `live` (running, or being launched) to kill now: all those not handed
     /// out yet, once the scheduler has been silent for the timeout; none before, or when fencing
     /// is off. Contact ends the silence, and what was handed out is forgotten.
-    pub fn due(&mut self, silent_for: Duration, live: &[u64]) -> Vec<u64> {
+    pub fn due(&mut self, silent_for: Duration, live: &[K]) -> Vec<K> {
         if self.timeout.is_none_or(|t| silent_for < t) {
             self.fenced.clear();
             return Vec::new();

@@ -44,7 +44,8 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time open connections get to finish after shutdown is signalled.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-/// Labels of per-container series.
+/// Labels of per-container series: `container` is the container's name on the node (`<id>`, or
+/// `<id>.<cluster id>` for a container of a scheduler run with a cluster id).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ContainerLabels {
     container: String,
@@ -303,8 +304,8 @@ impl AgentMetrics {
         let mut series = self.lock();
         let mut live = HashSet::with_capacity(containers.len());
         for (usage, app_id) in containers {
-            let labels =
-                ContainerLabels { container: usage.container_id.to_string(), app: app_id.to_string() };
+            let key = crate::model::ContainerKey::new(usage.cluster, usage.container_id);
+            let labels = ContainerLabels { container: key.to_string(), app: app_id.to_string() };
             raise_to(&self.container_cpu_seconds.get_or_create(&labels), usage.cpu_seconds);
             self.container_memory_working_set.get_or_create(&labels).set(usage.memory_working_set_bytes);
             self.container_memory_limit.get_or_create(&labels).set(usage.memory_limit_bytes);

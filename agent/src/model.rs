@@ -2,7 +2,82 @@
 //! and what the probe measures. Plain data, serialisable (the state directory and
 //! `gantry-agent probe` use JSON).
 
+pub use gantry_proto::ClusterId;
 use serde::{Deserialize, Serialize};
+
+/// A container on this node: the cluster id of the scheduler run that launched it, and its id
+/// there. Container ids repeat across scheduler states (a scheduler on a fresh data directory
+/// numbers from 1 again), so the agent never names a container by its id alone: directories,
+/// cgroups, kills, exits and log reads all go by the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ContainerKey {
+    /// The launching scheduler run's cluster id ([`ClusterId::LEGACY`] for one older than
+    /// cluster ids).
+    pub cluster: ClusterId,
+    /// The container id within that cluster.
+    pub id: u64,
+}
+
+impl ContainerKey {
+    /// The container `id` of `cluster`.
+    pub const fn new(cluster: ClusterId, id: u64) -> ContainerKey {
+        ContainerKey { cluster, id }
+    }
+
+    /// The container `id` of the legacy cluster.
+    pub const fn legacy(id: u64) -> ContainerKey {
+        ContainerKey { cluster: ClusterId::LEGACY, id }
+    }
+
+    /// Reads a name written by [`Display`](std::fmt::Display): `<id>` (legacy, as agents older
+    /// than cluster ids named their containers' directories) or `<id>.<cluster id>`.
+    pub fn from_name(name: &str) -> Option<ContainerKey> {
+        let (id, cluster) = match name.split_once('.') {
+            Some((id, cluster)) if !cluster.is_empty() => (id, ClusterId::parse(cluster).ok()?),
+            Some(_) => return None,
+            None => (name, ClusterId::LEGACY),
+        };
+        // One spelling per id: digits only, no sign, no leading zero.
+        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) || (id.len() > 1 && id.starts_with('0')) {
+            return None;
+        }
+        Some(ContainerKey { cluster, id: id.parse().ok()? })
+    }
+}
+
+/// `<id>` for the legacy cluster, `<id>.<cluster id>` otherwise: the container's directory
+/// name, its cgroup's (after a `c`), and how logs name it.
+impl std::fmt::Display for ContainerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.cluster.is_legacy() {
+            write!(f, "{}", self.id)
+        } else {
+            write!(f, "{}.{}", self.id, self.cluster)
+        }
+    }
+}
+
+/// Serde for a [`ClusterId`] field in its wire form (absent or empty = legacy).
+pub mod cluster_serde {
+    use super::ClusterId;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes the wire form.
+    pub fn serialize<S: Serializer>(cluster: &ClusterId, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&cluster.to_wire())
+    }
+
+    /// Reads the wire form, refusing anything else.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ClusterId, D::Error> {
+        let text = String::deserialize(d)?;
+        ClusterId::parse(&text).map_err(serde::de::Error::custom)
+    }
+
+    /// For `skip_serializing_if`: the legacy cluster is left out.
+    pub fn is_legacy(cluster: &ClusterId) -> bool {
+        cluster.is_legacy()
+    }
+}
 
 /// A container launch as the scheduler asks for it. Paths are relative to the container's own
 /// directory under the agent's work root; nothing may point outside it.
@@ -10,6 +85,9 @@ use serde::{Deserialize, Serialize};
 pub struct LaunchSpec {
     /// Container id (from the scheduler; unique per cluster).
     pub container_id: u64,
+    /// The launching scheduler run's cluster id.
+    #[serde(default, with = "cluster_serde", skip_serializing_if = "cluster_serde::is_legacy")]
+    pub cluster: ClusterId,
     /// Application id.
     pub app_id: u64,
     /// Program and arguments; `argv[0]` is looked up in `PATH` if it has no slash.
@@ -30,6 +108,13 @@ pub struct LaunchSpec {
     pub stdout: Option<String>,
     /// stderr file relative to the container directory (default `stderr`).
     pub stderr: Option<String>,
+}
+
+impl LaunchSpec {
+    /// The container this launch makes.
+    pub fn key(&self) -> ContainerKey {
+        ContainerKey::new(self.cluster, self.container_id)
+    }
 }
 
 /// Why a container ended. Distinct reasons so the scheduler can tell a job's own failure from
@@ -90,6 +175,9 @@ impl ExitReason {
 pub struct ContainerExit {
     /// Container id.
     pub container_id: u64,
+    /// Its cluster id.
+    #[serde(default, with = "cluster_serde", skip_serializing_if = "cluster_serde::is_legacy")]
+    pub cluster: ClusterId,
     /// Why it ended.
     pub reason: ExitReason,
     /// When it ended, Unix ms (as observed; for exits during an agent outage, as recorded by the
@@ -99,13 +187,6 @@ pub struct ContainerExit {
     /// is told how far over it went (as YARN's "1.1 GB of 1 GB physical memory used").
     #[serde(default)]
     pub memory: Option<MemorySeen>,
-}
-
-impl ContainerExit {
-    /// An exit with nothing known beyond its reason and time.
-    pub fn new(container_id: u64, reason: ExitReason, finished_at_ms: u64) -> ContainerExit {
-        ContainerExit { container_id, reason, finished_at_ms, memory: None }
-    }
 }
 
 /// The memory a container ended for: what it was seen using, and its limit.
@@ -118,11 +199,26 @@ pub struct MemorySeen {
     pub limit_bytes: u64,
 }
 
+impl ContainerExit {
+    /// An exit of container `key` with nothing known beyond its reason and time.
+    pub fn new(key: ContainerKey, reason: ExitReason, finished_at_ms: u64) -> ContainerExit {
+        ContainerExit { container_id: key.id, cluster: key.cluster, reason, finished_at_ms, memory: None }
+    }
+
+    /// The container that ended.
+    pub fn key(&self) -> ContainerKey {
+        ContainerKey::new(self.cluster, self.container_id)
+    }
+}
+
 /// Resource use of one container.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct ContainerUsage {
     /// Container id.
     pub container_id: u64,
+    /// Its cluster id.
+    #[serde(default, with = "cluster_serde", skip_serializing_if = "cluster_serde::is_legacy")]
+    pub cluster: ClusterId,
     /// CPU time used so far (user + system), seconds.
     pub cpu_seconds: f64,
     /// Memory working set (usage less inactive file cache), bytes.
@@ -203,4 +299,35 @@ pub struct NodeReport {
     pub gpu_note: Option<String>,
     /// Running containers' usage.
     pub containers: Vec<ContainerUsage>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_names_read_back_and_legacy_ones_are_bare_ids() {
+        let cluster = ClusterId::parse("00000000000000000000000000000abc").expect("cluster id");
+        for key in
+            [ContainerKey::legacy(7), ContainerKey::new(cluster, 7), ContainerKey::new(cluster, u64::MAX)]
+        {
+            assert_eq!(ContainerKey::from_name(&key.to_string()), Some(key), "{key}");
+        }
+        assert_eq!(ContainerKey::legacy(12).to_string(), "12", "the layout of agents before cluster ids");
+        assert_eq!(ContainerKey::new(cluster, 12).to_string(), "12.00000000000000000000000000000abc");
+        for other in
+            ["", "x", "07", "+7", "7.", ".7", "7.ABC", "7.abc", "7.0000000000000000000000000000abc/..", "tmp"]
+        {
+            assert_eq!(ContainerKey::from_name(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn records_without_a_cluster_read_as_legacy() {
+        let exit: ContainerExit =
+            serde_json::from_str(r#"{"container_id":3,"reason":{"reason":"lost"},"finished_at_ms":5}"#)
+                .expect("an exit written before cluster ids");
+        assert_eq!(exit.key(), ContainerKey::legacy(3));
+        assert!(!serde_json::to_string(&exit).expect("json").contains("cluster"));
+    }
 }

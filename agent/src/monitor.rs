@@ -17,7 +17,7 @@ pub struct Sample {
     /// Identity, capacity, allocatable, usage, GPUs and containers, as registered and reported.
     pub report: NodeReport,
     /// Containers killed for memory in this sample.
-    pub memory_kills: Vec<u64>,
+    pub memory_kills: Vec<crate::model::ContainerKey>,
 }
 
 /// Samples and enforces; owned by the agent's main loop.
@@ -57,13 +57,14 @@ impl Monitor {
         self.usages.clear();
         let mut shims: HashMap<u32, u64> = HashMap::with_capacity(running.len());
         for c in running.iter().filter(|c| c.running) {
-            shims.insert(c.shim_pid, c.container_id);
-            let Ok(usage) = self.executor.usage(c.container_id) else {
+            // GPU processes are attributed by container id (the wire's `GpuUsage` has no cluster).
+            shims.insert(c.shim_pid, c.key.id);
+            let Ok(usage) = self.executor.usage(c.key) else {
                 continue; // it ended between list() and usage(); collect_exits reports it
             };
             if usage.memory_limit_bytes > 0 && usage.memory_working_set_bytes > usage.memory_limit_bytes {
                 tracing::warn!(
-                    container = c.container_id,
+                    container = %c.key,
                     working_set = usage.memory_working_set_bytes,
                     limit = usage.memory_limit_bytes,
                     "container over its memory limit; killing it"
@@ -72,8 +73,8 @@ impl Monitor {
                     used_bytes: usage.memory_working_set_bytes,
                     limit_bytes: usage.memory_limit_bytes,
                 };
-                if self.executor.kill_for_memory(c.container_id, seen).is_ok() {
-                    memory_kills.push(c.container_id);
+                if self.executor.kill_for_memory(c.key, seen).is_ok() {
+                    memory_kills.push(c.key);
                 }
             }
             self.usages.push((usage, c.app_id));

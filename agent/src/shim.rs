@@ -65,6 +65,14 @@ const CLEANUP_DEADLINE: Duration = Duration::from_secs(15);
 pub struct ShimSpec {
     /// Container id.
     pub container_id: u64,
+    /// The cluster id of the scheduler run that launched it (absent in specs written before
+    /// cluster ids: the legacy cluster). The directory's name says the same.
+    #[serde(
+        default,
+        with = "crate::model::cluster_serde",
+        skip_serializing_if = "crate::model::cluster_serde::is_legacy"
+    )]
+    pub cluster: crate::model::ClusterId,
     /// Application id.
     pub app_id: u64,
     /// Program and arguments.
@@ -93,6 +101,13 @@ pub struct ShimSpec {
     pub rlimit_as_bytes: Option<u64>,
     /// GPU indexes handed over (already in the environment; kept for the record).
     pub gpus: Vec<u32>,
+}
+
+impl ShimSpec {
+    /// The container it describes.
+    pub fn key(&self) -> crate::model::ContainerKey {
+        crate::model::ContainerKey::new(self.cluster, self.container_id)
+    }
 }
 
 /// The shim's and the command's pids with their start times (`/proc/<pid>/stat` field 22), so
@@ -613,6 +628,7 @@ mod tests {
     fn program_search_uses_the_containers_path() {
         let spec = ShimSpec {
             container_id: 1,
+            cluster: crate::model::ClusterId::LEGACY,
             app_id: 1,
             argv: vec!["prog".into()],
             env: vec![("PATH".into(), "/a:/b/:".into())],

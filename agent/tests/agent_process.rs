@@ -207,10 +207,10 @@ async fn runs_containers_survives_kill_9_and_reports_what_happened_meanwhile() {
     let live: Vec<u64> = register.containers.iter().map(|c| c.container_id).collect();
     assert_eq!(live, vec![1], "the running container is adopted, the ended one is not live");
     let exit2 = match register.unacked_exits.iter().find(|e| e.container_id == 2) {
-        Some(e) => *e,
+        Some(e) => e.clone(),
         None => {
             until(&mut s, "the exit of container 2", |m| match m {
-                Up::ContainerExited(e) if e.container_id == 2 => Some(*e),
+                Up::ContainerExited(e) if e.container_id == 2 => Some(e.clone()),
                 _ => None,
             })
             .await
@@ -223,23 +223,35 @@ async fn runs_containers_survives_kill_9_and_reports_what_happened_meanwhile() {
         "finished at {} is when it ended, during the outage (killed at {killed_at})",
         exit2.finished_at_ms
     );
-    s.send(Down::AckExit(v1::AckExit { container_id: 2 })).await;
+    s.send(Down::AckExit(v1::AckExit { container_id: 2, ..Default::default() })).await;
 
     // Kill by request: TERM, grace, KILL; reported as such; nothing survives.
-    s.send(Down::Kill(v1::Kill { container_id: 1, grace_ms: Some(500), reason: "test".into() })).await;
+    s.send(Down::Kill(v1::Kill {
+        container_id: 1,
+        grace_ms: Some(500),
+        reason: "test".into(),
+        ..Default::default()
+    }))
+    .await;
     let exit1 = until(&mut s, "the exit of container 1", |m| match m {
-        Up::ContainerExited(e) if e.container_id == 1 => Some(*e),
+        Up::ContainerExited(e) if e.container_id == 1 => Some(e.clone()),
         _ => None,
     })
     .await;
     assert_eq!(exit1.reason, v1::ExitReason::KilledByRequest as i32);
     assert!(!pid_alive(sleep_pid));
-    s.send(Down::AckExit(v1::AckExit { container_id: 1 })).await;
+    s.send(Down::AckExit(v1::AckExit { container_id: 1, ..Default::default() })).await;
     let metrics = http_get(metrics_port, "/metrics");
     assert!(metrics.contains("gantry_container_kills_total{reason=\"killed-by-request\"} 1"), "{metrics}");
 
     // A kill for a container the agent does not have is answered, not ignored.
-    s.send(Down::Kill(v1::Kill { container_id: 99, grace_ms: None, reason: "stale".into() })).await;
+    s.send(Down::Kill(v1::Kill {
+        container_id: 99,
+        grace_ms: None,
+        reason: "stale".into(),
+        ..Default::default()
+    }))
+    .await;
     let lost = until(&mut s, "the answer for an unknown container", |m| match m {
         Up::ContainerExited(e) if e.container_id == 99 => Some(e.reason),
         _ => None,
@@ -288,7 +300,7 @@ async fn quick_exits_follow_their_start_and_a_kill_during_launch_is_carried_out(
     while exited.len() < 20 {
         match until(&mut s, "starts and exits", |m| match m {
             Up::ContainerStarted(c) => Some((c.container_id, None)),
-            Up::ContainerExited(e) => Some((e.container_id, Some(*e))),
+            Up::ContainerExited(e) => Some((e.container_id, Some(e.clone()))),
             Up::LaunchFailed(f) => panic!("launch failed: {f:?}"),
             _ => None,
         })
@@ -299,7 +311,7 @@ async fn quick_exits_follow_their_start_and_a_kill_during_launch_is_carried_out(
                 assert!(started.contains(&id), "container {id}'s exit came before its start");
                 assert_eq!((e.reason, e.exit_code), (v1::ExitReason::Exited as i32, 0));
                 assert!(exited.insert(id));
-                s.send(Down::AckExit(v1::AckExit { container_id: id })).await;
+                s.send(Down::AckExit(v1::AckExit { container_id: id, ..Default::default() })).await;
             }
         }
     }
@@ -308,10 +320,15 @@ async fn quick_exits_follow_their_start_and_a_kill_during_launch_is_carried_out(
     // A kill sent right behind its launch finds the launch in flight (or just done): the
     // container is killed, never reported lost while it runs on.
     s.send(launch(50, &["sleep", "300"], 0)).await;
-    s.send(Down::Kill(v1::Kill { container_id: 50, grace_ms: Some(200), reason: "changed my mind".into() }))
-        .await;
+    s.send(Down::Kill(v1::Kill {
+        container_id: 50,
+        grace_ms: Some(200),
+        reason: "changed my mind".into(),
+        ..Default::default()
+    }))
+    .await;
     let exit = until(&mut s, "the exit of container 50", |m| match m {
-        Up::ContainerExited(e) if e.container_id == 50 => Some(*e),
+        Up::ContainerExited(e) if e.container_id == 50 => Some(e.clone()),
         Up::LaunchFailed(f) => panic!("launch failed: {f:?}"),
         _ => None,
     })

@@ -12,7 +12,8 @@ use gantry_agent::client::{
 };
 use gantry_agent::executor::{LogRead, LogStream};
 use gantry_agent::model::{
-    ContainerExit, ContainerUsage, ExitReason, GpuInfo, HostUsage, LaunchSpec, NodeReport, Resources,
+    ClusterId, ContainerExit, ContainerKey, ContainerUsage, ExitReason, GpuInfo, HostUsage, LaunchSpec,
+    NodeReport, Resources,
 };
 mod common;
 
@@ -65,7 +66,7 @@ impl Agent {
         let (latency_tx, latencies) = mpsc::unbounded_channel();
         let (stop, stopped) = oneshot::channel::<()>();
         let live = Arc::new(Mutex::new(vec![LiveContainer {
-            container_id: 41,
+            key: ContainerKey::legacy(41),
             app_id: 4,
             state: LiveState::Running,
             started_at_ms: 1_000,
@@ -108,8 +109,16 @@ impl Agent {
 }
 
 fn exit(container_id: u64, reason: ExitReason) -> ContainerExit {
-    ContainerExit::new(container_id, reason, 1_700_000_000_000 + container_id)
+    exit_of(ClusterId::LEGACY, container_id, reason)
 }
+
+fn exit_of(cluster: ClusterId, container_id: u64, reason: ExitReason) -> ContainerExit {
+    ContainerExit::new(ContainerKey::new(cluster, container_id), reason, 1_700_000_000_000 + container_id)
+}
+
+/// Two scheduler runs' cluster ids.
+const OLD: ClusterId = ClusterId::from_bits(0x01d);
+const NEW: ClusterId = ClusterId::from_bits(0x2e3);
 
 fn unacked_ids(r: &v1::Register) -> Vec<u64> {
     r.unacked_exits.iter().map(|e| e.container_id).collect()
@@ -128,6 +137,7 @@ fn good_launch(container_id: u64) -> v1::Launch {
         gpus: vec![0],
         stdout: String::new(),
         stderr: "logs/err".into(),
+        cluster_id: String::new(),
     }
 }
 
@@ -159,14 +169,16 @@ async fn registers_first_then_relays_commands_and_events_both_ways() {
             container_id: 41,
             app_id: 4,
             state: v1::ContainerState::Running as i32,
-            started_at_ms: 1_000
+            started_at_ms: 1_000,
+            cluster_id: String::new(),
         }]
     );
     assert!(r.unacked_exits.is_empty());
+    assert!(r.reports_cluster_ids, "it names containers by cluster id");
     assert_eq!(r.agent_version, env!("CARGO_PKG_VERSION"));
     assert!(r.agent_started_at_ms > 0);
 
-    s.send(Down::Registered(v1::Registered { heartbeat_interval_ms: 500 })).await;
+    s.send(Down::Registered(v1::Registered { heartbeat_interval_ms: 500, cluster_id: NEW.to_wire() })).await;
     assert_eq!(
         agent.command().await,
         Command::Registered { heartbeat_interval: Some(Duration::from_millis(500)) }
@@ -176,6 +188,7 @@ async fn registers_first_then_relays_commands_and_events_both_ways() {
     s.send(Down::Launch(good_launch(7))).await;
     let want = LaunchSpec {
         container_id: 7,
+        cluster: ClusterId::LEGACY,
         app_id: 3,
         argv: vec!["/bin/sh".into(), "-c".into(), "echo hi".into()],
         env: vec![("A".into(), "1".into()), ("B".into(), "x=y".into())],
@@ -187,16 +200,25 @@ async fn registers_first_then_relays_commands_and_events_both_ways() {
         stdout: None,
         stderr: Some("logs/err".into()),
     };
-    assert_eq!(agent.command().await, Command::Launch(want));
+    assert_eq!(agent.command().await, Command::Launch(want.clone()));
+    // The same id under a cluster id is another container.
+    s.send(Down::Launch(v1::Launch { cluster_id: NEW.to_wire(), ..good_launch(7) })).await;
+    assert_eq!(agent.command().await, Command::Launch(LaunchSpec { cluster: NEW, ..want }));
 
-    // Kill: an explicit grace of 0 is not "the default".
-    s.send(Down::Kill(v1::Kill { container_id: 7, grace_ms: Some(0), reason: "test".into() })).await;
-    s.send(Down::Kill(v1::Kill { container_id: 8, grace_ms: None, reason: String::new() })).await;
+    // Kill: an explicit grace of 0 is not "the default"; each names its container's cluster.
+    let kill = |container_id, grace_ms, reason: &str, cluster: ClusterId| {
+        Down::Kill(v1::Kill { container_id, grace_ms, reason: reason.into(), cluster_id: cluster.to_wire() })
+    };
+    s.send(kill(7, Some(0), "test", ClusterId::LEGACY)).await;
+    s.send(kill(8, None, "", NEW)).await;
     assert_eq!(
         agent.command().await,
-        Command::Kill { container_id: 7, grace: Some(Duration::ZERO), reason: "test".into() }
+        Command::Kill { key: ContainerKey::legacy(7), grace: Some(Duration::ZERO), reason: "test".into() }
     );
-    assert_eq!(agent.command().await, Command::Kill { container_id: 8, grace: None, reason: String::new() });
+    assert_eq!(
+        agent.command().await,
+        Command::Kill { key: ContainerKey::new(NEW, 8), grace: None, reason: String::new() }
+    );
 
     // Status is numbered and timestamped by the client, usage passed through.
     let report = StatusReport {
@@ -210,6 +232,7 @@ async fn registers_first_then_relays_commands_and_events_both_ways() {
         },
         containers: vec![ContainerUsage {
             container_id: 7,
+            cluster: NEW,
             cpu_seconds: 1.5,
             memory_working_set_bytes: 10 << 20,
             memory_limit_bytes: 64 << 20,
@@ -248,21 +271,32 @@ async fn registers_first_then_relays_commands_and_events_both_ways() {
     let latency = timeout(GUARD, agent.latencies.recv()).await.expect("guard: no latency").expect("callback");
     assert!(latency < GUARD, "a round trip within this test, got {latency:?}");
 
-    agent.send(AgentEvent::Started { container_id: 7, started_at_ms: 1234 }).await;
+    agent.send(AgentEvent::Started { key: ContainerKey::new(NEW, 7), started_at_ms: 1234 }).await;
     assert_eq!(
         s.recv().await,
-        Up::ContainerStarted(v1::ContainerStarted { container_id: 7, started_at_ms: 1234 })
+        Up::ContainerStarted(v1::ContainerStarted {
+            container_id: 7,
+            started_at_ms: 1234,
+            cluster_id: NEW.to_wire()
+        })
     );
 
-    agent.send(AgentEvent::Exited(exit(7, ExitReason::Exited { code: 3 }))).await;
+    agent.send(AgentEvent::Exited(exit_of(NEW, 7, ExitReason::Exited { code: 3 }))).await;
     let Up::ContainerExited(e) = s.recv().await else { panic!("expected ContainerExited") };
     assert_eq!((e.container_id, e.reason, e.exit_code, e.signal), (7, v1::ExitReason::Exited as i32, 3, 0));
     assert_eq!(e.finished_at_ms, 1_700_000_000_007);
+    assert_eq!(e.cluster_id, NEW.to_wire());
 
-    agent.send(AgentEvent::LaunchFailed { container_id: 9, message: "no such user".into() }).await;
+    agent
+        .send(AgentEvent::LaunchFailed { key: ContainerKey::new(NEW, 9), message: "no such user".into() })
+        .await;
     assert_eq!(
         s.recv().await,
-        Up::LaunchFailed(v1::LaunchFailed { container_id: 9, message: "no such user".into() })
+        Up::LaunchFailed(v1::LaunchFailed {
+            container_id: 9,
+            message: "no such user".into(),
+            cluster_id: NEW.to_wire()
+        })
     );
 
     // A message this agent does not know (a newer scheduler's) is skipped, the stream stays up.
@@ -270,8 +304,11 @@ async fn registers_first_then_relays_commands_and_events_both_ways() {
     s.send(Down::Ping(v1::Ping { sent_at_ms: 555 })).await;
     assert_eq!(s.recv().await, Up::Pong(v1::Pong { ping_sent_at_ms: 555 }));
 
-    s.send(Down::AckExit(v1::AckExit { container_id: 7 })).await;
-    assert_eq!(agent.command().await, Command::AckExit { container_id: 7 });
+    // An acknowledgement names the cluster too: the legacy container 7 has no pending exit.
+    s.send(Down::AckExit(v1::AckExit { container_id: 7, cluster_id: String::new() })).await;
+    s.send(Down::AckExit(v1::AckExit { container_id: 7, cluster_id: NEW.to_wire() })).await;
+    assert_eq!(agent.command().await, Command::AckExit { key: ContainerKey::new(NEW, 7) });
+    assert!(agent.commands.try_recv().is_err(), "nothing else was delivered");
 
     agent.stop().await;
 }
@@ -295,12 +332,17 @@ async fn invalid_launches_are_answered_with_launch_failed_and_never_reach_the_co
         (v1::Launch { argv: vec!["/bin/true\0x".into()], ..good_launch(28) }, "NUL"),
         (v1::Launch { gpus: vec![0, 1, 0], ..good_launch(29) }, "GPU 0 is listed more than once"),
         (v1::Launch { container_id: 0, ..good_launch(0) }, "container id 0"),
+        (v1::Launch { cluster_id: "../x".into(), ..good_launch(31) }, "cluster id \"../x\" is not"),
+        (
+            v1::Launch { cluster_id: NEW.to_wire().to_uppercase(), ..good_launch(32) },
+            "32 lowercase hex digits",
+        ),
     ];
     for (launch, want) in bad {
-        let id = launch.container_id;
+        let (id, cluster_id) = (launch.container_id, launch.cluster_id.clone());
         s.send(Down::Launch(launch)).await;
         let Up::LaunchFailed(f) = s.recv().await else { panic!("expected LaunchFailed for {id}") };
-        assert_eq!(f.container_id, id);
+        assert_eq!((f.container_id, f.cluster_id), (id, cluster_id), "the failure names the launch");
         assert!(f.message.contains(want), "container {id}: {:?} lacks {want:?}", f.message);
     }
     // Commands are delivered in order: had any bad launch got through, it would come first.
@@ -321,18 +363,37 @@ async fn log_reads_reach_the_core_and_their_answers_go_up_the_stream() {
     assert!(matches!(agent.command().await, Command::Registered { .. }));
 
     let read = |request_id, container_id, stream: i32, tail_bytes| {
-        Down::ReadLog(v1::ReadLog { request_id, container_id, stream, tail_bytes })
+        Down::ReadLog(v1::ReadLog { request_id, container_id, stream, tail_bytes, cluster_id: String::new() })
     };
     s.send(read(5, 7, v1::LogStream::Stderr as i32, Some(3))).await;
     s.send(read(6, 7, v1::LogStream::Stdout as i32, None)).await;
+    let of_new = v1::ReadLog {
+        request_id: 10,
+        container_id: 7,
+        stream: v1::LogStream::Stdout as i32,
+        tail_bytes: None,
+        cluster_id: NEW.to_wire(),
+    };
+    s.send(Down::ReadLog(of_new.clone())).await;
+    let key = ContainerKey::legacy(7);
     assert_eq!(
         agent.command().await,
-        Command::ReadLog { request_id: 5, container_id: 7, stream: LogStream::Stderr, tail: Some(3) }
+        Command::ReadLog { request_id: 5, key, stream: LogStream::Stderr, tail: Some(3) }
     );
     assert_eq!(
         agent.command().await,
-        Command::ReadLog { request_id: 6, container_id: 7, stream: LogStream::Stdout, tail: None },
+        Command::ReadLog { request_id: 6, key, stream: LogStream::Stdout, tail: None },
         "an absent tail is the whole file, not zero bytes"
+    );
+    assert_eq!(
+        agent.command().await,
+        Command::ReadLog {
+            request_id: 10,
+            key: ContainerKey::new(NEW, 7),
+            stream: LogStream::Stdout,
+            tail: None
+        },
+        "another cluster's container 7"
     );
     let data = LogRead { data: b"abc".to_vec(), file_size_bytes: 10 };
     agent.send(AgentEvent::Log { request_id: 5, outcome: Ok(data) }).await;
@@ -369,6 +430,10 @@ async fn log_reads_reach_the_core_and_their_answers_go_up_the_stream() {
         let Up::LogChunk(c) = s.recv().await else { panic!("expected LogChunk") };
         assert!(c.error.contains(&format!("unknown log stream {stream}")), "{}", c.error);
     }
+    s.send(Down::ReadLog(v1::ReadLog { request_id: 11, cluster_id: "x".into(), ..of_new })).await;
+    let Up::LogChunk(c) = s.recv().await else { panic!("expected LogChunk") };
+    assert_eq!(c.request_id, 11);
+    assert!(c.error.contains("cluster id \"x\""), "{}", c.error);
     assert!(agent.commands.try_recv().is_err(), "nothing else was delivered");
     agent.stop().await;
 }
@@ -419,7 +484,7 @@ async fn reconnects_and_resends_unacknowledged_exits_until_acked() {
     // (a snapshot racing the exit): the unacknowledged exit must win.
     agent.send(AgentEvent::Exited(exit(12, ExitReason::KilledByRequest))).await;
     agent.live.lock().expect("live").push(LiveContainer {
-        container_id: 11,
+        key: ContainerKey::legacy(11),
         app_id: 4,
         state: LiveState::Running,
         started_at_ms: 2_000,
@@ -442,21 +507,64 @@ async fn reconnects_and_resends_unacknowledged_exits_until_acked() {
     assert_eq!(r.containers.iter().map(|c| c.container_id).collect::<Vec<_>>(), vec![41]);
 
     // Acknowledge A, then drop the stream: the next Register carries only B.
-    s.send(Down::Registered(v1::Registered { heartbeat_interval_ms: 0 })).await;
-    s.send(Down::AckExit(v1::AckExit { container_id: 11 })).await;
+    s.send(Down::Registered(v1::Registered::default())).await;
+    s.send(Down::AckExit(v1::AckExit { container_id: 11, cluster_id: String::new() })).await;
     assert!(matches!(agent.command().await, Command::Registered { .. }));
-    assert_eq!(agent.command().await, Command::AckExit { container_id: 11 });
+    assert_eq!(agent.command().await, Command::AckExit { key: ContainerKey::legacy(11) });
     drop(s);
     let (s, r) = server.handshake().await;
     assert_eq!(unacked_ids(&r), vec![12]);
 
     // Acknowledge B: nothing is resent any more.
-    s.send(Down::AckExit(v1::AckExit { container_id: 12 })).await;
+    s.send(Down::AckExit(v1::AckExit { container_id: 12, cluster_id: String::new() })).await;
     assert!(matches!(agent.command().await, Command::Registered { .. }));
-    assert_eq!(agent.command().await, Command::AckExit { container_id: 12 });
+    assert_eq!(agent.command().await, Command::AckExit { key: ContainerKey::legacy(12) });
     drop(s);
     let (_s, r) = server.handshake().await;
     assert!(r.unacked_exits.is_empty(), "{:?}", unacked_ids(&r));
+    agent.stop().await;
+}
+
+#[tokio::test]
+async fn the_same_id_in_two_clusters_is_two_containers_in_register_and_acknowledgements() {
+    let mut server = Server::start(false).await;
+    let mut agent = Agent::to(server.addr);
+    agent.live.lock().expect("live").push(LiveContainer {
+        key: ContainerKey::new(NEW, 41),
+        app_id: 9,
+        state: LiveState::Starting,
+        started_at_ms: 0,
+    });
+    agent.send(AgentEvent::Exited(exit_of(OLD, 5, ExitReason::Lost))).await;
+    agent.send(AgentEvent::Exited(exit_of(NEW, 5, ExitReason::Exited { code: 0 }))).await;
+    let exits = |r: &v1::Register| -> Vec<(u64, String)> {
+        let mut v: Vec<_> = r.unacked_exits.iter().map(|e| (e.container_id, e.cluster_id.clone())).collect();
+        v.sort();
+        v
+    };
+    let (s, r) = loop {
+        let (s, r) = server.handshake().await;
+        if r.unacked_exits.len() == 2 {
+            break (s, r);
+        }
+    };
+    assert_eq!(exits(&r), vec![(5, OLD.to_wire()), (5, NEW.to_wire())]);
+    let mut live: Vec<(u64, String)> =
+        r.containers.iter().map(|c| (c.container_id, c.cluster_id.clone())).collect();
+    live.sort();
+    assert_eq!(live, vec![(41, String::new()), (41, NEW.to_wire())], "both containers 41 are listed");
+    // The new cluster's acknowledgement leaves the old cluster's exit of the same id pending.
+    s.send(Down::AckExit(v1::AckExit { container_id: 5, cluster_id: NEW.to_wire() })).await;
+    let acked = loop {
+        match agent.command().await {
+            Command::Registered { .. } => {} // one per handshake above
+            other => break other,
+        }
+    };
+    assert_eq!(acked, Command::AckExit { key: ContainerKey::new(NEW, 5) });
+    drop(s);
+    let (_s, r) = server.handshake().await;
+    assert_eq!(exits(&r), vec![(5, OLD.to_wire())]);
     agent.stop().await;
 }
 
@@ -468,7 +576,7 @@ async fn keeps_retrying_while_the_scheduler_is_down_and_registers_when_it_is_up(
     drop(probe);
     let mut agent = Agent::to(addr);
     agent.send(AgentEvent::Exited(exit(5, ExitReason::Lost))).await;
-    agent.send(AgentEvent::LaunchFailed { container_id: 6, message: "bad user".into() }).await;
+    agent.send(AgentEvent::LaunchFailed { key: ContainerKey::legacy(6), message: "bad user".into() }).await;
     // Let it fail a few times: starting the server now or later must make no difference.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -480,7 +588,11 @@ async fn keeps_retrying_while_the_scheduler_is_down_and_registers_when_it_is_up(
     // A launch failure from the outage follows the Register.
     assert_eq!(
         s.recv().await,
-        Up::LaunchFailed(v1::LaunchFailed { container_id: 6, message: "bad user".into() })
+        Up::LaunchFailed(v1::LaunchFailed {
+            container_id: 6,
+            message: "bad user".into(),
+            cluster_id: String::new()
+        })
     );
     assert!(matches!(agent.command().await, Command::Registered { .. }));
     agent.stop().await;

@@ -5,7 +5,7 @@
 
 use gantry_agent::cgroup::{ContainerCgroup, Layout};
 use gantry_agent::executor::{CgroupMode, ExecError, Executor, ExecutorSettings, SpecError};
-use gantry_agent::model::{ContainerExit, ExitReason, LaunchSpec, MemorySeen};
+use gantry_agent::model::{ClusterId, ContainerExit, ContainerKey, ExitReason, LaunchSpec, MemorySeen};
 use gantry_agent::procfs::{ProcStat, live_start_time};
 use gantry_agent::shim::now_ms;
 use std::collections::HashMap;
@@ -61,15 +61,26 @@ impl Drop for Env {
         }
         let _ = exec.collect_exits();
         for c in exec.list() {
-            let _ = exec.forget(c.container_id);
+            let _ = exec.forget(c.key);
         }
         let _ = exec.remove_parent_cgroup();
     }
 }
 
+/// Container `id` of the legacy cluster (as agents before cluster ids named every container).
+fn k(id: u64) -> ContainerKey {
+    ContainerKey::legacy(id)
+}
+
 fn spec(id: u64, argv: &[&str]) -> LaunchSpec {
+    spec_in(ClusterId::LEGACY, id, argv)
+}
+
+/// A launch of container `id` by the scheduler run with cluster id `cluster`.
+fn spec_in(cluster: ClusterId, id: u64, argv: &[&str]) -> LaunchSpec {
     LaunchSpec {
         container_id: id,
+        cluster,
         app_id: 77,
         argv: argv.iter().map(|s| s.to_string()).collect(),
         env: vec![],
@@ -83,13 +94,13 @@ fn spec(id: u64, argv: &[&str]) -> LaunchSpec {
     }
 }
 
-/// Polls `collect_exits` until every id has ended.
-fn wait_exits(exec: &Executor, ids: &[u64]) -> HashMap<u64, ContainerExit> {
+/// Polls `collect_exits` until every container has ended.
+fn wait_exits(exec: &Executor, ids: &[ContainerKey]) -> HashMap<ContainerKey, ContainerExit> {
     let start = Instant::now();
     let mut got = HashMap::new();
     while ids.iter().any(|id| !got.contains_key(id)) {
         for e in exec.collect_exits() {
-            got.insert(e.container_id, e);
+            got.insert(e.key(), e);
         }
         assert!(start.elapsed() < PATIENCE, "containers {ids:?} did not all end; ended: {got:?}");
         std::thread::sleep(Duration::from_millis(10));
@@ -97,7 +108,7 @@ fn wait_exits(exec: &Executor, ids: &[u64]) -> HashMap<u64, ContainerExit> {
     got
 }
 
-fn wait_exit(exec: &Executor, id: u64) -> ContainerExit {
+fn wait_exit(exec: &Executor, id: ContainerKey) -> ContainerExit {
     wait_exits(exec, &[id])[&id]
 }
 
@@ -173,20 +184,20 @@ async fn limits_are_written_to_the_cgroup_and_the_command_runs_inside_it() {
             assert!(!procs(dir).lines().any(|l| l == h.shim_pid.to_string()));
         }
     }
-    let u = exec.usage(1).expect("usage");
+    let u = exec.usage(k(1)).expect("usage");
     assert_eq!(u.memory_limit_bytes, 64 << 20);
     assert!(u.processes >= 1, "{u:?}");
     assert!(u.memory_working_set_bytes > 0, "{u:?}");
-    assert_eq!(exec.pids(1).expect("pids"), vec![h.pid]);
+    assert_eq!(exec.pids(k(1)).expect("pids"), vec![h.pid]);
 
-    exec.kill(1, Duration::from_secs(5)).await.expect("kill");
-    assert_eq!(wait_exit(&exec, 1).reason, ExitReason::KilledByRequest);
-    assert!(matches!(exec.forget(2), Err(ExecError::Unknown(2))));
-    exec.forget(1).expect("forget");
+    exec.kill(k(1), Duration::from_secs(5)).await.expect("kill");
+    assert_eq!(wait_exit(&exec, k(1)).reason, ExitReason::KilledByRequest);
+    assert!(matches!(exec.forget(k(2)), Err(ExecError::Unknown(key)) if key == k(2)));
+    exec.forget(k(1)).expect("forget");
     for dir in cg.dirs() {
         assert!(!dir.exists(), "{} removed after forget", dir.display());
     }
-    assert!(exec.container_dir(1).join("stdout").exists(), "logs stay after forget");
+    assert!(exec.container_dir(k(1)).join("stdout").exists(), "logs stay after forget");
 }
 
 #[test]
@@ -196,8 +207,8 @@ fn a_memory_hog_ends_with_memory_limit() {
     let mut s = spec(1, &["sh", "-c", "head -c 300M /dev/zero | tail"]);
     s.memory_bytes = 50 << 20;
     exec.launch(&s).expect("launch");
-    assert_eq!(wait_exit(&exec, 1).reason, ExitReason::MemoryLimit);
-    exec.forget(1).expect("forget");
+    assert_eq!(wait_exit(&exec, k(1)).reason, ExitReason::MemoryLimit);
+    exec.forget(k(1)).expect("forget");
 }
 
 /// A container the kernel's OOM killer ends is reported with how much it was using and its
@@ -212,13 +223,13 @@ fn a_memory_limit_kill_reports_the_usage_and_the_limit() {
     let mut s = spec(1, &["python3", "-c", script]);
     s.memory_bytes = 50 << 20;
     exec.launch(&s).expect("launch");
-    let exit = wait_exit(&exec, 1);
+    let exit = wait_exit(&exec, k(1));
     assert_eq!(exit.reason, ExitReason::MemoryLimit);
     let seen = exit.memory.expect("a memory-limit end says what it used");
     assert_eq!(seen.limit_bytes, 50 << 20, "{seen:?}");
     // The cgroup's peak: at the limit when the OOM killer acted (page cache may round it).
     assert!(seen.used_bytes >= 45 << 20 && seen.used_bytes <= 51 << 20, "{seen:?}");
-    exec.forget(1).expect("forget");
+    exec.forget(k(1)).expect("forget");
 }
 
 /// VmRSS of a process, bytes: the kernel's own count of its resident memory.
@@ -245,16 +256,16 @@ fn reported_memory_matches_the_kernel(tag: &str, mode: CgroupMode) {
     wait_for("the workload to touch its memory", || {
         std::fs::read_to_string(&stdout).is_ok_and(|s| s.contains("ready"))
     });
-    let kernel: u64 = exec.pids(1).expect("pids").iter().map(|&p| vm_rss(p)).sum();
-    let reported = exec.usage(1).expect("usage").memory_working_set_bytes;
-    let kernel_after: u64 = exec.pids(1).expect("pids").iter().map(|&p| vm_rss(p)).sum();
+    let kernel: u64 = exec.pids(k(1)).expect("pids").iter().map(|&p| vm_rss(p)).sum();
+    let reported = exec.usage(k(1)).expect("usage").memory_working_set_bytes;
+    let kernel_after: u64 = exec.pids(k(1)).expect("pids").iter().map(|&p| vm_rss(p)).sum();
     let kernel = (kernel + kernel_after) / 2;
     assert!(kernel >= 120 << 20, "the workload holds its 120 MiB: {kernel}");
     let diff = reported.abs_diff(kernel) as f64 / kernel as f64;
     assert!(diff <= 0.10, "reported {reported} vs the kernel's VmRSS {kernel}: {:.1}% apart", diff * 100.0);
-    exec.force_kill(1).expect("kill");
-    wait_exit(&exec, 1);
-    exec.forget(1).expect("forget");
+    exec.force_kill(k(1)).expect("kill");
+    wait_exit(&exec, k(1));
+    exec.forget(k(1)).expect("forget");
 }
 
 #[test]
@@ -276,8 +287,8 @@ fn the_monitor_can_kill_for_memory() {
     exec.launch(&s).expect("launch");
     // What the monitor measured is what the exit reports (the limit from the launch when the
     // measurement had none).
-    exec.kill_for_memory(1, MemorySeen { used_bytes: 70 << 20, limit_bytes: 0 }).expect("kill for memory");
-    let exit = wait_exit(&exec, 1);
+    exec.kill_for_memory(k(1), MemorySeen { used_bytes: 70 << 20, limit_bytes: 0 }).expect("kill for memory");
+    let exit = wait_exit(&exec, k(1));
     assert_eq!(exit.reason, ExitReason::MemoryLimit);
     assert_eq!(exit.reason.exit_code(), 137);
     assert_eq!(exit.memory, Some(MemorySeen { used_bytes: 70 << 20, limit_bytes: 64 << 20 }));
@@ -292,13 +303,13 @@ fn a_cpu_quota_throttles_a_busy_loop() {
     let start = Instant::now();
     exec.launch(&s).expect("launch");
     std::thread::sleep(Duration::from_secs(2));
-    let u = exec.cgroup_usage(1).expect("usage").expect("cgroup usage");
+    let u = exec.cgroup_usage(k(1)).expect("usage").expect("cgroup usage");
     let wall = start.elapsed().as_secs_f64();
     assert!(u.nr_throttled > 0, "the loop was throttled: {u:?}");
     assert!(u.cpu_seconds > 0.0, "the loop ran: {u:?}");
     // 200 millicores allow 0.2 CPU-seconds per second; unthrottled it would use a whole core.
     assert!(u.cpu_seconds < 0.6 * wall, "{} CPU-seconds in {wall:.2} s is not throttled", u.cpu_seconds);
-    let usage = exec.usage(1).expect("usage");
+    let usage = exec.usage(k(1)).expect("usage");
     assert!(usage.cpu_seconds > 0.0 && usage.cpu_seconds <= wall + 1.0, "{usage:?}");
 }
 
@@ -338,7 +349,7 @@ wait
         });
     }
 
-    exec.kill(1, Duration::from_millis(300)).await.expect("kill");
+    exec.kill(k(1), Duration::from_millis(300)).await.expect("kill");
     for (pid, start) in started {
         assert_ne!(live_start_time(pid), Some(start), "process {pid} survived the kill");
     }
@@ -347,8 +358,8 @@ wait
     }
     // The shim writes exit.json (which is what ends `kill`) a moment before it exits itself.
     wait_for("the shim to end too", || live_start_time(h.shim_pid).is_none());
-    assert_eq!(wait_exit(&exec, 1).reason, ExitReason::KilledByRequest);
-    exec.forget(1).expect("forget");
+    assert_eq!(wait_exit(&exec, k(1)).reason, ExitReason::KilledByRequest);
+    exec.forget(k(1)).expect("forget");
 }
 
 #[tokio::test]
@@ -373,12 +384,14 @@ fn without_cgroups_the_memory_limit_is_an_address_space_rlimit() {
     let limits = read(Path::new(&format!("/proc/{}/limits", h.pid)));
     let line = limits.lines().find(|l| l.starts_with("Max address space")).expect("address space line");
     assert!(line.contains(&(256u64 << 20).to_string()), "{line}");
-    let u = exec.usage(1).expect("usage from the process tree");
+    let u = exec.usage(k(1)).expect("usage from the process tree");
     assert_eq!((u.processes, u.memory_limit_bytes), (1, 256 << 20));
     // Right after exec the new image may have no page resident yet (it has not run).
-    wait_for("the command's memory to show", || exec.usage(1).is_ok_and(|u| u.memory_working_set_bytes > 0));
-    exec.force_kill(1).expect("kill");
-    assert_eq!(wait_exit(&exec, 1).reason, ExitReason::Signaled { signal: 9 });
+    wait_for("the command's memory to show", || {
+        exec.usage(k(1)).is_ok_and(|u| u.memory_working_set_bytes > 0)
+    });
+    exec.force_kill(k(1)).expect("kill");
+    assert_eq!(wait_exit(&exec, k(1)).reason, ExitReason::Signaled { signal: 9 });
 }
 
 #[test]
@@ -410,11 +423,11 @@ fn bad_specs_are_refused_and_launch_nothing() {
         assert!(err.contains(want), "case {i}: {err:?} should mention {want:?}");
         let err = exec.launch(&s).expect_err(want).to_string();
         assert!(err.contains(want), "case {i}: {err:?}");
-        assert!(!exec.control_dir(id).exists(), "case {i}: no directory");
-        if let Some(cg) = exec.layout().container(&env.settings.cgroup_name, id) {
+        assert!(!exec.control_dir(k(id)).exists(), "case {i}: no directory");
+        if let Some(cg) = exec.layout().container(&env.settings.cgroup_name, k(id)) {
             assert!(cg.dirs().iter().all(|d| !d.exists()), "case {i}: no cgroup");
         }
-        let path = exec.control_dir(id);
+        let path = exec.control_dir(k(id));
         assert_eq!(processes_mentioning(&path.to_string_lossy()), Vec::<u32>::new(), "case {i}: no process");
     }
     assert!(exec.list().is_empty());
@@ -422,7 +435,7 @@ fn bad_specs_are_refused_and_launch_nothing() {
     // An id already in use is refused, and the running container is untouched.
     let h = exec.launch(&spec(1, &["sleep", "60"])).expect("launch");
     let err = exec.launch(&spec(1, &["true"])).expect_err("duplicate id");
-    assert!(matches!(err, ExecError::Spec(SpecError::AlreadyExists(1))), "{err}");
+    assert!(matches!(err, ExecError::Spec(SpecError::AlreadyExists(key)) if key == k(1)), "{err}");
     assert!(live_start_time(h.pid).is_some());
 
     // A spec that passes validation but cannot be set up (its log file would be its working
@@ -432,8 +445,8 @@ fn bad_specs_are_refused_and_launch_nothing() {
     s.stdout = Some("x".into());
     let err = exec.launch(&s).expect_err("setup failure").to_string();
     assert!(err.contains("failed to start") && err.contains("Is a directory"), "{err}");
-    assert!(!exec.control_dir(2).exists());
-    if let Some(cg) = exec.layout().container(&env.settings.cgroup_name, 2) {
+    assert!(!exec.control_dir(k(2)).exists());
+    if let Some(cg) = exec.layout().container(&env.settings.cgroup_name, k(2)) {
         assert!(cg.dirs().iter().all(|d| !d.exists()), "no cgroup left");
     }
 }
@@ -448,21 +461,21 @@ fn exit_codes_signals_and_exec_failures_are_reported() {
     exec.launch(&spec(3, &["sh", "-c", "kill -9 $$"])).expect("kill -9");
     exec.launch(&spec(4, &["/nonexistent/gantry-program"])).expect("launches; exec fails in the container");
     exec.launch(&spec(5, &["no-such-gantry-program"])).expect("PATH search fails in the container");
-    let exits = wait_exits(&exec, &[1, 2, 3, 4, 5]);
+    let exits = wait_exits(&exec, &[1, 2, 3, 4, 5].map(k));
     let after = now_ms();
-    assert_eq!(exits[&1].reason, ExitReason::Exited { code: 0 });
-    assert_eq!(exits[&2].reason, ExitReason::Exited { code: 3 });
-    assert_eq!(exits[&3].reason, ExitReason::Signaled { signal: 9 });
-    assert_eq!(exits[&4].reason, ExitReason::Exited { code: 127 });
-    assert_eq!(exits[&5].reason, ExitReason::Exited { code: 127 });
+    assert_eq!(exits[&k(1)].reason, ExitReason::Exited { code: 0 });
+    assert_eq!(exits[&k(2)].reason, ExitReason::Exited { code: 3 });
+    assert_eq!(exits[&k(3)].reason, ExitReason::Signaled { signal: 9 });
+    assert_eq!(exits[&k(4)].reason, ExitReason::Exited { code: 127 });
+    assert_eq!(exits[&k(5)].reason, ExitReason::Exited { code: 127 });
     for e in exits.values() {
         assert!((before..=after).contains(&e.finished_at_ms), "{e:?} not in {before}..={after}");
     }
-    let err = read(&exec.container_dir(4).join("stderr"));
+    let err = read(&exec.container_dir(k(4)).join("stderr"));
     assert!(err.contains("cannot execute /nonexistent/gantry-program"), "{err}");
     assert!(exec.collect_exits().is_empty(), "each exit is reported once");
     for id in 1..=5 {
-        exec.forget(id).expect("forget");
+        exec.forget(k(id)).expect("forget");
     }
     assert!(exec.list().is_empty());
 }
@@ -495,7 +508,7 @@ async fn containers_run_as_nobody_with_their_logs_and_environment() {
         NOBODY_UID,
         "log files belong to the container"
     );
-    exec.kill(1, Duration::from_secs(5)).await.expect("kill");
+    exec.kill(k(1), Duration::from_secs(5)).await.expect("kill");
 
     let mut s = spec(
         2,
@@ -505,8 +518,8 @@ async fn containers_run_as_nobody_with_their_logs_and_environment() {
     s.stdout = Some("logs/out.txt".into());
     s.stderr = Some("logs/err.txt".into());
     exec.launch(&s).expect("launch");
-    assert_eq!(wait_exit(&exec, 2).reason, ExitReason::Exited { code: 0 });
-    let dir = exec.container_dir(2);
+    assert_eq!(wait_exit(&exec, k(2)).reason, ExitReason::Exited { code: 0 });
+    let dir = exec.container_dir(k(2));
     assert_eq!(read(&dir.join("logs/out.txt")), format!("[]|void|{}\n", dir.join("sub/dir").display()));
     assert_eq!(read(&dir.join("logs/err.txt")), "e\n");
 }
@@ -521,14 +534,14 @@ async fn a_restarted_agent_adopts_a_running_container_and_can_kill_it() {
 
     let b = env.executor();
     let adopted = b.adopt().expect("adopt");
-    assert_eq!((adopted.running, adopted.ended), (vec![1], vec![]));
-    assert_eq!(b.running(), vec![1]);
-    assert!(b.usage(1).expect("usage").processes >= 1);
+    assert_eq!((adopted.running, adopted.ended), (vec![k(1)], vec![]));
+    assert_eq!(b.running(), vec![k(1)]);
+    assert!(b.usage(k(1)).expect("usage").processes >= 1);
     assert!(b.collect_exits().is_empty(), "still running");
-    b.kill(1, Duration::from_secs(5)).await.expect("kill");
-    assert_eq!(wait_exit(&b, 1).reason, ExitReason::KilledByRequest);
+    b.kill(k(1), Duration::from_secs(5)).await.expect("kill");
+    assert_eq!(wait_exit(&b, k(1)).reason, ExitReason::KilledByRequest);
     assert_ne!(live_start_time(h.pid), Some(cmd_start), "the command is gone");
-    b.forget(1).expect("forget");
+    b.forget(k(1)).expect("forget");
     assert_eq!(
         b.adopt().expect("adopt again"),
         Default::default(),
@@ -542,19 +555,19 @@ fn an_exit_while_the_agent_is_down_is_reported_with_its_time() {
     let a = env.executor();
     let before = now_ms();
     a.launch(&spec(1, &["sh", "-c", "exit 3"])).expect("launch");
-    let exit_file = a.control_dir(1).join("exit.json");
+    let exit_file = a.control_dir(k(1)).join("exit.json");
     drop(a);
     wait_for("the shim's exit record", || exit_file.exists());
     let after = now_ms();
 
     let b = env.executor();
     let adopted = b.adopt().expect("adopt");
-    assert_eq!((adopted.running, adopted.ended), (vec![], vec![1]));
+    assert_eq!((adopted.running, adopted.ended), (vec![], vec![k(1)]));
     let exits = b.collect_exits();
     assert_eq!(exits.len(), 1, "{exits:?}");
     assert_eq!(exits[0].reason, ExitReason::Exited { code: 3 });
     assert!((before..=after).contains(&exits[0].finished_at_ms), "recorded time {exits:?}");
-    b.forget(1).expect("forget");
+    b.forget(k(1)).expect("forget");
 }
 
 #[test]
@@ -565,7 +578,7 @@ fn a_reused_pid_is_not_adopted() {
     let env = Env::new("reuse", CgroupMode::Auto, 0);
     let a = env.executor();
     let h = a.launch(&spec(1, &["sleep", "60"])).expect("launch");
-    let pid_file = a.control_dir(1).join("pid");
+    let pid_file = a.control_dir(k(1)).join("pid");
     drop(a);
     // Pretend the shim's pid now belongs to another process: this test process, which is alive
     // but started at another time.
@@ -577,7 +590,7 @@ fn a_reused_pid_is_not_adopted() {
 
     let b = env.executor();
     let adopted = b.adopt().expect("adopt");
-    assert_eq!((adopted.running, adopted.ended), (vec![], vec![1]));
+    assert_eq!((adopted.running, adopted.ended), (vec![], vec![k(1)]));
     assert_eq!(b.collect_exits()[0].reason, ExitReason::Lost);
     // What was left in the lost container's cgroup was killed, not this process. (SIGKILL is
     // delivered when the thawed process next runs: on a loaded machine, a moment later.)
@@ -590,7 +603,7 @@ fn a_reused_pid_is_not_adopted() {
             Ok(nix::sys::wait::WaitStatus::Exited(..)) | Err(_)
         )
     });
-    b.forget(1).expect("forget");
+    b.forget(k(1)).expect("forget");
 }
 
 /// A container whose main process exits and leaves a daemon behind: the daemon goes with it.
@@ -606,7 +619,7 @@ while [ ! -e go ]; do sleep 0.01; done";
     let daemon = read_pid(&pid_file);
     let start = live_start_time(daemon).expect("the daemon runs");
     std::fs::write(h.container_dir.join("go"), "").expect("go-ahead");
-    assert_eq!(wait_exit(&exec, 1).reason, ExitReason::Exited { code: 0 });
+    assert_eq!(wait_exit(&exec, k(1)).reason, ExitReason::Exited { code: 0 });
     assert_ne!(live_start_time(daemon), Some(start), "the daemon {daemon} outlived its container");
     if let Some(cg) = &h.cgroup {
         assert!(cg.pids().expect("cgroup.procs").is_empty());
@@ -631,9 +644,9 @@ fn a_vanished_supervisor_means_lost(tag: &str, mode: CgroupMode) {
     let cmd_start = live_start_time(h.pid).expect("running");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(h.shim_pid as i32), nix::sys::signal::Signal::SIGKILL)
         .expect("kill the shim");
-    assert_eq!(wait_exit(&exec, 1).reason, ExitReason::Lost);
+    assert_eq!(wait_exit(&exec, k(1)).reason, ExitReason::Lost);
     wait_for("the orphaned command to die", || live_start_time(h.pid) != Some(cmd_start));
-    exec.forget(1).expect("forget");
+    exec.forget(k(1)).expect("forget");
 }
 
 #[test]
@@ -666,20 +679,20 @@ fn a_watched_container_reports_its_exit_through_its_notice_only() {
     assert!(live_start_time(handle.pid).is_some(), "the command runs when launch returns");
     // A scan never reports a watched container, before or after it ends.
     assert!(exec.collect_exits().is_empty());
-    assert!(exec.collect_exit(1).is_none(), "still running");
+    assert!(exec.collect_exit(k(1)).is_none(), "still running");
     std::fs::write(&gate, b"").expect("open the gate");
     wait_end_of_file(notice);
     assert!(exec.collect_exits().is_empty(), "a scan leaves an ended watched container to its watcher");
-    let exit = exec.collect_exit(1).expect("ended once the notice reached end of file");
+    let exit = exec.collect_exit(k(1)).expect("ended once the notice reached end of file");
     assert_eq!(exit.reason, ExitReason::Exited { code: 7 });
-    assert!(exec.collect_exit(1).is_none(), "reported once");
-    exec.forget(1).expect("forget");
+    assert!(exec.collect_exit(k(1)).is_none(), "reported once");
+    exec.forget(k(1)).expect("forget");
 
     // Handed back, a container's exit comes out of the scan as before.
     let (_, notice) = exec.launch_watched(&spec(2, &["true"])).expect("launch");
     drop(notice);
-    exec.unwatch(2);
-    let exit = wait_exit(&exec, 2);
+    exec.unwatch(k(2));
+    let exit = wait_exit(&exec, k(2));
     assert_eq!(exit.reason, ExitReason::Exited { code: 0 });
 }
 
@@ -695,11 +708,110 @@ fn the_shim_only_binary_supervises_containers_like_the_agent_binary() {
     let exec = env.executor();
     let (handle, notice) = exec.launch_watched(&spec(1, &["sh", "-c", "echo out; exit 3"])).expect("launch");
     wait_end_of_file(notice);
-    let exit = exec.collect_exit(1).expect("ended");
+    let exit = exec.collect_exit(k(1)).expect("ended");
     assert_eq!(exit.reason, ExitReason::Exited { code: 3 });
     assert_eq!(read(&handle.container_dir.join("stdout")), "out\n");
     // Without arguments it refuses, naming its use.
     let out = std::process::Command::new(&env.settings.shim_program).output().expect("run");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("usage"));
+}
+
+/// Two scheduler runs' cluster ids (a scheduler on fresh state numbers its containers from 1
+/// again, while this node keeps the earlier run's).
+const OLD: ClusterId = ClusterId::from_bits(0x01d);
+const NEW: ClusterId = ClusterId::from_bits(0x2e3);
+
+#[tokio::test]
+async fn containers_of_the_same_id_in_two_clusters_coexist_and_a_kill_touches_only_its_own() {
+    let env = Env::new("twoclusters", CgroupMode::Auto, 0);
+    let exec = env.executor();
+    let (old, new, legacy) = (ContainerKey::new(OLD, 1), ContainerKey::new(NEW, 1), k(1));
+    let run = |cluster: ClusterId, word: &str| {
+        exec.launch(&spec_in(cluster, 1, &["sh", "-c", &format!("echo {word}; exec sleep 60")])).expect(word)
+    };
+    let old_h = run(OLD, "old");
+    let new_h = run(NEW, "new");
+    let legacy_h = run(ClusterId::LEGACY, "legacy");
+    assert_eq!(exec.running(), {
+        let mut all = vec![old, new, legacy];
+        all.sort();
+        all
+    });
+    // Each has its own directories and cgroup.
+    assert_eq!(exec.control_dir(old), env.settings.containers_dir.join("1.0000000000000000000000000000001d"));
+    assert_eq!(
+        exec.control_dir(legacy),
+        env.settings.containers_dir.join("1"),
+        "as agents before cluster ids"
+    );
+    for h in [&old_h, &new_h] {
+        assert_ne!(h.container_dir, legacy_h.container_dir);
+        assert_ne!(h.cgroup.as_ref().map(|c| c.dirs()), legacy_h.cgroup.as_ref().map(|c| c.dirs()));
+    }
+    assert_ne!(old_h.container_dir, new_h.container_dir);
+    let spec_json = read(&exec.control_dir(new).join("spec.json"));
+    assert!(spec_json.contains(&NEW.to_wire()), "the spec records its cluster: {spec_json}");
+    for (key, word) in [(old, "old\n"), (new, "new\n"), (legacy, "legacy\n")] {
+        wait_for("its output", || {
+            exec.read_log(key, gantry_agent::executor::LogStream::Stdout, None)
+                .is_ok_and(|r| r.data == word.as_bytes())
+        });
+    }
+    // Only the same cluster and id is "already there".
+    let err = exec.launch(&spec_in(NEW, 1, &["true"])).expect_err("the same key twice");
+    assert!(matches!(err, ExecError::Spec(SpecError::AlreadyExists(key)) if key == new), "{err}");
+
+    // A kill of the new run's container 1 leaves the others of id 1 running.
+    exec.kill(new, Duration::from_secs(5)).await.expect("kill");
+    let exit = wait_exit(&exec, new);
+    assert_eq!((exit.reason, exit.cluster, exit.container_id), (ExitReason::KilledByRequest, NEW, 1));
+    assert!(live_start_time(new_h.pid).is_none(), "the killed one is gone");
+    for h in [&old_h, &legacy_h] {
+        assert!(live_start_time(h.pid).is_some(), "container {} of another cluster still runs", h.key);
+    }
+    assert!(!exec.has_ended(old) && !exec.has_ended(legacy));
+    exec.forget(new).expect("forget");
+    assert!(matches!(exec.forget(new), Ok(())), "idempotent");
+    assert!(!exec.has_ended(old), "forgetting one forgets no other");
+}
+
+#[tokio::test]
+async fn a_restarted_agent_adopts_every_clusters_containers_by_their_own_keys() {
+    let env = Env::new("adoptkeys", CgroupMode::Auto, 0);
+    let a = env.executor();
+    // What an agent before cluster ids left (no cluster in its spec), and two runs' containers 4.
+    let legacy_h = a.launch(&spec(4, &["sleep", "60"])).expect("legacy");
+    let old_h = a.launch(&spec_in(OLD, 4, &["sleep", "60"])).expect("old");
+    a.launch(&spec_in(NEW, 4, &["sh", "-c", "exit 3"])).expect("new");
+    let legacy_spec = read(&a.control_dir(k(4)).join("spec.json"));
+    assert!(!legacy_spec.contains("\"cluster\""), "written as before cluster ids: {legacy_spec}");
+    let new_exit = a.control_dir(ContainerKey::new(NEW, 4)).join("exit.json");
+    drop(a);
+    wait_for("the new run's container to end while the agent is down", || new_exit.exists());
+
+    let b = env.executor();
+    let adopted = b.adopt().expect("adopt");
+    let mut running = vec![k(4), ContainerKey::new(OLD, 4)];
+    running.sort();
+    assert_eq!((adopted.running, adopted.ended), (running.clone(), vec![ContainerKey::new(NEW, 4)]));
+    assert_eq!(b.running(), running);
+    let exits = b.collect_exits();
+    assert_eq!(exits.len(), 1, "{exits:?}");
+    assert_eq!(
+        (exits[0].key(), exits[0].reason),
+        (ContainerKey::new(NEW, 4), ExitReason::Exited { code: 3 })
+    );
+
+    // Killing the old run's container 4 leaves the legacy one alone, and the other way round.
+    b.kill(ContainerKey::new(OLD, 4), Duration::from_secs(5)).await.expect("kill old");
+    assert_eq!(wait_exit(&b, ContainerKey::new(OLD, 4)).reason, ExitReason::KilledByRequest);
+    assert!(live_start_time(old_h.pid).is_none());
+    assert!(live_start_time(legacy_h.pid).is_some(), "the legacy container 4 still runs");
+    b.kill(k(4), Duration::from_secs(5)).await.expect("kill legacy");
+    assert_eq!(wait_exit(&b, k(4)).reason, ExitReason::KilledByRequest);
+    for key in [k(4), ContainerKey::new(OLD, 4), ContainerKey::new(NEW, 4)] {
+        b.forget(key).expect("forget");
+    }
+    assert_eq!(b.adopt().expect("adopt again"), Default::default(), "reported ones are not adopted again");
 }

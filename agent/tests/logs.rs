@@ -71,8 +71,14 @@ async fn read_log(
     stream: v1::LogStream,
     tail: Option<u64>,
 ) -> v1::LogChunk {
-    s.send(Down::ReadLog(v1::ReadLog { request_id, container_id, stream: stream as i32, tail_bytes: tail }))
-        .await;
+    s.send(Down::ReadLog(v1::ReadLog {
+        request_id,
+        container_id,
+        stream: stream as i32,
+        tail_bytes: tail,
+        ..Default::default()
+    }))
+    .await;
     until(s, &format!("the answer to read {request_id}"), |m| match m {
         Up::LogChunk(c) if c.request_id == request_id => Some(c),
         _ => None,
@@ -135,7 +141,7 @@ async fn the_agent_serves_log_tails_and_refuses_what_leaves_the_container_direct
     assert_data(&read_log(&mut s, 5, 1, Stderr, None).await, b"err-1\n", 6);
 
     // Forgotten once its exit is acknowledged: the logs stay readable.
-    s.send(Down::AckExit(v1::AckExit { container_id: 1 })).await;
+    s.send(Down::AckExit(v1::AckExit { container_id: 1, ..Default::default() })).await;
     let reported = work.join("containers/1/reported");
     let start = Instant::now();
     while !reported.exists() {
@@ -168,7 +174,13 @@ async fn the_agent_serves_log_tails_and_refuses_what_leaves_the_container_direct
         assert!(start.elapsed() < GUARD, "guard: never saw the running container's output: {chunk:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    s.send(Down::Kill(v1::Kill { container_id: 3, grace_ms: Some(0), reason: "test".into() })).await;
+    s.send(Down::Kill(v1::Kill {
+        container_id: 3,
+        grace_ms: Some(0),
+        reason: "test".into(),
+        ..Default::default()
+    }))
+    .await;
 
     // More than the 4 MiB cap: the last 4 MiB, and the real size.
     let big = 5u64 << 20;

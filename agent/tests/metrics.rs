@@ -8,7 +8,7 @@
 use gantry_agent::metrics::{
     AgentMetrics, Format, OPENMETRICS_CONTENT_TYPE, PROMETHEUS_TEXT_CONTENT_TYPE, serve,
 };
-use gantry_agent::model::{ContainerUsage, ExitReason, GpuInfo, HostUsage, Resources};
+use gantry_agent::model::{ClusterId, ContainerUsage, ExitReason, GpuInfo, HostUsage, Resources};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener as StdTcpListener, TcpStream};
 use std::path::Path;
@@ -139,6 +139,7 @@ fn populated() -> Arc<AgentMetrics> {
         (
             ContainerUsage {
                 container_id: 11,
+                cluster: ClusterId::LEGACY,
                 cpu_seconds: 1.5,
                 memory_working_set_bytes: 64 << 20,
                 memory_limit_bytes: 128 << 20,
@@ -149,12 +150,25 @@ fn populated() -> Arc<AgentMetrics> {
         (
             ContainerUsage {
                 container_id: 12,
+                cluster: ClusterId::LEGACY,
                 cpu_seconds: 0.25,
                 memory_working_set_bytes: 1 << 20,
                 memory_limit_bytes: 0,
                 processes: 1,
             },
             7,
+        ),
+        (
+            // Another scheduler run's container 12: a series of its own.
+            ContainerUsage {
+                container_id: 12,
+                cluster: ClusterId::from_bits(0xabc),
+                cpu_seconds: 9.0,
+                memory_working_set_bytes: 1 << 20,
+                memory_limit_bytes: 0,
+                processes: 1,
+            },
+            8,
         ),
     ]);
     metrics.update_gpus(&[
@@ -278,6 +292,13 @@ fn exposition_passes_promtool_with_every_family_populated() {
     assert_eq!(
         sample(
             &text,
+            r#"gantry_container_cpu_usage_seconds_total{container="12.00000000000000000000000000000abc",app="8"}"#
+        ),
+        Some(9.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
             r#"gantry_gpu_utilization_ratio{gpu="0",uuid="GPU-5c1e7a52-0000-0000-0000-000000000000",model="NVIDIA H100 80GB HBM3"}"#
         ),
         Some(0.42)
@@ -319,6 +340,7 @@ fn finished_containers_and_gpus_disappear_and_counters_never_decrease() {
         (
             ContainerUsage {
                 container_id: 12,
+                cluster: ClusterId::LEGACY,
                 cpu_seconds,
                 memory_working_set_bytes: 2 << 20,
                 memory_limit_bytes: 0,

@@ -76,8 +76,10 @@ impl Tokens {
                     ("admin", _) if !admin => admin = true,
                     (_, Some(list)) if groups.is_empty() => {
                         groups = list.split(',').map(str::to_owned).collect();
-                        if groups.iter().any(|g| !valid_principal(g)) {
-                            return Err(bad(format!("`{word}` is not a list of group names")));
+                        if let Some((g, why)) =
+                            groups.iter().find_map(|g| principal_problem(g).map(|why| (g, why)))
+                        {
+                            return Err(bad(format!("group {g:?} in `groups=` {why}")));
                         }
                     }
                     _ => {
@@ -88,8 +90,8 @@ impl Tokens {
                 }
             }
             check_token(token, "a token").map_err(bad)?;
-            if !valid_principal(user) {
-                return Err(bad(format!("user `{user}` is not a valid name")));
+            if let Some(why) = principal_problem(user) {
+                return Err(bad(format!("user {user:?} {why}")));
             }
             if !seen.insert(token.to_owned()) {
                 return Err(bad("the token is listed twice".into()));
@@ -173,12 +175,14 @@ impl JoinToken {
     }
 }
 
-/// Whether `name` can be a user or group name: 1..=253 bytes, no spaces, commas or controls
-/// (the separators of the tokens file and of ACLs).
-fn valid_principal(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && !name.chars().any(|c| c.is_control() || c.is_whitespace() || c == ',')
+/// Why `name` cannot be a user or group name, if it cannot: the rule for every name
+/// ([`gantry_sdk::names::check_name`]: 1..=253 bytes, no control, bidirectional or invisible
+/// characters), and no spaces or commas (the separators of the tokens file and of ACLs).
+fn principal_problem(name: &str) -> Option<String> {
+    if let Err(problem) = gantry_sdk::names::check_name(name, false) {
+        return Some(problem.to_string());
+    }
+    name.chars().any(|c| c.is_whitespace() || c == ',').then(|| "contains a space or a comma".to_owned())
 }
 
 /// One access control list in YARN's format: `users groups`, each a comma-separated list; `*`
@@ -202,12 +206,12 @@ impl Acl {
             part.trim()
                 .split(',')
                 .filter(|n| !n.is_empty())
-                .map(|n| {
-                    if valid_principal(n) && n != "*" {
-                        Ok(n.to_owned())
-                    } else {
-                        Err(format!("ACL `{text}`: `{n}` is not a user or group name"))
-                    }
+                .map(|n| match principal_problem(n) {
+                    None if n != "*" => Ok(n.to_owned()),
+                    None => Err(format!(
+                        "ACL {text:?}: `*` is not a user or group name; alone it admits everyone"
+                    )),
+                    Some(why) => Err(format!("ACL {text:?}: {n:?} is not a user or group name: it {why}")),
                 })
                 .collect()
         };
@@ -445,6 +449,8 @@ mod tests {
             ("alice-token-0123456789 alice root\n", "line 1"),
             ("alice-token-0123456789 alice\nalice-token-0123456789 bob\n", "twice"),
             ("# nothing\n", "no tokens"),
+            ("alice-token-0123456789 ali\u{202E}ce\n", "contains U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+            ("alice-token-0123456789 alice groups=ml\u{200B}\n", "contains U+200B (ZERO WIDTH SPACE)"),
         ] {
             let err = Tokens::parse(text).expect_err(text);
             assert!(err.contains(why), "{text:?}: {err}");
@@ -482,6 +488,8 @@ mod tests {
         }
         assert!(Acl::parse(" ml").expect("groups only").admits(&caller("x", &["ml"])));
         assert!(Acl::parse("a,* b").is_err());
+        let err = Acl::parse("alice,bo\u{2067}b").expect_err("bidi");
+        assert!(err.contains("contains U+2067 (RIGHT-TO-LEFT ISOLATE)"), "{err}");
     }
 
     #[test]

@@ -504,16 +504,20 @@ fn describe_app(app: &AppInfo) -> String {
                 vec![
                     i.to_string(),
                     format!("{}/{}", r.placed, r.count),
+                    format!("{}/{}", r.completed, r.count),
                     fmt_cores(r.resource.cpu_millis),
                     fmt_bytes(r.resource.memory_bytes),
                     r.resource.gpus.to_string(),
                     if r.gang { "yes".into() } else { "no".into() },
                     fmt_labels(&r.labels),
+                    fmt_labels(&r.preferred_labels),
                     r.command.join(" "),
                 ]
             })
             .collect::<Vec<_>>();
-        s.push_str(&table(&["GROUP", "PLACED", "CPU", "MEM", "GPUS", "GANG", "LABELS", "COMMAND"], &rows));
+        let header =
+            ["GROUP", "PLACED", "DONE", "CPU", "MEM", "GPUS", "GANG", "LABELS", "PREFERRED", "COMMAND"];
+        s.push_str(&table(&header, &rows));
     }
     s.push('\n');
     if app.containers.is_empty() {

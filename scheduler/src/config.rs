@@ -577,6 +577,14 @@ mod tests {
             ),
             ("[[plugins]]\nname = \"a\"\npath = \"x.so\"\ncall_budget_ms = -1\n", "TOML"),
             ("[engine\n", "TOML"),
+            (
+                "[[queues]]\npath = \"root.pr\\u202Eod\"\nguaranteed = 0.5\n",
+                "contains U+202E (RIGHT-TO-LEFT OVERRIDE)",
+            ),
+            (
+                "[security]\ntokens_file = \"t\"\nacl_submit_applications = \"al\\u200Bice\"\n",
+                "contains U+200B (ZERO WIDTH SPACE)",
+            ),
         ];
         for (text, want) in cases {
             let err = parse(text).expect_err(text).to_string();

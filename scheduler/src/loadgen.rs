@@ -972,7 +972,13 @@ impl SimAgent {
                         }
                         Down::Launch(l) => {
                             out.launches.push(l.container_id);
-                            let started = v1::ContainerStarted { container_id: l.container_id, started_at_ms: unix_ms() };
+                            // An agent older than cluster ids (no `reports_cluster_ids`): the
+                            // scheduler takes what it reports as its own.
+                            let started = v1::ContainerStarted {
+                                container_id: l.container_id,
+                                started_at_ms: unix_ms(),
+                                ..Default::default()
+                            };
                             send(Up::ContainerStarted(started));
                             running.push_back((Instant::now() + self.run_time, l.container_id));
                         }

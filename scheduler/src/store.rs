@@ -154,6 +154,21 @@ const MIGRATIONS: &[Migration] = &[
         ) STRICT;
     ",
     },
+    Migration {
+        version: 4,
+        description: "when each container ended, for ended apps' history",
+        sql: "
+        ALTER TABLE containers ADD COLUMN finished_ms INTEGER;
+    ",
+    },
+    Migration {
+        version: 5,
+        description: "the cluster id each container was launched under",
+        // Containers stored before cluster ids were launched under the legacy cluster ('').
+        sql: "
+        ALTER TABLE containers ADD COLUMN cluster TEXT NOT NULL DEFAULT '';
+    ",
+    },
 ];
 
 /// Why the store could not do what was asked. It is `Clone` because one failed commit has to be
@@ -294,12 +309,17 @@ pub struct ContainerRecord {
     pub gpus: Vec<u32>,
     /// `GANTRY_CONTAINER_*`.
     pub state: u32,
-    /// When the agent confirmed the start, ms since the Unix epoch.
+    /// When it was placed, then when its agent confirmed the start, ms since the Unix epoch.
     pub started_ms: Option<u64>,
     /// Exit status, once it exited.
     pub exit_code: Option<i32>,
     /// Why it ended (`exited`, `memory-limit`, `killed-by-request`, `lost`, …).
     pub reason: Option<String>,
+    /// When it ended, ms since the Unix epoch (absent in records written before schema 4).
+    pub finished_ms: Option<u64>,
+    /// The cluster id of the scheduler run that launched it: its agent knows it by this and
+    /// its id ([`gantry_proto::ClusterId::LEGACY`] for containers stored before cluster ids).
+    pub cluster: gantry_proto::ClusterId,
 }
 
 /// A reservation as stored.
@@ -418,7 +438,8 @@ pub struct NextIds {
 pub enum Write {
     /// Record a new application. Refused if the id exists. Raises the app id counter past it.
     InsertApp(AppRecord),
-    /// An application changed state. Refused if the app is unknown.
+    /// An application changed state. Refused if the app is unknown, or if it has ended and the
+    /// new state is a live one (an ended app never runs again).
     AppState {
         /// The application.
         id: AppId,
@@ -435,8 +456,8 @@ pub enum Write {
         /// The application.
         id: AppId,
     },
-    /// Record a container, or overwrite it whole. Refused if its app is not stored. Raises the
-    /// container id counter past it.
+    /// Record a container, or overwrite it whole. Refused if its app is not stored, or if the id
+    /// is stored for another app (ids are never reused). Raises the container id counter past it.
     UpsertContainer(ContainerRecord),
     /// A container changed state. Fields that are `None` keep their stored value. Refused if
     /// the container is unknown.
@@ -451,6 +472,8 @@ pub enum Write {
         exit_code: Option<i32>,
         /// Why it ended, when it is now known.
         reason: Option<String>,
+        /// When it ended, when it is now known.
+        finished_ms: Option<u64>,
     },
     /// Raise the id counters (each to the larger of its stored and given value).
     NextIds(NextIds),
@@ -715,27 +738,27 @@ impl Store {
         Ok(recovered)
     }
 
-    /// One application as stored — name, queue, user, state and diagnostics — or `None` if it
-    /// was never stored. Blocking (a read-only connection of its own, beside the writer); for
-    /// ended apps the scheduler no longer keeps in memory.
-    pub fn app_summary(&self, id: AppId) -> Result<Option<gantry_engine::state::AppSummary>, StoreError> {
+    /// One application as stored, with its containers, or `None` if it is not stored. Blocking
+    /// (a read-only connection of its own, beside the writer); for ended apps the scheduler no
+    /// longer keeps in memory.
+    pub fn app_record(&self, id: AppId) -> Result<Option<(AppRecord, Vec<ContainerRecord>)>, StoreError> {
         let conn = self.reader()?;
-        let raw =
-            i64::try_from(id.0).map_err(|_| StoreError::Io(format!("app id {} is out of range", id.0)))?;
-        let mut stmt = conn
-            .prepare("SELECT name, queue, user, state, diagnostics FROM apps WHERE id = ?1")
-            .map_err(classify)?;
+        // Ids above i64::MAX are never stored.
+        let Ok(raw) = i64::try_from(id.0) else { return Ok(None) };
+        let mut stmt =
+            conn.prepare(&format!("SELECT {APP_COLUMNS} FROM apps WHERE id = ?1")).map_err(classify)?;
         let mut rows = stmt.query([raw]).map_err(classify)?;
         let Some(row) = rows.next().map_err(classify)? else { return Ok(None) };
-        let w = "app";
-        Ok(Some(gantry_engine::state::AppSummary {
-            id,
-            name: col(row, 0, w, raw)?,
-            queue: col(row, 1, w, raw)?,
-            user: col(row, 2, w, raw)?,
-            state: col(row, 3, w, raw)?,
-            diagnostics: col(row, 4, w, raw)?,
-        }))
+        let app = app_row(row)?;
+        let mut stmt = conn
+            .prepare(&format!("SELECT {CONTAINER_COLUMNS} FROM containers WHERE app = ?1 ORDER BY id"))
+            .map_err(classify)?;
+        let mut rows = stmt.query([raw]).map_err(classify)?;
+        let mut containers = Vec::new();
+        while let Some(row) = rows.next().map_err(classify)? {
+            containers.push(container_row(row)?);
+        }
+        Ok(Some((app, containers)))
     }
 
     /// Runs SQLite's `integrity_check` and the foreign-key check; for operators and tests.
@@ -1007,6 +1030,12 @@ fn bump_counter(conn: &Connection, name: &str, next: u64) -> Result<(), StoreErr
     Ok(())
 }
 
+fn app_exists(conn: &Connection, id: AppId) -> Result<bool, StoreError> {
+    conn.prepare_cached("SELECT 1 FROM apps WHERE id = ?1")
+        .and_then(|mut s| s.exists(params![id.0]))
+        .map_err(classify)
+}
+
 fn expect_one(changed: usize, what: &str, id: u64) -> Result<(), StoreError> {
     if changed == 0 { Err(StoreError::Refused(format!("{what} {id} is not in the store"))) } else { Ok(()) }
 }
@@ -1042,10 +1071,23 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
             bump_counter(conn, "app", a.id.0.saturating_add(1))
         }
         Write::AppState { id, state, diagnostics, at_ms } => {
+            use gantry_sdk::abi::{GANTRY_APP_ACCEPTED, GANTRY_APP_NEW, GANTRY_APP_RUNNING};
+            let live = [GANTRY_APP_NEW, GANTRY_APP_ACCEPTED, GANTRY_APP_RUNNING];
             let n = conn
-                .prepare_cached("UPDATE apps SET state = ?2, diagnostics = ?3, state_ms = ?4 WHERE id = ?1")
-                .and_then(|mut s| s.execute(params![id.0, state, diagnostics, at_ms]))
+                .prepare_cached(
+                    "UPDATE apps SET state = ?2, diagnostics = ?3, state_ms = ?4
+                     WHERE id = ?1 AND (state IN (?5, ?6, ?7) OR ?2 NOT IN (?5, ?6, ?7))",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![id.0, state, diagnostics, at_ms, live[0], live[1], live[2]])
+                })
                 .map_err(classify)?;
+            if n == 0 && app_exists(conn, *id)? {
+                return Err(StoreError::Refused(format!(
+                    "app {} has ended; it cannot become live again",
+                    id.0
+                )));
+            }
             expect_one(n, "app", id.0)
         }
         Write::DeleteApp { id } => {
@@ -1058,14 +1100,17 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
             let gpus = to_json("GPU list", &c.gpus)?;
             conn.prepare_cached(
                 "INSERT INTO containers (id, app, request, node, cpu_millis, memory_bytes, gpus,
-                                         gpu_indexes, state, started_ms, exit_code, reason)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                                         gpu_indexes, state, started_ms, exit_code, reason,
+                                         finished_ms, cluster)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
                  ON CONFLICT (id) DO UPDATE SET
-                    app = excluded.app, request = excluded.request, node = excluded.node,
+                    request = excluded.request, node = excluded.node,
                     cpu_millis = excluded.cpu_millis, memory_bytes = excluded.memory_bytes,
                     gpus = excluded.gpus, gpu_indexes = excluded.gpu_indexes,
                     state = excluded.state, started_ms = excluded.started_ms,
-                    exit_code = excluded.exit_code, reason = excluded.reason",
+                    exit_code = excluded.exit_code, reason = excluded.reason,
+                    finished_ms = excluded.finished_ms, cluster = excluded.cluster
+                 WHERE containers.app = excluded.app",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -1080,20 +1125,30 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
                     c.state,
                     c.started_ms,
                     c.exit_code,
-                    c.reason
+                    c.reason,
+                    c.finished_ms,
+                    c.cluster.to_wire()
                 ])
             })
-            .map_err(classify)?;
+            .map_err(classify)
+            .and_then(|n| {
+                if n == 0 {
+                    Err(StoreError::Refused(format!("container {} is stored for another app", c.id.0)))
+                } else {
+                    Ok(())
+                }
+            })?;
             bump_counter(conn, "container", c.id.0.saturating_add(1))
         }
-        Write::ContainerState { id, state, started_ms, exit_code, reason } => {
+        Write::ContainerState { id, state, started_ms, exit_code, reason, finished_ms } => {
             let n = conn
                 .prepare_cached(
                     "UPDATE containers SET state = ?2, started_ms = COALESCE(?3, started_ms),
-                        exit_code = COALESCE(?4, exit_code), reason = COALESCE(?5, reason)
+                        exit_code = COALESCE(?4, exit_code), reason = COALESCE(?5, reason),
+                        finished_ms = COALESCE(?6, finished_ms)
                      WHERE id = ?1",
                 )
-                .and_then(|mut s| s.execute(params![id.0, state, started_ms, exit_code, reason]))
+                .and_then(|mut s| s.execute(params![id.0, state, started_ms, exit_code, reason, finished_ms]))
                 .map_err(classify)?;
             expect_one(n, "container", id.0)
         }
@@ -1175,6 +1230,60 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
     }
 }
 
+/// The columns [`app_row`] reads, in its order.
+const APP_COLUMNS: &str =
+    "id, name, queue, user, priority, max_attempts, submit_ms, state, state_ms, diagnostics, spec, launch";
+
+fn app_row(row: &rusqlite::Row<'_>) -> Result<AppRecord, StoreError> {
+    let raw: i64 = row.get(0).map_err(classify)?;
+    let w = "app";
+    let spec_json: String = col(row, 10, w, raw)?;
+    let spec: SpecJson = serde_json::from_str(&spec_json).map_err(|e| corrupt(w, raw)(e.to_string()))?;
+    let launch_json: String = col(row, 11, w, raw)?;
+    let launch = serde_json::from_str(&launch_json).map_err(|e| corrupt(w, raw)(e.to_string()))?;
+    Ok(AppRecord {
+        id: AppId(col(row, 0, w, raw)?),
+        spec: AppSpec {
+            name: col(row, 1, w, raw)?,
+            queue: col(row, 2, w, raw)?,
+            user: col(row, 3, w, raw)?,
+            priority: col(row, 4, w, raw)?,
+            max_attempts: col(row, 5, w, raw)?,
+            requests: spec.requests.into_iter().map(RequestSpec::from).collect(),
+        },
+        launch,
+        submit_ms: col(row, 6, w, raw)?,
+        state: col(row, 7, w, raw)?,
+        state_ms: col(row, 8, w, raw)?,
+        diagnostics: col(row, 9, w, raw)?,
+    })
+}
+
+/// The columns [`container_row`] reads, in its order.
+const CONTAINER_COLUMNS: &str = "id, app, request, node, cpu_millis, memory_bytes, gpus, gpu_indexes, state,
+     started_ms, exit_code, reason, finished_ms, cluster";
+
+fn container_row(row: &rusqlite::Row<'_>) -> Result<ContainerRecord, StoreError> {
+    let raw: i64 = row.get(0).map_err(classify)?;
+    let w = "container";
+    let gpus_json: String = col(row, 7, w, raw)?;
+    let cluster: String = col(row, 13, w, raw)?;
+    Ok(ContainerRecord {
+        id: ContainerId(col(row, 0, w, raw)?),
+        app: AppId(col(row, 1, w, raw)?),
+        request: col(row, 2, w, raw)?,
+        node: col(row, 3, w, raw)?,
+        resources: resources(col(row, 4, w, raw)?, col(row, 5, w, raw)?, col(row, 6, w, raw)?),
+        gpus: serde_json::from_str(&gpus_json).map_err(|e| corrupt(w, raw)(e.to_string()))?,
+        state: col(row, 8, w, raw)?,
+        started_ms: col(row, 9, w, raw)?,
+        exit_code: col(row, 10, w, raw)?,
+        reason: col(row, 11, w, raw)?,
+        finished_ms: col(row, 12, w, raw)?,
+        cluster: gantry_proto::ClusterId::parse(&cluster).map_err(|e| corrupt(w, raw)(e.to_string()))?,
+    })
+}
+
 fn corrupt(what: &'static str, id: i64) -> impl Fn(String) -> StoreError {
     move |reason| StoreError::Corrupt { what, id, reason }
 }
@@ -1192,63 +1301,17 @@ fn col<T: rusqlite::types::FromSql>(
 fn read_all(conn: &Connection) -> Result<Recovered, StoreError> {
     let mut out = Recovered::default();
 
-    let mut stmt = conn
-        .prepare(
-            "SELECT id, name, queue, user, priority, max_attempts, submit_ms, state, state_ms,
-                    diagnostics, spec, launch
-             FROM apps ORDER BY id",
-        )
-        .map_err(classify)?;
+    let mut stmt = conn.prepare(&format!("SELECT {APP_COLUMNS} FROM apps ORDER BY id")).map_err(classify)?;
     let mut rows = stmt.query([]).map_err(classify)?;
     while let Some(row) = rows.next().map_err(classify)? {
-        let raw: i64 = row.get(0).map_err(classify)?;
-        let w = "app";
-        let spec_json: String = col(row, 10, w, raw)?;
-        let spec: SpecJson = serde_json::from_str(&spec_json).map_err(|e| corrupt(w, raw)(e.to_string()))?;
-        let launch_json: String = col(row, 11, w, raw)?;
-        let launch = serde_json::from_str(&launch_json).map_err(|e| corrupt(w, raw)(e.to_string()))?;
-        out.apps.push(AppRecord {
-            id: AppId(col(row, 0, w, raw)?),
-            spec: AppSpec {
-                name: col(row, 1, w, raw)?,
-                queue: col(row, 2, w, raw)?,
-                user: col(row, 3, w, raw)?,
-                priority: col(row, 4, w, raw)?,
-                max_attempts: col(row, 5, w, raw)?,
-                requests: spec.requests.into_iter().map(RequestSpec::from).collect(),
-            },
-            launch,
-            submit_ms: col(row, 6, w, raw)?,
-            state: col(row, 7, w, raw)?,
-            state_ms: col(row, 8, w, raw)?,
-            diagnostics: col(row, 9, w, raw)?,
-        });
+        out.apps.push(app_row(row)?);
     }
 
-    let mut stmt = conn
-        .prepare(
-            "SELECT id, app, request, node, cpu_millis, memory_bytes, gpus, gpu_indexes, state,
-                    started_ms, exit_code, reason
-             FROM containers ORDER BY id",
-        )
-        .map_err(classify)?;
+    let mut stmt =
+        conn.prepare(&format!("SELECT {CONTAINER_COLUMNS} FROM containers ORDER BY id")).map_err(classify)?;
     let mut rows = stmt.query([]).map_err(classify)?;
     while let Some(row) = rows.next().map_err(classify)? {
-        let raw: i64 = row.get(0).map_err(classify)?;
-        let w = "container";
-        let gpus_json: String = col(row, 7, w, raw)?;
-        out.containers.push(ContainerRecord {
-            id: ContainerId(col(row, 0, w, raw)?),
-            app: AppId(col(row, 1, w, raw)?),
-            request: col(row, 2, w, raw)?,
-            node: col(row, 3, w, raw)?,
-            resources: resources(col(row, 4, w, raw)?, col(row, 5, w, raw)?, col(row, 6, w, raw)?),
-            gpus: serde_json::from_str(&gpus_json).map_err(|e| corrupt(w, raw)(e.to_string()))?,
-            state: col(row, 8, w, raw)?,
-            started_ms: col(row, 9, w, raw)?,
-            exit_code: col(row, 10, w, raw)?,
-            reason: col(row, 11, w, raw)?,
-        });
+        out.containers.push(container_row(row)?);
     }
 
     let mut stmt = conn
@@ -1564,6 +1627,8 @@ mod tests {
             started_ms: None,
             exit_code: None,
             reason: None,
+            finished_ms: None,
+            cluster: gantry_proto::ClusterId::from_bits(0xfeed_0000_0000_0000_0000_0000_0000_beef),
         }
     }
 
@@ -1614,6 +1679,7 @@ mod tests {
                     started_ms: Some(50),
                     exit_code: None,
                     reason: None,
+                    finished_ms: None,
                 },
                 Write::ReservationState { id: ReservationId(5), state: GANTRY_RESERVATION_ACCEPTED },
             ])
@@ -1626,6 +1692,7 @@ mod tests {
                 started_ms: None,
                 exit_code: Some(-9),
                 reason: Some("exited".into()),
+                finished_ms: Some(60),
             }])
             .unwrap();
         drop(store);
@@ -1642,6 +1709,7 @@ mod tests {
         c10.started_ms = Some(50);
         c10.exit_code = Some(-9);
         c10.reason = Some("exited".into());
+        c10.finished_ms = Some(60);
         assert_eq!(r.containers, vec![c10, container(11, 2)]);
         let mut r5 = reservation(5);
         r5.state = GANTRY_RESERVATION_ACCEPTED;
@@ -1791,6 +1859,40 @@ mod tests {
         assert_eq!(rows, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
         let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
         assert_eq!(mode, "wal");
+    }
+
+    #[test]
+    fn containers_stored_before_cluster_ids_read_as_the_legacy_cluster() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        // A store as version 3 left it, holding one running container.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_ms INTEGER NOT NULL,
+                                          description TEXT NOT NULL) STRICT",
+        )
+        .unwrap();
+        for m in MIGRATIONS.iter().filter(|m| m.version <= 3) {
+            conn.execute_batch(m.sql).unwrap();
+            conn.execute("INSERT INTO schema_version VALUES (?1, 0, ?2)", params![m.version, m.description])
+                .unwrap();
+        }
+        conn.pragma_update(None, "application_id", APPLICATION_ID).unwrap();
+        conn.execute_batch(
+            "INSERT INTO apps VALUES (1, 'a', 'root.default', 'u', 0, 1, 1, 2, 1, '', '{\"requests\":[]}', '[]');
+             INSERT INTO containers VALUES (7, 1, 0, 'n1', 100, 1048576, 0, '[]', 3, 5, NULL, NULL);",
+        )
+        .unwrap();
+        drop(conn);
+        let store = Store::open(&path).unwrap();
+        let recovered = store.load().unwrap();
+        assert_eq!(recovered.containers.len(), 1);
+        assert_eq!(recovered.containers[0].cluster, gantry_proto::ClusterId::LEGACY);
+        // Written again with a cluster id, it reads back with it.
+        let mut c = recovered.containers[0].clone();
+        c.cluster = gantry_proto::ClusterId::from_bits(42);
+        store.write_blocking(vec![Write::UpsertContainer(c.clone())]).unwrap();
+        assert_eq!(store.load().unwrap().containers, vec![c]);
     }
 
     #[test]

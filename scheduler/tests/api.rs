@@ -95,9 +95,11 @@ impl Fake {
                 resource: res(1500, 2 * GIB, 0).into(),
                 count: 1,
                 placed: 1,
+                completed: 0,
                 gang: false,
                 priority: 0,
                 labels: BTreeMap::from([("zone".to_owned(), "a".to_owned())]),
+                preferred_labels: BTreeMap::from([("disk".to_owned(), "ssd".to_owned())]),
                 rack_affinity: RackAffinity::None,
                 command: vec!["python".into(), "train.py".into()],
             });
@@ -198,7 +200,7 @@ impl Backend for Fake {
         self.state().apps.iter().find(|a| a.id == id).cloned()
     }
 
-    async fn new_application(&self) -> Result<NewApplication, ApiError> {
+    async fn new_application(&self, _caller: Option<String>) -> Result<NewApplication, ApiError> {
         let mut s = self.state();
         let id = s.next_id;
         s.next_id += 1;
@@ -206,7 +208,12 @@ impl Backend for Fake {
         Ok(NewApplication { application_id: id, maximum_resource_capability: res(4000, 8 * GIB, 1).into() })
     }
 
-    async fn submit(&self, req: SubmitApp, _account: Option<String>) -> Result<u64, ApiError> {
+    async fn submit(
+        &self,
+        req: SubmitApp,
+        _account: Option<String>,
+        _caller: Option<String>,
+    ) -> Result<u64, ApiError> {
         let mut s = self.state();
         if s.persist_fails {
             return Err(ApiError::unavailable("cannot persist the submission: disk I/O error"));
@@ -263,7 +270,10 @@ impl Backend for Fake {
 
     // The fake has no reservable queue; the daemon's reservation API is tested live
     // (tests/tests/reservations_live.rs).
-    async fn new_reservation(&self) -> Result<api::reservations::NewReservation, ApiError> {
+    async fn new_reservation(
+        &self,
+        _caller: Option<String>,
+    ) -> Result<api::reservations::NewReservation, ApiError> {
         Err(ApiError::not_found("no queue is reservable"))
     }
 
@@ -271,6 +281,7 @@ impl Backend for Fake {
         &self,
         _: Option<gantry_engine::ReservationId>,
         _: gantry_engine::ReservationRequest,
+        _: Option<String>,
     ) -> Result<api::reservations::ReservationInfo, ApiError> {
         Err(ApiError::not_found("no queue is reservable"))
     }
@@ -599,6 +610,46 @@ async fn nodes_list_and_one_node_and_unknown_node() {
     assert_eq!(one.json()["node"]["id"], "node-b");
 
     get(addr, "/ws/v1/cluster/nodes/node-z").await.assert_error(404, "NotFoundException", "node-z");
+}
+
+#[tokio::test]
+async fn nodes_are_filtered_by_yarns_states_and_an_unknown_state_is_refused() {
+    let fake = Fake::populated();
+    fake.state().nodes.push(NodeInfo::new(
+        "node-c",
+        "r2",
+        NodeState::Decommissioning,
+        res(2000, 4 * GIB, 0),
+        res(0, 0, 0),
+    ));
+    let addr = serve(fake).await;
+    let ids = |v: Value| -> Vec<String> {
+        v["nodes"]["node"].as_array().unwrap().iter().map(|n| n["id"].as_str().unwrap().to_owned()).collect()
+    };
+    for (query, want) in [
+        ("", &["node-a", "node-b", "node-c"][..]),
+        ("?states=RUNNING", &["node-a"]),
+        ("?states=lost", &["node-b"]),
+        ("?states=running,%20LOST", &["node-a", "node-b"]),
+        ("?states=DECOMMISSIONING", &["node-c"]),
+        ("?states=draining", &["node-c"]),
+        ("?state=LOST", &["node-b"]),
+        ("?states=UNHEALTHY", &[]),
+        // YARN's states that no gantry node is in: known, so not refused, and matching nothing.
+        ("?states=NEW,DECOMMISSIONED,REBOOTED,SHUTDOWN", &[]),
+        ("?states=SHUTDOWN,lost", &["node-b"]),
+        ("?states=", &["node-a", "node-b", "node-c"]),
+    ] {
+        let r = get(addr, &format!("/ws/v1/cluster/nodes{query}")).await;
+        assert_eq!(r.status, 200, "{query}: {}", r.text());
+        assert_eq!(ids(r.json()), want, "{query}");
+    }
+    get(addr, "/ws/v1/cluster/nodes?states=RUNNING,SLEEPING").await.assert_error(
+        400,
+        "BadRequestException",
+        "unknown node state `SLEEPING`",
+    );
+    get(addr, "/ws/v1/cluster/nodes?colour=red").await.assert_error(400, "BadRequestException", "colour");
 }
 
 #[tokio::test]
@@ -1023,6 +1074,53 @@ async fn malformed_mistyped_and_absurd_submissions_are_refused_with_a_message() 
     let s = fake.state();
     assert!(s.submitted.is_empty(), "a refused submission reached the backend");
     assert_eq!(s.apps.len(), 4);
+}
+
+#[tokio::test]
+async fn bidi_and_invisible_characters_in_names_are_refused_naming_the_character() {
+    let fake = Fake::populated();
+    let addr = serve(fake.clone()).await;
+    let with = |edit: &dyn Fn(&mut Value)| {
+        let mut v = valid_submission();
+        edit(&mut v);
+        v.to_string()
+    };
+    let cases: Vec<(String, &str)> = vec![
+        (
+            with(&|v| v["application-name"] = json!("evil\u{202E}gpj.exe")),
+            "application-name: contains U+202E (RIGHT-TO-LEFT OVERRIDE)",
+        ),
+        (with(&|v| v["user"] = json!("ad\u{200B}min")), "user: contains U+200B (ZERO WIDTH SPACE)"),
+        (with(&|v| v["queue"] = json!("pr\u{2066}od")), "queue: contains U+2066 (LEFT-TO-RIGHT ISOLATE)"),
+        (
+            with(&|v| v["containers"][0]["labels"] = json!({"kind\u{200D}": "k9"})),
+            "contains U+200D (ZERO WIDTH JOINER)",
+        ),
+        (
+            with(&|v| v["containers"][0]["labels"] = json!({"kind": "k9\u{FEFF}"})),
+            "contains U+FEFF (ZERO WIDTH NO-BREAK SPACE)",
+        ),
+        (
+            with(&|v| v["containers"][0]["preferredLabels"] = json!({"gpu": "\u{061C}a100"})),
+            "containers[0].preferredLabels",
+        ),
+        (with(&|v| v["application-name"] = json!("tag\u{E0041}")), "contains U+E0041 (a TAG character)"),
+        (
+            with(&|v| v["application-name"] = json!("two\nlines")),
+            "contains U+000A (LINE FEED, a control character)",
+        ),
+    ];
+    for (body, needle) in &cases {
+        send_json(addr, "POST", "/ws/v1/cluster/apps", body).await.assert_error(
+            422,
+            "UnprocessableEntityException",
+            needle,
+        );
+    }
+    assert!(fake.state().submitted.is_empty(), "a refused submission reached the backend");
+    // Other scripts, emoji and their variation selectors are names like any other.
+    let ok = with(&|v| v["application-name"] = json!("数据 Zoë ❤️"));
+    assert_eq!(send_json(addr, "POST", "/ws/v1/cluster/apps", &ok).await.status, 202);
 }
 
 #[tokio::test]
@@ -1522,7 +1620,16 @@ fn cli_app_shows_fields_groups_and_containers() {
     assert!(out.contains("submitted:   2023-11-14 22:13:20 UTC\n"), "{out}");
     assert!(out.contains("allocated:   cpu 1.5, mem 2Gi, gpus 0\n"), "{out}");
     assert!(out.contains("python train.py"), "{out}");
-    assert!(out.contains("zone=a"), "{out}");
+    // The group's selector and preferences, each in its column.
+    let groups = &out[out.find("GROUP").unwrap()..out.find("CONTAINER").unwrap()];
+    assert!(
+        groups.starts_with("GROUP  PLACED  DONE  CPU  MEM  GPUS  GANG  LABELS  PREFERRED  COMMAND"),
+        "{out}"
+    );
+    assert!(
+        groups.lines().nth(1).unwrap().contains("1/1     0/1   1.5  2Gi  0     no    zone=a  disk=ssd"),
+        "{out}"
+    );
     let containers = &out[out.find("CONTAINER").unwrap()..];
     assert!(containers.lines().nth(1).unwrap().starts_with("100        0      node-a  RUNNING  -"), "{out}");
     assert_aligned(containers, "STATE");

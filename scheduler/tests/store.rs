@@ -60,6 +60,8 @@ fn container(id: u64, app: u64) -> ContainerRecord {
         started_ms: Some(1_700_000_000_000 + id),
         exit_code: None,
         reason: None,
+        finished_ms: None,
+        cluster: gantry_proto::ClusterId::from_bits(u128::from(id % 2)),
     }
 }
 

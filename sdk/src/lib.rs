@@ -52,6 +52,7 @@
 
 pub mod abi;
 pub mod config;
+pub mod names;
 mod plugin;
 pub mod rng;
 pub mod units;

@@ -53,7 +53,7 @@
 //! affinity); [`AlibabaNodeOptions::nodes_per_rack`] instead cuts the list, in file order, into
 //! racks `rack0`, `rack1`, … of that many nodes — an invention, for experiments that need racks.
 
-use gantry_engine::{GpuSpec, MAX_LABELS, MAX_NAME_LEN, NodeSpec, Resources};
+use gantry_engine::{GpuSpec, MAX_LABELS, NodeSpec, Resources};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -383,11 +383,7 @@ fn gpu_node(
     }
     for (k, v) in &labels {
         check_name("label key", k)?;
-        if v.len() > MAX_NAME_LEN || v.chars().any(char::is_control) {
-            return Err(format!(
-                "label `{k}`: the value must be at most {MAX_NAME_LEN} bytes without control characters"
-            ));
-        }
+        crate::trace::check_name(&format!("the value of label {k:?}"), v, true)?;
     }
     Ok(NodeSpec { name, rack, labels, capacity, gpu_list })
 }
@@ -397,13 +393,7 @@ fn check_name(what: &str, s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err(format!("{what} is empty; expected a name"));
     }
-    if s.len() > MAX_NAME_LEN {
-        return Err(format!("{what} is {} bytes long; expected at most {MAX_NAME_LEN}", s.len()));
-    }
-    if s.chars().any(char::is_control) {
-        return Err(format!("{what} {s:?} contains control characters"));
-    }
-    Ok(())
+    crate::trace::check_name(what, s, false)
 }
 
 /// Checks what applies to the whole cluster: some nodes, unique names.

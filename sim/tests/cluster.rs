@@ -146,6 +146,14 @@ fn malformed_toml_is_refused() {
         "[[racks]]\nname = \"\"\n[[racks.nodes]]\ncpu_cores = 1\nmemory_gib = 1\n",
         &["racks[0].name is empty"],
     );
+    toml_err(
+        "[[racks]]\nname = \"r\\u202E1\"\n[[racks.nodes]]\ncpu_cores = 1\nmemory_gib = 1\n",
+        &["racks[0].name", "contains U+202E (RIGHT-TO-LEFT OVERRIDE)"],
+    );
+    toml_err(
+        "[[racks]]\n[[racks.nodes]]\ncpu_cores = 1\nmemory_gib = 1\nlabels = { zone = \"a\\u200B\" }\n",
+        &["contains U+200B (ZERO WIDTH SPACE)"],
+    );
     toml_err("[[racks]]\nname = \"a\"\n", &["rack `a` has no [[racks.nodes]] groups"]);
     toml_err("description = \"nothing\"\n", &["no nodes"]);
     toml_err("racks = 3\n", &["invalid type"]);

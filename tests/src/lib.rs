@@ -72,6 +72,22 @@ pub fn gantry_bin() -> anyhow::Result<PathBuf> {
     Ok(build_artifacts()?.join("gantry"))
 }
 
+/// The control directory of container `id` on the agent whose work root is `work_root`:
+/// `containers/<id>.<cluster id>`, or `containers/<id>` for a container of the legacy cluster
+/// (a scheduler or agent older than cluster ids). With several (scheduler runs that each used
+/// the id), the most recently created.
+pub fn container_control_dir(work_root: &Path, id: u64) -> Option<PathBuf> {
+    let (bare, prefix) = (id.to_string(), format!("{id}."));
+    std::fs::read_dir(work_root.join("containers"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n == bare || n.starts_with(&prefix)))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .max()
+        .map(|(_, path)| path)
+}
+
 /// Kills every container process an agent left under `work_root` (their supervisors and
 /// command process groups, from the pid records) and removes the agent's cgroups named
 /// `cgroup_name`: tests that `kill -9` agents leave containers running by design.

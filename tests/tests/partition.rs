@@ -126,7 +126,7 @@ fn output(path: &Path) -> Vec<(u64, u64)> {
 
 fn command_pid(work: &Path, container: u64) -> Option<u64> {
     let text =
-        std::fs::read_to_string(work.join("containers").join(container.to_string()).join("pid")).ok()?;
+        std::fs::read_to_string(gantry_tests::container_control_dir(work, container)?.join("pid")).ok()?;
     serde_json::from_str::<Value>(&text).ok()?["pid"].as_u64()
 }
 
@@ -244,9 +244,9 @@ fn a_partitioned_agent_fences_its_copy_the_scheduler_reruns_it_and_they_reconcil
         output(&out_file).iter().any(|l| l.0 == second).then_some(())
     });
     let heal_ms = now_ms();
-    let reason =
-        std::fs::read_to_string(far.work.join("containers").join(first.to_string()).join("kill-reason"))
-            .expect("the fenced agent recorded why it killed the first copy");
+    let reason = gantry_tests::container_control_dir(&far.work, first)
+        .and_then(|dir| std::fs::read_to_string(dir.join("kill-reason")).ok())
+        .expect("the fenced agent recorded why it killed the first copy");
     assert_eq!(reason.trim(), "fenced");
 
     let lines = output(&out_file);
@@ -268,7 +268,9 @@ fn a_partitioned_agent_fences_its_copy_the_scheduler_reruns_it_and_they_reconcil
     wait_until("the far node to be RUNNING again", GUARD, || {
         (api.node_state("far").as_deref() == Some("RUNNING")).then_some(())
     });
-    let reported = far.work.join("containers").join(first.to_string()).join("reported");
+    let reported = gantry_tests::container_control_dir(&far.work, first)
+        .expect("the first copy's directory")
+        .join("reported");
     wait_until("the fenced exit to be acknowledged", GUARD, || reported.exists().then_some(()));
     eprintln!(
         "partition figures: far node RUNNING and its exit acknowledged {} ms after the heal",

@@ -119,7 +119,9 @@ fn a_queue_below_its_guarantee_preempts_another_queues_newest_containers_gracefu
     });
     assert_eq!(live_containers(&rt, &bound.core, b), 2, "exactly two preempted");
     for id in &marked {
-        let work = agent.work.join("containers").join(id.to_string()).join("work");
+        let work = gantry_tests::container_control_dir(&agent.work, *id)
+            .expect("the victim's directory")
+            .join("work");
         let term =
             wait_until("the victim's TERM trap", GUARD, || std::fs::read_to_string(work.join("term")).ok());
         assert_eq!(term.trim(), "term");

@@ -24,7 +24,7 @@ fn wait<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
 
 fn command_pid(work: &Path, container: u64) -> Option<u64> {
     let text =
-        std::fs::read_to_string(work.join("containers").join(container.to_string()).join("pid")).ok()?;
+        std::fs::read_to_string(gantry_tests::container_control_dir(work, container)?.join("pid")).ok()?;
     serde_json::from_str::<serde_json::Value>(&text).ok()?["pid"].as_u64()
 }
 

@@ -17,6 +17,69 @@ pub const MAX_LOG_CHUNK_BYTES: u64 = 4 << 20;
 /// its limit to this (`AgentServiceServer::max_decoding_message_size`).
 pub const MAX_MESSAGE_BYTES: usize = (MAX_LOG_CHUNK_BYTES as usize) + (64 << 10);
 
+/// The cluster id of a scheduler run (see "Cluster ids" in `agent.proto`): 128 random bits,
+/// 32 lowercase hex digits on the wire, or the legacy cluster (the empty string), which is what a
+/// peer older than cluster ids sends. A container is named by (cluster id, container id), so ids
+/// repeated by a scheduler on fresh state never name an agent's older containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ClusterId(u128);
+
+/// Why a cluster id from the wire, a file or a directory name was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterIdError(String);
+
+impl std::fmt::Display for ClusterIdError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cluster id {:?} is not 32 lowercase hex digits (nor empty, the legacy cluster)", self.0)
+    }
+}
+
+impl std::error::Error for ClusterIdError {}
+
+impl ClusterId {
+    /// The legacy cluster: containers launched by, or for, a peer older than cluster ids.
+    pub const LEGACY: ClusterId = ClusterId(0);
+
+    /// A cluster id from 128 bits (0 is the legacy cluster).
+    pub const fn from_bits(bits: u128) -> ClusterId {
+        ClusterId(bits)
+    }
+
+    /// Whether this is the legacy cluster.
+    pub const fn is_legacy(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Reads the wire form: 32 lowercase hex digits, or the empty string (legacy). Exactly one
+    /// spelling per id, so it is also a safe part of a file or cgroup name; all zeros would
+    /// read as legacy and is refused.
+    pub fn parse(text: &str) -> Result<ClusterId, ClusterIdError> {
+        if text.is_empty() {
+            return Ok(ClusterId::LEGACY);
+        }
+        let refused = || ClusterIdError(text.chars().take(64).collect());
+        if text.len() != 32 || !text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+            return Err(refused());
+        }
+        match u128::from_str_radix(text, 16) {
+            Ok(0) | Err(_) => Err(refused()),
+            Ok(bits) => Ok(ClusterId(bits)),
+        }
+    }
+
+    /// The wire form: 32 lowercase hex digits, empty for the legacy cluster.
+    pub fn to_wire(self) -> String {
+        self.to_string()
+    }
+}
+
+/// The wire form (see [`ClusterId::to_wire`]).
+impl std::fmt::Display for ClusterId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_legacy() { Ok(()) } else { write!(f, "{:032x}", self.0) }
+    }
+}
+
 /// Package `gantry.agent.v1`: messages, [`v1::agent_service_client`] (the agent's side) and
 /// [`v1::agent_service_server`] (the scheduler's side).
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
@@ -38,7 +101,7 @@ mod tests {
         let back = v1::Launch::decode(launch.encode_to_vec().as_slice()).expect("decodes");
         assert_eq!((back.memory_bytes, back.cpu_millis), (-1, -2));
         for grace_ms in [None, Some(0), Some(2500)] {
-            let kill = v1::Kill { container_id: 1, grace_ms, reason: String::new() };
+            let kill = v1::Kill { container_id: 1, grace_ms, ..Default::default() };
             assert_eq!(
                 v1::Kill::decode(kill.encode_to_vec().as_slice()).expect("decodes").grace_ms,
                 grace_ms
@@ -67,11 +130,32 @@ mod tests {
         assert!(chunk.encoded_len() <= super::MAX_MESSAGE_BYTES);
         assert!(chunk.encoded_len() > 4 << 20, "the default 4 MiB limit would refuse it");
         for tail_bytes in [None, Some(0), Some(10)] {
-            let read = v1::ReadLog { request_id: 1, container_id: 2, stream: 1, tail_bytes };
+            let read =
+                v1::ReadLog { request_id: 1, container_id: 2, stream: 1, tail_bytes, ..Default::default() };
             assert_eq!(
                 v1::ReadLog::decode(read.encode_to_vec().as_slice()).expect("decodes").tail_bytes,
                 tail_bytes
             );
+        }
+    }
+
+    #[test]
+    fn cluster_ids_have_one_spelling_and_the_empty_one_is_legacy() {
+        use super::ClusterId;
+        assert_eq!(ClusterId::parse(""), Ok(ClusterId::LEGACY));
+        assert_eq!(ClusterId::LEGACY.to_wire(), "");
+        let id = ClusterId::from_bits(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+        assert_eq!(id.to_wire(), "0123456789abcdef0011223344556677");
+        assert_eq!(ClusterId::parse(&id.to_wire()), Ok(id));
+        for bad in [
+            "0123456789ABCDEF0011223344556677", // upper case: a second spelling
+            "0123456789abcdef001122334455667",  // 31 digits
+            "+123456789abcdef0011223344556677", // a sign u128 parsing would take
+            "00000000000000000000000000000000", // would read as legacy
+            "../../etc/passwd",
+            "0123456789abcdef001122334455667g",
+        ] {
+            assert!(ClusterId::parse(bad).is_err(), "{bad}");
         }
     }
 

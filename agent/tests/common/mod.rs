@@ -120,7 +120,7 @@ impl Server {
     pub async fn handshake(&mut self) -> (Session, v1::Register) {
         let mut s = self.accept().await;
         let r = s.register().await;
-        s.send(Down::Registered(v1::Registered { heartbeat_interval_ms: 0 })).await;
+        s.send(Down::Registered(v1::Registered::default())).await;
         (s, r)
     }
 }

@@ -20,6 +20,11 @@ struct RestoredApp {
     state: u32,
     failures: u32,
     submit_ms: u64,
+    /// Completed containers per request (may be shorter than the requests).
+    completed: Vec<u32>,
+    /// Recovered from the driver's store (not a new submission under a handed-out id): an app
+    /// of a reservation that ended meanwhile may fall back to the plan's default queue.
+    from_store: bool,
 }
 
 /// A container recovered from a durable store.
@@ -31,6 +36,10 @@ struct RestoredContainer {
     gpus: Vec<u32>,
     running: bool,
 }
+
+/// The diagnostics of an application killed by its user (the driver stores the same words
+/// before it asks the engine, so the store and the engine agree).
+pub const KILLED_BY_REQUEST: &str = "killed by request";
 
 /// Grace period given to containers of a killed application, ms.
 pub const APP_KILL_GRACE_MS: u64 = 10_000;
@@ -317,8 +326,34 @@ impl Engine {
                 };
             }
             Event::AppSubmitted(spec) => self.submit(spec)?,
-            Event::AppRestored { app, spec, state, failures, submit_ms } => {
-                self.insert_app(spec, Some(RestoredApp { id: app, state, failures, submit_ms }))?;
+            Event::AppSubmittedWithId { app, spec } => {
+                if app.0 == 0 || app.0 >= self.state.next_app {
+                    return Err(EngineError::Invalid {
+                        what: "application id",
+                        reason: format!("application {} was never handed out", app.0),
+                    });
+                }
+                let restored = RestoredApp {
+                    id: app,
+                    state: GANTRY_APP_NEW,
+                    failures: 0,
+                    submit_ms: self.now_ms,
+                    completed: Vec::new(),
+                    from_store: false,
+                };
+                let id = self.insert_app(spec, Some(restored))?;
+                self.commands.push(Command::AppAccepted { app: id });
+            }
+            Event::IdsTaken { app_below, container_below, reservation_below } => {
+                let st = &mut self.state;
+                st.next_app = st.next_app.max(app_below);
+                st.next_container = st.next_container.max(container_below);
+                st.next_reservation = st.next_reservation.max(reservation_below);
+            }
+            Event::AppRestored { app, spec, state, failures, submit_ms, completed } => {
+                let restored =
+                    RestoredApp { id: app, state, failures, submit_ms, completed, from_store: true };
+                self.insert_app(spec, Some(restored))?;
             }
             Event::ContainerRestored { container, app, request, node, gpus, running } => {
                 self.restore_container(RestoredContainer { container, app, request, node, gpus, running })?;
@@ -328,7 +363,7 @@ impl Engine {
                 if app_is_terminal(self.state.apps[i as usize].state) {
                     return Err(EngineError::Conflict(format!("application {} has already ended", app.0)));
                 }
-                self.end_app(i, GANTRY_APP_KILLED, "killed by request".into(), KillReason::AppKilled);
+                self.end_app(i, GANTRY_APP_KILLED, KILLED_BY_REQUEST.into(), KillReason::AppKilled);
             }
             Event::AppWithdrawn { app, reason } => {
                 let i = self.app_idx(app)?;
@@ -414,13 +449,16 @@ impl Engine {
     /// driver's durable store with its id, state and failures so far.
     fn insert_app(&mut self, spec: AppSpec, restored: Option<RestoredApp>) -> Result<AppId, EngineError> {
         spec.validate()?;
-        let queue = match self.state.queue_index.get(&spec.queue) {
-            Some(&q) if self.state.queues[q as usize].flags & GANTRY_QUEUE_LEAF != 0 => q,
-            _ => match self.book.as_ref().and_then(|b| b.resolve_queue(&spec.queue, restored.is_some())) {
-                Some(q) => q,
-                None => return Err(EngineError::UnknownQueue(spec.queue)),
-            },
-        };
+        let queue =
+            match self.state.queue_index.get(&spec.queue) {
+                Some(&q) if self.state.queues[q as usize].flags & GANTRY_QUEUE_LEAF != 0 => q,
+                _ => match self.book.as_ref().and_then(|b| {
+                    b.resolve_queue(&spec.queue, restored.as_ref().is_some_and(|r| r.from_store))
+                }) {
+                    Some(q) => q,
+                    None => return Err(EngineError::UnknownQueue(spec.queue)),
+                },
+            };
         if let Some(r) = &restored {
             if r.id.0 == 0 || self.state.app_index.contains_key(&r.id.0) {
                 return Err(EngineError::Conflict(format!("application {} already exists", r.id.0)));
@@ -429,6 +467,14 @@ impl Engine {
                 return Err(EngineError::Invalid {
                     what: "restored application",
                     reason: format!("state {} is not a live state", r.state),
+                });
+            }
+            let too_many = r.completed.len() > spec.requests.len()
+                || r.completed.iter().zip(&spec.requests).any(|(&done, q)| done > q.count);
+            if too_many {
+                return Err(EngineError::Invalid {
+                    what: "restored application",
+                    reason: format!("completed containers {:?} exceed its requests", r.completed),
                 });
             }
         }
@@ -444,9 +490,13 @@ impl Engine {
             }
         };
         let submit_ms = restored.as_ref().map_or(self.now_ms, |r| r.submit_ms);
+        let mut completed = vec![0; spec.requests.len()];
+        if let Some(r) = &restored {
+            completed[..r.completed.len()].copy_from_slice(&r.completed);
+        }
         let app_idx = st.apps.len() as u32;
         let start = st.requests.len() as u32;
-        for r in &spec.requests {
+        for (k, r) in spec.requests.iter().enumerate() {
             let selector = st.intern_labels(&r.selector);
             let preferred = st.intern_labels(&r.preferred);
             let mut flags = 0;
@@ -467,7 +517,8 @@ impl Engine {
                 flags,
                 resources: r.resources,
                 count: r.count,
-                placed: 0,
+                // Completed containers stay placed: their work is done.
+                placed: completed[k],
                 priority: r.priority,
                 reserved: 0,
                 selector,
@@ -502,6 +553,7 @@ impl Engine {
             failures,
             live_containers: 0,
             diagnostics: String::new(),
+            completed,
             waiting: GANTRY_NONE,
         });
         st.app_index.insert(id, app_idx);
@@ -738,6 +790,8 @@ impl Engine {
                 }
             }
             self.state.requests[c.request as usize].placed = 0;
+            let k = c.request - self.state.apps[c.app as usize].requests.start;
+            self.state.app_meta[c.app as usize].completed[k as usize] = 0;
             self.maybe_pending.push(c.app);
         }
     }
@@ -774,6 +828,8 @@ impl Engine {
             // been the app's last live container.
             self.finish_if_done(app);
         } else if new_state == GANTRY_CONTAINER_COMPLETED {
+            let k = c.request - self.state.apps[app as usize].requests.start;
+            self.state.app_meta[app as usize].completed[k as usize] += 1;
             self.finish_if_done(app);
         } else {
             let r = &mut self.state.requests[c.request as usize];
@@ -1320,6 +1376,11 @@ impl Engine {
             return Some(self.state.apps[i as usize].state);
         }
         self.state.history.iter().rev().find(|s| s.id == app).map(|s| s.state)
+    }
+
+    /// Attempts an application gets when its submission names none.
+    pub fn default_max_attempts(&self) -> u32 {
+        self.config.default_max_attempts
     }
 
     /// How many terminal applications are remembered for queries (`EngineConfig::history_len`).

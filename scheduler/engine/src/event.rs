@@ -32,6 +32,27 @@ pub enum Event {
     },
     /// A user submitted an application.
     AppSubmitted(AppSpec),
+    /// A user submitted an application under an id handed out earlier (YARN's
+    /// `new-application`, see [`Event::IdsTaken`]). Refused if the id was never handed out (it
+    /// is not below the engine's next application id) or a live application has it; the driver
+    /// checks that it was handed to this caller and not used before. Answered `AppAccepted`.
+    AppSubmittedWithId {
+        /// The id handed out.
+        app: AppId,
+        /// Its submission.
+        spec: AppSpec,
+    },
+    /// Ids below these are taken — recorded in the driver's durable store (after a restart), or
+    /// handed out to a client that will submit with them later — so the engine never gives them
+    /// again. Each counter moves up to its value, never down.
+    IdsTaken {
+        /// Application ids below this are taken.
+        app_below: u64,
+        /// Container ids below this are taken.
+        container_below: u64,
+        /// Reservation ids below this are taken.
+        reservation_below: u64,
+    },
     /// An application recovered from the driver's durable store after a restart, with the id,
     /// state and failure count it had (no `AppAccepted` reply: it was acknowledged long ago).
     AppRestored {
@@ -46,6 +67,10 @@ pub enum Event {
         failures: u32,
         /// When it was submitted, ms.
         submit_ms: u64,
+        /// Per request, in order, the containers that completed (exited 0) before the restart:
+        /// they count as placed and never run again. Empty = none; refused if longer than the
+        /// requests or above a request's count.
+        completed: Vec<u32>,
     },
     /// A container recovered from the durable store, on a node that is registered (or restored).
     ContainerRestored {

@@ -28,7 +28,9 @@ pub mod strings;
 pub mod validate;
 pub mod waiting;
 
-pub use engine::{APP_KILL_GRACE_MS, Engine, EngineStats, PolicyStatus, Reclaimed, ReservationStats};
+pub use engine::{
+    APP_KILL_GRACE_MS, Engine, EngineStats, KILLED_BY_REQUEST, PolicyStatus, Reclaimed, ReservationStats,
+};
 pub use error::EngineError;
 pub use event::{Command, Event, KillReason, NodeCondition};
 pub use model::*;

@@ -11,8 +11,8 @@ pub const MAX_REQUESTS_PER_APP: usize = 1_000;
 pub const MAX_CONTAINERS_PER_REQUEST: u32 = 100_000;
 /// Most labels on a node, or terms in a selector.
 pub const MAX_LABELS: usize = 64;
-/// Longest name, label key or value, in bytes.
-pub const MAX_NAME_LEN: usize = 253;
+/// Longest name, label key or value, in bytes (the SDK's one rule for names).
+pub use gantry_sdk::names::MAX_NAME_LEN;
 /// Largest attempt count an application may ask for.
 pub const MAX_ATTEMPTS: u32 = 100;
 
@@ -175,21 +175,11 @@ impl Default for EngineConfig {
     }
 }
 
-/// Checks a name, label key or value for length and control characters.
+/// Checks a name, label key or value: length, and no control, bidirectional or invisible
+/// characters ([`gantry_sdk::names::check_name`], the rule the API and the agent check too).
 pub(crate) fn check_name(what: &'static str, s: &str, allow_empty: bool) -> Result<(), EngineError> {
-    if s.is_empty() && !allow_empty {
-        return Err(EngineError::Invalid { what, reason: "must not be empty".into() });
-    }
-    if s.len() > MAX_NAME_LEN {
-        return Err(EngineError::Invalid {
-            what,
-            reason: format!("is {} bytes, longer than {MAX_NAME_LEN}", s.len()),
-        });
-    }
-    if s.chars().any(char::is_control) {
-        return Err(EngineError::Invalid { what, reason: "contains control characters".into() });
-    }
-    Ok(())
+    gantry_sdk::names::check_name(s, allow_empty)
+        .map_err(|problem| EngineError::Invalid { what, reason: problem.to_string() })
 }
 
 pub(crate) fn check_labels(what: &'static str, labels: &[(String, String)]) -> Result<(), EngineError> {
@@ -200,8 +190,10 @@ pub(crate) fn check_labels(what: &'static str, labels: &[(String, String)]) -> R
         });
     }
     for (k, v) in labels {
-        check_name(what, k, false)?;
-        check_name(what, v, true)?;
+        // `{:?}` escapes what the check refuses, so the message itself shows it safely.
+        let invalid = |reason| EngineError::Invalid { what, reason };
+        gantry_sdk::names::check_name(k, false).map_err(|p| invalid(format!("key {k:?} {p}")))?;
+        gantry_sdk::names::check_name(v, true).map_err(|p| invalid(format!("the value of {k:?} {p}")))?;
     }
     Ok(())
 }

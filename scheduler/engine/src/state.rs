@@ -54,9 +54,20 @@ pub struct AppMeta {
     /// Why it is in its state, and the last thing that happened to it worth telling (a failed
     /// attempt, a lost container). Stored with each state change.
     pub diagnostics: String,
+    /// Containers that completed (exited 0), per request in submission order: the app's
+    /// progress. Kept here, not in the frozen ABI records; a gang that restarts starts again
+    /// from 0, since its completed members run again.
+    pub completed: Vec<u32>,
     /// Its entry in the engine's book of waiting applications (`crate::waiting`), or
     /// `GANTRY_NONE` while nothing of it waits; travels with it through compactions.
     pub(crate) waiting: u32,
+}
+
+impl AppMeta {
+    /// Containers completed, all requests together.
+    pub fn completed_total(&self) -> u64 {
+        self.completed.iter().map(|&n| u64::from(n)).sum()
+    }
 }
 
 /// What the engine remembers of a container that is not in the records.
@@ -810,7 +821,14 @@ impl ClusterState {
                     a.id, a.used, app_used[i]
                 ));
             }
-            for r in View::range(&self.requests, a.requests) {
+            let completed = &self.app_meta[i].completed;
+            if completed.len() != a.requests.len as usize {
+                return Err(format!("app {} counts completions of {} requests", a.id, completed.len()));
+            }
+            for (r, &done) in View::range(&self.requests, a.requests).iter().zip(completed) {
+                if done > r.placed {
+                    return Err(format!("request {} completed {done} > placed {}", r.id, r.placed));
+                }
                 if r.app != i as u32 {
                     return Err(format!("request {} points at app {} not {i}", r.id, r.app));
                 }

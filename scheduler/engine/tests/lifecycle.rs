@@ -413,6 +413,17 @@ fn invalid_node_specs_are_refused_without_state_change() {
     assert!(matches!(err, EngineError::Invalid { what: "node name", .. }), "{err}");
     let err = h.refused(Event::NodeRegistered(node(&"x".repeat(254), "r1", 4, 8, 0)));
     assert!(matches!(err, EngineError::Invalid { what: "node name", .. }), "{err}");
+    let err = h.refused(Event::NodeRegistered(node("n2\u{200D}", "r1", 4, 8, 0)));
+    assert_eq!(err.to_string(), "invalid node name: contains U+200D (ZERO WIDTH JOINER)");
+    let err = h.refused(Event::NodeRegistered(node("n2", "r\u{202D}1", 4, 8, 0)));
+    assert_eq!(err.to_string(), "invalid node rack: contains U+202D (LEFT-TO-RIGHT OVERRIDE)");
+    let mut bidi_label = node("n2", "r1", 4, 8, 0);
+    bidi_label.labels = labels(&[("kind\u{FEFF}", "k9")]);
+    let err = h.refused(Event::NodeRegistered(bidi_label));
+    assert_eq!(
+        err.to_string(),
+        "invalid node labels: key \"kind\\u{feff}\" contains U+FEFF (ZERO WIDTH NO-BREAK SPACE)"
+    );
     let mut gpus = node("n2", "r1", 4, 8, 2);
     gpus.gpu_list = vec![GpuSpec { index: 0, model: "T4".into(), memory_bytes: 0 }];
     let err = h.refused(Event::NodeRegistered(gpus));
@@ -483,6 +494,16 @@ fn invalid_submissions_are_refused_without_state_change() {
     ctl_sel.selector = labels(&[("zone", "a\u{0}")]);
     let err = h.refused(Event::AppSubmitted(app("sel", "root.dev", vec![ctl_sel])));
     assert!(matches!(err, EngineError::Invalid { what: "request selector", .. }), "{err}");
+
+    // Bidirectional and zero-width characters would let a listing lie: refused, named.
+    let err = h.refused(Event::AppSubmitted(AppSpec { name: "evil\u{202E}gpj.exe".into(), ..good.clone() }));
+    assert_eq!(err.to_string(), "invalid app name: contains U+202E (RIGHT-TO-LEFT OVERRIDE)");
+    let err = h.refused(Event::AppSubmitted(AppSpec { user: "ad\u{200B}min".into(), ..good.clone() }));
+    assert_eq!(err.to_string(), "invalid app user: contains U+200B (ZERO WIDTH SPACE)");
+    let mut zw_sel = req(1000, 1, 0, 1);
+    zw_sel.selector = labels(&[("kind", "k9\u{2069}")]);
+    let err = h.refused(Event::AppSubmitted(app("sel", "root.dev", vec![zw_sel])));
+    assert!(err.to_string().contains("U+2069 (POP DIRECTIONAL ISOLATE)"), "{err}");
 
     let err = h.refused(Event::AppSubmitted(app("empty", "root.dev", Vec::new())));
     assert!(matches!(err, EngineError::Invalid { what: "app", .. }), "{err}");
@@ -951,6 +972,44 @@ fn app_kill_stops_containers_with_grace_and_is_remembered() {
         (s.state, s.diagnostics.as_str(), s.name.as_str()),
         (GANTRY_APP_KILLED, "killed by request", "etl")
     );
+}
+
+#[test]
+fn completed_containers_are_counted_per_request_and_a_restarted_gang_starts_again() {
+    let mut h = H::builtin();
+    h.register(node("n1", "r1", 8, 32, 0));
+    let id = h.submit(app("progress", DEFAULT_Q, vec![req(1000, 1, 0, 2), gang(1000, 1, 2)]));
+    let l = launches(&h.tick());
+    assert_eq!(l.len(), 4);
+    for x in &l {
+        h.start(x.container);
+    }
+    let of = |k: u32| l.iter().filter(|x| x.request == k).map(|x| x.container).collect::<Vec<_>>();
+    let (single, pair) = (of(0), of(1));
+    assert_eq!(h.app_meta(id).completed, [0, 0], "running is not completed");
+
+    h.exit(single[0], 0);
+    assert_eq!(h.app_meta(id).completed, [1, 0]);
+    assert_eq!(h.request(id, 0).placed, 2, "a completed container still counts as placed");
+    h.exit(single[1], 1);
+    assert_eq!(h.app_meta(id).completed, [1, 0], "a failure is not a completion");
+
+    // One member of the gang completes, the other fails: the whole gang runs again, so its
+    // completion no longer counts.
+    h.exit(pair[0], 0);
+    assert_eq!(h.app_meta(id).completed, [1, 1]);
+    h.exit(pair[1], 1);
+    assert_eq!(h.app_meta(id).completed, [1, 0]);
+    assert_eq!(h.app_meta(id).completed_total(), 1);
+
+    let again = launches(&h.tick());
+    assert_eq!(again.iter().map(|x| x.request).collect::<Vec<_>>(), [0, 1, 1]);
+    for x in &again {
+        h.start(x.container);
+        h.exit(x.container, 0);
+    }
+    assert_eq!(h.state_of(id), GANTRY_APP_FINISHED);
+    assert_eq!(h.app_meta(id).completed, [2, 2], "everything it needed completed");
 }
 
 #[test]
@@ -1467,6 +1526,7 @@ fn restored_apps_and_containers_resume_and_new_ids_follow_them() {
         state: GANTRY_APP_RUNNING,
         failures: 1,
         submit_ms: 5,
+        completed: Vec::new(),
     });
     // One of its two containers was running before the restart, on GPU 1.
     h.ok(Event::ContainerRestored {
@@ -1510,6 +1570,7 @@ fn bad_restores_are_refused_and_change_nothing() {
         state: GANTRY_APP_ACCEPTED,
         failures: 0,
         submit_ms: 0,
+        completed: Vec::new(),
     });
     // The same id twice; a terminal state; an unknown queue.
     h.refused(Event::AppRestored {
@@ -1518,6 +1579,7 @@ fn bad_restores_are_refused_and_change_nothing() {
         state: GANTRY_APP_ACCEPTED,
         failures: 0,
         submit_ms: 0,
+        completed: Vec::new(),
     });
     h.refused(Event::AppRestored {
         app: AppId(8),
@@ -1525,6 +1587,7 @@ fn bad_restores_are_refused_and_change_nothing() {
         state: GANTRY_APP_FINISHED,
         failures: 0,
         submit_ms: 0,
+        completed: Vec::new(),
     });
     h.refused(Event::AppRestored {
         app: AppId(9),
@@ -1532,6 +1595,7 @@ fn bad_restores_are_refused_and_change_nothing() {
         state: GANTRY_APP_NEW,
         failures: 0,
         submit_ms: 0,
+        completed: Vec::new(),
     });
     let restored = |container: u64, request: u32, node: &str, gpus: Vec<u32>| Event::ContainerRestored {
         container: ContainerId(container),
@@ -1805,6 +1869,38 @@ fn preemption_marks_follow_the_latest_rebalance_call() {
     let k = kills(&h.tick()); // call 5: kill it during its grace: stopped now, counted once
     assert_eq!(k.len(), 1);
     assert_eq!(h.e.stats().preempted_by_queue[queue].containers, 1, "a container is reclaimed once");
+}
+
+#[test]
+fn containers_completed_before_a_restart_stay_placed_and_never_run_again() {
+    let mut h = H::builtin();
+    h.register(node("n1", "r1", 8, 32, 0));
+    // Three containers wanted, two completed before the restart: one more runs, then it is done.
+    h.ok(Event::AppRestored {
+        app: AppId(5),
+        spec: app("half", DEFAULT_Q, vec![req(100, 1, 0, 3)]),
+        state: GANTRY_APP_RUNNING,
+        failures: 0,
+        submit_ms: 0,
+        completed: vec![2],
+    });
+    let l = launches(&h.tick());
+    assert_eq!(l.len(), 1, "only the container that had not completed runs");
+    assert!(launches(&h.tick()).is_empty());
+    h.start(l[0].container);
+    let cmds = h.exit(l[0].container, 0);
+    assert_eq!(changes_of(&cmds, AppId(5)), vec![GANTRY_APP_FINISHED]);
+    // More completions than a request wants, or than it has requests: refused.
+    for completed in [vec![4], vec![1, 1]] {
+        h.refused(Event::AppRestored {
+            app: AppId(6),
+            spec: app("bad", DEFAULT_Q, vec![req(100, 1, 0, 3)]),
+            state: GANTRY_APP_RUNNING,
+            failures: 0,
+            submit_ms: 0,
+            completed,
+        });
+    }
 }
 
 // =============================================================================================

@@ -273,6 +273,7 @@ fn a_restored_reservation_keeps_its_allocation_and_its_apps() {
         state: gantry_sdk::abi::GANTRY_APP_ACCEPTED,
         failures: 0,
         submit_ms: 0,
+        completed: Vec::new(),
     };
     handle(&mut fresh, 5_000, gone);
     // The plan holds it: a second reservation wanting the whole plan at 90-100 s must go earlier.

@@ -79,41 +79,55 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// One application, live or remembered, or `None` when the id is unknown.
     fn app(&self, id: u64) -> impl Future<Output = Option<AppInfo>> + Send;
 
-    /// Reserves a new application id (`POST /ws/v1/cluster/apps/new-application`), which a
-    /// later submission may carry as `application-id`.
-    fn new_application(&self) -> impl Future<Output = Result<NewApplication, ApiError>> + Send;
+    /// Hands out a new application id (`POST /ws/v1/cluster/apps/new-application`) that a later
+    /// submission by the same `caller` (the authenticated user; `None` without tokens) may carry
+    /// as `application-id`. Must return only once the id is durably taken: it is never given to
+    /// anyone else, across restarts too. [`ApiError::unavailable`] when the store cannot commit.
+    fn new_application(
+        &self,
+        caller: Option<String>,
+    ) -> impl Future<Output = Result<NewApplication, ApiError>> + Send;
 
     /// Records a submission, already validated and normalised by the router
     /// ([`SubmitApp::validate`], [`SubmitApp::normalize`]), and returns its id. Must return
     /// only once the submission is durable: the client is told 202 Accepted on `Ok`.
     /// Typical errors: [`ApiError::unavailable`] when the store cannot commit,
     /// [`ApiError::unprocessable`] when the engine refuses the spec (unknown queue, …),
-    /// [`ApiError::conflict`] for an `application-id` already used. `account` is the Unix
-    /// account its containers run as (`None`: the agent's `container_user`), decided by the
-    /// router from `[security] accounts`.
+    /// [`ApiError::unprocessable`] for an `application-id` that `new-application` did not hand
+    /// to `caller`, or that was used (nothing changes). `account` is the Unix account its
+    /// containers run as (`None`: the agent's `container_user`), decided by the router from
+    /// `[security] accounts`; `caller` is the authenticated user (`None` without tokens).
     fn submit(
         &self,
         req: SubmitApp,
         account: Option<String>,
+        caller: Option<String>,
     ) -> impl Future<Output = Result<u64, ApiError>> + Send;
 
-    /// Asks to kill a live application. The router has already answered unknown and terminal
-    /// applications itself, so this is called only for apps that looked live a moment ago.
+    /// Asks to kill a live application; returns once the kill is durable
+    /// ([`ApiError::unavailable`] when the store cannot commit: then nothing changed). The
+    /// router has already answered unknown and terminal applications itself, so this is called
+    /// only for apps that looked live a moment ago.
     fn kill(&self, id: u64) -> impl Future<Output = Result<(), ApiError>> + Send;
 
     /// The queue hierarchy with capacities and usage (`GET /ws/v1/cluster/scheduler`).
     fn scheduler(&self) -> impl Future<Output = SchedulerInfo> + Send;
 
-    /// Hands out a reservation id (`POST /reservation/new-reservation`).
-    fn new_reservation(&self) -> impl Future<Output = Result<reservations::NewReservation, ApiError>> + Send;
+    /// Hands out a reservation id (`POST /reservation/new-reservation`) for `caller`, durably,
+    /// as [`Backend::new_application`] does.
+    fn new_reservation(
+        &self,
+        caller: Option<String>,
+    ) -> impl Future<Output = Result<reservations::NewReservation, ApiError>> + Send;
 
     /// Admits a reservation at once: `Ok` with its allocation once it is durable;
     /// [`ApiError::conflict`] when the plan has no room (nothing changed), 422 for an invalid
-    /// request, 404 when no queue is reservable.
+    /// request or an `id` not handed to `caller`, 404 when no queue is reservable.
     fn submit_reservation(
         &self,
         id: Option<gantry_engine::ReservationId>,
         request: gantry_engine::ReservationRequest,
+        caller: Option<String>,
     ) -> impl Future<Output = Result<reservations::ReservationInfo, ApiError>> + Send;
 
     /// Replaces a reservation's definition; on a conflict the old allocation stays.
@@ -213,6 +227,26 @@ impl AppFilter {
     pub fn apply(&self, apps: Vec<AppInfo>) -> Vec<AppInfo> {
         let limit = self.limit.unwrap_or(usize::MAX);
         apps.into_iter().filter(|a| self.matches(a)).take(limit).collect()
+    }
+}
+
+/// Which nodes `GET /nodes?states=` asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFilter {
+    /// Keep nodes in any of these states; `None` keeps all. `Some` of an empty list keeps
+    /// none: the query named only YARN states that no gantry node is in.
+    pub states: Option<Vec<NodeState>>,
+}
+
+impl NodeFilter {
+    /// Whether a node passes.
+    pub fn matches(&self, node: &NodeInfo) -> bool {
+        self.states.as_ref().is_none_or(|states| states.contains(&node.state))
+    }
+
+    /// Keeps the nodes that match.
+    pub fn apply(&self, nodes: Vec<NodeInfo>) -> Vec<NodeInfo> {
+        nodes.into_iter().filter(|n| self.matches(n)).collect()
     }
 }
 

@@ -266,9 +266,7 @@ impl ReservationDefinition {
                 return Err("`rdl` must be a string (text form) or an object (JSON form)".into());
             }
         };
-        if self.name.len() > 253 {
-            return Err("reservation-name is longer than 253 bytes".into());
-        }
+        gantry_sdk::names::check_name(&self.name, true).map_err(|p| format!("reservation-name {p}"))?;
         Ok(ReservationRequest {
             queue,
             name: self.name.clone(),
@@ -370,6 +368,11 @@ mod tests {
             ..def
         };
         assert!(text.to_request("q".into(), "u".into()).is_ok());
+        let spoofed = ReservationDefinition { name: "etl\u{202E}dorp".into(), ..text.clone() };
+        assert_eq!(
+            spoofed.to_request("q".into(), "u".into()).unwrap_err(),
+            "reservation-name contains U+202E (RIGHT-TO-LEFT OVERRIDE)"
+        );
         let broken = ReservationDefinition {
             rdl: Some(serde_json::Value::String("atom(1c/1GiB, 2, 1, 1m, 3m)".into())),
             ..text

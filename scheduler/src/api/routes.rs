@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | GET | `` and `/info` | `{"clusterInfo"}` |
 //! | GET | `/metrics` | `{"clusterMetrics"}` |
-//! | GET | `/nodes`, `/nodes/{id}` | `{"nodes": {"node": […]}}`, `{"node"}` |
+//! | GET | `/nodes?states=`, `/nodes/{id}` | `{"nodes": {"node": […]}}`, `{"node"}` |
 //! | GET, PUT | `/nodes/{id}/state` | `{"state"}`; PUT `{"state": "DECOMMISSIONING"}` drains, `"RUNNING"` undrains (200 once stored) |
 //! | GET | `/removable-nodes?idle=10m` | `{"removableNodes": {"node": […]}}`: empty, not lost, idle at least that long |
 //! | GET | `/apps?states=&queue=&user=&limit=` | `{"apps": {"app": […]}}` |
@@ -29,7 +29,9 @@
 //! backend cannot do it now (e.g. cannot persist).
 
 use crate::api::types::*;
-use crate::api::{ApiError, AppFilter, Backend, DEFAULT_QUEUE, LogFile, MAX_BODY_BYTES, MAX_LOG_TAIL_BYTES};
+use crate::api::{
+    ApiError, AppFilter, Backend, DEFAULT_QUEUE, LogFile, MAX_BODY_BYTES, MAX_LOG_TAIL_BYTES, NodeFilter,
+};
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::header::{CONTENT_TYPE, LOCATION, X_CONTENT_TYPE_OPTIONS};
@@ -165,8 +167,45 @@ async fn metrics<B: Backend>(State(b): State<B>) -> Json<ClusterMetricsResponse>
     Json(ClusterMetricsResponse { cluster_metrics: b.metrics().await })
 }
 
-async fn nodes<B: Backend>(State(b): State<B>) -> Json<NodesResponse> {
-    Json(NodesResponse { nodes: NodeList { node: b.nodes().await } })
+/// `GET /nodes` parameters: YARN's `states`, a comma-separated list of node states (`state` is
+/// YARN's older, single-valued spelling).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodesQuery {
+    states: Option<String>,
+    state: Option<String>,
+}
+
+impl NodesQuery {
+    /// Turns the parameters into a filter: 400 for a name that is no node state, as for apps.
+    fn to_filter(&self) -> Result<NodeFilter, ApiError> {
+        let mut filter = NodeFilter::default();
+        for name in state_names([&self.states, &self.state]) {
+            let wanted = filter.states.get_or_insert_with(Vec::new);
+            if let Some(state) =
+                NodeState::from_filter_name(name).map_err(|e| ApiError::bad_request(e.to_string()))?
+            {
+                if !wanted.contains(&state) {
+                    wanted.push(state);
+                }
+            }
+        }
+        Ok(filter)
+    }
+}
+
+async fn nodes<B: Backend>(
+    State(b): State<B>,
+    ApiQuery(q): ApiQuery<NodesQuery>,
+) -> Result<Json<NodesResponse>, ApiError> {
+    let filter = q.to_filter()?;
+    Ok(Json(NodesResponse { nodes: NodeList { node: filter.apply(b.nodes().await) } }))
+}
+
+/// The names in YARN's comma-separated `states` parameters (`states=RUNNING,lost`), blanks and
+/// empty items dropped: empty values filter nothing, as in YARN.
+fn state_names<'a>(lists: impl IntoIterator<Item = &'a Option<String>>) -> impl Iterator<Item = &'a str> {
+    lists.into_iter().flatten().flat_map(|list| list.split(',')).map(str::trim).filter(|s| !s.is_empty())
 }
 
 async fn node<B: Backend>(
@@ -239,12 +278,10 @@ impl AppsQuery {
     /// Turns the parameters into a filter; empty values filter nothing, as in YARN.
     fn to_filter(&self) -> Result<AppFilter, ApiError> {
         let mut filter = AppFilter::default();
-        for list in [&self.states, &self.state].into_iter().flatten() {
-            for s in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                let state = s.parse::<AppState>().map_err(|e| ApiError::bad_request(e.to_string()))?;
-                if !filter.states.contains(&state) {
-                    filter.states.push(state);
-                }
+        for name in state_names([&self.states, &self.state]) {
+            let state = name.parse::<AppState>().map_err(|e| ApiError::bad_request(e.to_string()))?;
+            if !filter.states.contains(&state) {
+                filter.states.push(state);
             }
         }
         let nonempty = |v: &Option<String>| v.as_ref().filter(|s| !s.is_empty()).cloned();
@@ -392,8 +429,14 @@ fn cluster_admin_only(access: &MaybeAccess, what: &str) -> Result<(), ApiError> 
 
 async fn new_reservation<B: Backend>(
     State(b): State<B>,
+    access: MaybeAccess,
 ) -> Result<Json<crate::api::reservations::NewReservation>, ApiError> {
-    Ok(Json(b.new_reservation().await?))
+    Ok(Json(b.new_reservation(caller_of(&access)).await?))
+}
+
+/// The authenticated user, to whom ids handed out belong (`None` without tokens).
+fn caller_of(access: &MaybeAccess) -> Option<String> {
+    access.as_ref().map(|axum::Extension(a)| a.caller.user.clone())
 }
 
 /// The accepted reservation with this id, if the plan holds it.
@@ -426,7 +469,8 @@ async fn submit_reservation<B: Backend>(
 ) -> Result<Json<crate::api::reservations::ReservationInfo>, ApiError> {
     let queue = body.queue.clone().ok_or_else(|| ApiError::unprocessable("`queue` is required"))?;
     may_use_queue(&access, &full_queue_path(&queue), crate::auth::QueueRight::Submit)?;
-    let user = access.map_or_else(|| RESERVATION_USER.to_owned(), |axum::Extension(a)| a.caller.user);
+    let caller = caller_of(&access);
+    let user = caller.clone().unwrap_or_else(|| RESERVATION_USER.to_owned());
     let id = body
         .reservation_id
         .as_deref()
@@ -434,7 +478,7 @@ async fn submit_reservation<B: Backend>(
         .transpose()
         .map_err(ApiError::bad_request)?;
     let request = body.definition.to_request(queue, user).map_err(ApiError::unprocessable)?;
-    Ok(Json(b.submit_reservation(id, request).await?))
+    Ok(Json(b.submit_reservation(id, request, caller).await?))
 }
 
 async fn update_reservation<B: Backend>(
@@ -549,8 +593,11 @@ async fn optimize_reservations<B: Backend>(
     Ok(Json(b.optimize_reservations(limit).await?))
 }
 
-async fn new_application<B: Backend>(State(b): State<B>) -> Result<Json<NewApplication>, ApiError> {
-    Ok(Json(b.new_application().await?))
+async fn new_application<B: Backend>(
+    State(b): State<B>,
+    access: MaybeAccess,
+) -> Result<Json<NewApplication>, ApiError> {
+    Ok(Json(b.new_application(caller_of(&access)).await?))
 }
 
 /// Validates, normalises and submits; 202 only once the backend says the app is durable.
@@ -585,7 +632,7 @@ async fn submit<B: Backend>(
         let user = req.user.as_deref().unwrap_or(&a.caller.user);
         account = a.policy.accounts.account_for(user).map_err(forbidden)?;
     }
-    let id = b.submit(req, account).await?;
+    let id = b.submit(req, account, caller_of(&access)).await?;
     let location = format!("{PREFIX}/apps/{id}");
     Ok((StatusCode::ACCEPTED, [(LOCATION, location)], Json(SubmitResponse { application_id: id }))
         .into_response())

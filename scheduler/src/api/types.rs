@@ -317,7 +317,31 @@ impl NodeState {
             NodeState::Unhealthy => "UNHEALTHY",
         }
     }
+
+    /// Reads one name of a `GET /nodes?states=` list, ignoring case: gantry's states by YARN's
+    /// names (and `DRAINING`, gantry's own word for DECOMMISSIONING); `None` for the states of
+    /// YARN's list that no gantry node is ever in (NEW, DECOMMISSIONED, REBOOTED, SHUTDOWN),
+    /// which match no node — YARN's tools name every state when they want all nodes.
+    pub fn from_filter_name(name: &str) -> Result<Option<NodeState>, UnknownNodeState> {
+        let upper = name.trim().to_ascii_uppercase();
+        Ok(Some(match upper.as_str() {
+            "RUNNING" => NodeState::Running,
+            "DECOMMISSIONING" | "DRAINING" => NodeState::Decommissioning,
+            "LOST" => NodeState::Lost,
+            "UNHEALTHY" => NodeState::Unhealthy,
+            "NEW" | "DECOMMISSIONED" | "REBOOTED" | "SHUTDOWN" => return Ok(None),
+            _ => return Err(UnknownNodeState(name.to_owned())),
+        }))
+    }
 }
+
+/// Why a node state name in a filter was not understood.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown node state `{0}`; it is one of RUNNING, UNHEALTHY, DECOMMISSIONING (or DRAINING), LOST, \
+     or YARN's NEW, DECOMMISSIONED, REBOOTED, SHUTDOWN (which no gantry node is in)"
+)]
+pub struct UnknownNodeState(pub String);
 
 /// A container's state, by gantry's names (YARN's REST API does not list containers of the RM).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -379,6 +403,16 @@ pub enum RackAffinity {
     Preferred,
     /// One rack or not at all.
     Required,
+}
+
+impl From<EngineRackAffinity> for RackAffinity {
+    fn from(r: EngineRackAffinity) -> Self {
+        match r {
+            EngineRackAffinity::None => RackAffinity::None,
+            EngineRackAffinity::Preferred => RackAffinity::Preferred,
+            EngineRackAffinity::Required => RackAffinity::Required,
+        }
+    }
 }
 
 impl From<RackAffinity> for EngineRackAffinity {
@@ -777,7 +811,8 @@ pub struct AppInfo {
     pub state: AppState,
     /// Its outcome, `UNDEFINED` until it is over.
     pub final_status: FinalStatus,
-    /// Percent of its containers that completed, 0..=100 (100 once finished).
+    /// Percent of the containers it needs (all its groups' counts) that completed
+    /// successfully, 0..=100; 100 once it is over (as YARN).
     pub progress: f64,
     /// Why it is in its state (e.g. why it failed or was rejected).
     pub diagnostics: String,
@@ -862,7 +897,8 @@ impl AppInfo {
         self.allocated_v_cores = self.allocated_resources.v_cores;
     }
 
-    /// Sets `progress` from completed and wanted container counts (no-op once terminal).
+    /// Sets `progress` from the containers completed and those the app needs (no-op once
+    /// terminal, where it is 100).
     pub fn set_progress(&mut self, completed: u64, wanted: u64) {
         if !self.state.is_terminal() && wanted > 0 {
             self.progress = percent(completed.min(wanted) as f64 / wanted as f64);
@@ -878,15 +914,21 @@ pub struct RequestInfo {
     pub resource: ResourceInfo,
     /// Containers wanted.
     pub count: u32,
-    /// Containers placed now (allocated or running).
+    /// Containers placed (allocated, running, or completed).
     pub placed: u32,
+    /// Containers that completed successfully (gantry; what `progress` counts).
+    #[serde(default)]
+    pub completed: u32,
     /// All start together or none.
     pub gang: bool,
     /// Priority within the app.
     pub priority: i32,
-    /// Node selector.
+    /// Node selector: labels a node must have.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Labels a node should have when possible (gantry).
+    #[serde(default)]
+    pub preferred_labels: BTreeMap<String, String>,
     /// Rack affinity.
     pub rack_affinity: RackAffinity,
     /// The program and its arguments. (The environment is not echoed back: it often carries
@@ -901,9 +943,11 @@ impl RequestInfo {
             resource: r.resource.to_gantry().into(),
             count: r.count,
             placed: 0,
+            completed: 0,
             gang: r.gang,
             priority: r.priority,
             labels: r.labels.clone(),
+            preferred_labels: r.preferred_labels.clone(),
             rack_affinity: r.rack_affinity,
             command: r.command.clone(),
         }
@@ -1157,19 +1201,11 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> ValidationEr
     ValidationError { field: field.into(), message: message.into() }
 }
 
-/// Checks a name-like string: length, no control characters, and optionally not empty — the
-/// engine's own rules, checked here so the error names the field.
+/// Checks a name-like string: length, no control, bidirectional or invisible characters, and
+/// optionally not empty — the engine's own rule ([`gantry_sdk::names::check_name`]), checked here
+/// so the error names the field.
 fn check_text(field: &str, s: &str, allow_empty: bool) -> Result<(), ValidationError> {
-    if s.is_empty() && !allow_empty {
-        return Err(invalid(field, "must not be empty"));
-    }
-    if s.len() > MAX_NAME_LEN {
-        return Err(invalid(field, format!("is {} bytes long; the limit is {MAX_NAME_LEN}", s.len())));
-    }
-    if s.chars().any(char::is_control) {
-        return Err(invalid(field, "contains control characters"));
-    }
-    Ok(())
+    gantry_sdk::names::check_name(s, allow_empty).map_err(|problem| invalid(field, problem.to_string()))
 }
 
 fn check_labels(field: &str, labels: &BTreeMap<String, String>) -> Result<(), ValidationError> {

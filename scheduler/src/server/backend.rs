@@ -2,17 +2,20 @@
 //! core (see [`super::core`]), and submissions are acknowledged only once the store has
 //! committed them.
 
+use super::app_history::{EndedApp, LaunchedContainer};
 use super::core::{
-    Core, CoreGone, CoreHandle, LaunchTemplate, LogError, ReservationOp, ReservationOutcome, SubmitError,
+    Core, CoreGone, CoreHandle, IdKind, LaunchTemplate, LogError, ReservationOp, ReservationOutcome,
+    SubmitError,
 };
 use crate::api::reservations::{NewReservation, OptimizeInfo, ReservationInfo, format_reservation_id};
 use crate::api::types::*;
 use crate::api::{ApiError, AppFilter, Backend, LogFile};
-use gantry_engine::state::{AppSummary, container_is_live};
+use gantry_engine::state::{AppSummary, ClusterState, container_is_live};
 use gantry_engine::{AppId, EngineError};
 use gantry_proto::v1;
 use gantry_sdk::View;
 use gantry_sdk::abi::*;
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long a log request waits for the agent's answer, a free read slot on its node
@@ -77,35 +80,64 @@ fn log_error(e: LogError) -> ApiError {
     }
 }
 
-/// What the API shows of an ended application's own record.
-fn ended_info(s: &AppSummary) -> AppInfo {
+/// What the API shows of an ended application: the engine's summary (state, diagnostics), the
+/// core's record of it (submission, times, counters; `None` when it was forgotten) and the
+/// containers it ran — the same before and after a restart, and for apps read from the store.
+fn ended_info(s: &AppSummary, ended: Option<&EndedApp>, containers: &[LaunchedContainer]) -> AppInfo {
     let state = AppState::from_abi(s.state).unwrap_or(AppState::Failed);
     let mut a = AppInfo::new(s.id.0, s.name.clone(), s.user.clone(), s.queue.clone(), state);
     a.diagnostics.clone_from(&s.diagnostics);
+    if let Some(e) = ended {
+        a.priority = e.priority;
+        a.started_time = e.submit_ms;
+        a.finished_time = e.finished_ms;
+        a.elapsed_time = e.finished_ms.saturating_sub(e.submit_ms);
+        a.max_app_attempts = e.max_attempts;
+        a.failures = e.failures;
+        a.requests = e
+            .requests
+            .iter()
+            .enumerate()
+            .map(|(k, r)| RequestInfo {
+                resource: r.resources.into(),
+                count: r.count,
+                placed: 0,
+                completed: containers
+                    .iter()
+                    .filter(|c| c.request as usize == k && c.state == GANTRY_CONTAINER_COMPLETED)
+                    .count() as u32,
+                gang: r.gang,
+                priority: r.priority,
+                labels: r.selector.iter().cloned().collect(),
+                preferred_labels: r.preferred.iter().cloned().collect(),
+                rack_affinity: r.rack_affinity.into(),
+                command: e.commands.get(k).cloned().unwrap_or_default(),
+            })
+            .collect();
+    }
+    a.containers.extend(containers.iter().filter_map(remembered_container));
     a
 }
 
-fn summary_info(core: &Core, s: &AppSummary) -> AppInfo {
-    let mut a = ended_info(s);
-    a.containers.extend(core.launched(s.id.0).iter().filter_map(ended_container));
-    a
-}
-
-/// What the API shows of a container the core remembers (ended ones carry their words).
-fn ended_container(c: &super::core::LaunchedContainer) -> Option<ContainerInfo> {
+/// What the API shows of a container the core remembers: an ended one carries how it ended.
+fn remembered_container(c: &LaunchedContainer) -> Option<ContainerInfo> {
     Some(ContainerInfo {
         id: c.id,
         state: ContainerState::from_abi(c.state)?,
         node_id: c.node.clone(),
         request: c.request,
-        resource: ResourceInfo::default(),
-        gpus: Vec::new(),
+        resource: c.resources.into(),
+        gpus: c.gpus.clone(),
         exit_code: c.exit_code,
-        started_time: 0,
-        finished_time: 0,
+        started_time: c.started_ms.unwrap_or_default(),
+        finished_time: c.finished_ms.unwrap_or_default(),
         diagnostics: c.diagnostics.clone(),
         preemption_candidate_since: None,
     })
+}
+
+fn summary_info(core: &Core, s: &AppSummary) -> AppInfo {
+    ended_info(s, core.ended_app(s.id.0), core.launched(s.id.0))
 }
 
 /// Everything the API shows of a live application.
@@ -123,18 +155,24 @@ fn live_info(core: &Core, index: u32) -> Option<AppInfo> {
     info.elapsed_time = now_ms().saturating_sub(a.submit_ms);
     info.max_app_attempts = meta.max_attempts;
     info.failures = meta.failures;
+    if let Some(e) = core.ended_app(a.id) {
+        // Ended, and not compacted away yet (until the next cycle).
+        info.finished_time = e.finished_ms;
+        info.elapsed_time = e.finished_ms.saturating_sub(a.submit_ms);
+    }
     info.set_allocated(a.used);
-    let (mut placed, mut wanted) = (0u64, 0u64);
+    let mut wanted = 0u64;
     for (k, r) in View::range(st.requests(), a.requests).iter().enumerate() {
-        placed += u64::from(r.placed);
         wanted += u64::from(r.count);
         info.requests.push(RequestInfo {
             resource: r.resources.into(),
             count: r.count,
             placed: r.placed,
+            completed: meta.completed.get(k).copied().unwrap_or(0),
             gang: r.flags & GANTRY_REQUEST_GANG != 0,
             priority: r.priority,
-            labels: Default::default(),
+            labels: label_map(st, r.selector),
+            preferred_labels: label_map(st, r.preferred),
             rack_affinity: if r.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0 {
                 RackAffinity::Required
             } else if r.flags & GANTRY_REQUEST_SAME_RACK_PREFERRED != 0 {
@@ -145,7 +183,7 @@ fn live_info(core: &Core, index: u32) -> Option<AppInfo> {
             command: core.template(a.id, k).map(|t| t.argv.clone()).unwrap_or_default(),
         });
     }
-    info.set_progress(placed, wanted);
+    info.set_progress(meta.completed_total(), wanted);
     for c in st.containers().iter().filter(|c| c.app == index && container_is_live(c.state)) {
         let Some(state) = ContainerState::from_abi(c.state) else { continue };
         if c.state == GANTRY_CONTAINER_RUNNING {
@@ -176,9 +214,17 @@ fn live_info(core: &Core, index: u32) -> Option<AppInfo> {
     }
     // Its ended containers too (a failed attempt, a lost one), with how they ended.
     let ended = core.launched(a.id).iter().filter(|c| !container_is_live(c.state));
-    info.containers.extend(ended.filter_map(ended_container));
+    info.containers.extend(ended.filter_map(remembered_container));
     info.containers.sort_by_key(|c| c.id);
     Some(info)
+}
+
+/// A node's labels or a request's selector, from the engine's label records, as `key: value`.
+fn label_map(st: &ClusterState, range: GantryRange) -> BTreeMap<String, String> {
+    View::range(st.labels(), range)
+        .iter()
+        .map(|l| (st.str(l.key).to_owned(), st.str(l.value).to_owned()))
+        .collect()
 }
 
 fn node_info(core: &Core, n: &GantryNode) -> NodeInfo {
@@ -186,10 +232,7 @@ fn node_info(core: &Core, n: &GantryNode) -> NodeInfo {
     let name = st.str(n.name).to_owned();
     let state = NodeState::from_abi(n.state).unwrap_or(NodeState::Unhealthy);
     let mut info = NodeInfo::new(name.clone(), st.str(n.rack), state, n.capacity, n.allocated);
-    info.labels = View::range(st_labels(core), n.labels)
-        .iter()
-        .map(|l| (st.str(l.key).to_owned(), st.str(l.value).to_owned()))
-        .collect();
+    info.labels = label_map(st, n.labels);
     let meta = st.node_by_name(&name).and_then(|i| st.node_meta(i.0));
     info.num_containers = meta.map_or(0, |m| m.live_containers);
     info.idle_since = meta.and_then(|m| m.idle_since_ms).filter(|_| n.state != GANTRY_NODE_LOST);
@@ -218,20 +261,19 @@ fn node_info(core: &Core, n: &GantryNode) -> NodeInfo {
     info
 }
 
-/// The engine's label records (node labels live there).
-fn st_labels(core: &Core) -> &[GantryLabel] {
-    core.engine().state().labels()
+/// The answer to a change the core refused (the engine's reason) or could not store (503:
+/// nothing changed, try again); `what` names the change for the latter.
+fn submit_error(e: SubmitError, what: &str) -> ApiError {
+    match e {
+        SubmitError::Engine(e) => engine_error(e),
+        SubmitError::Store(e) => ApiError::unavailable(format!("{what} could not be stored: {e}")),
+    }
 }
 
 impl DaemonBackend {
     /// Runs a reservation change and answers the reservation's record.
     async fn reservation_change(&self, op: ReservationOp) -> Result<ReservationOutcome, ApiError> {
-        self.core.reservation(op).await.map_err(gone)?.map_err(|e| match e {
-            SubmitError::Engine(e) => engine_error(e),
-            SubmitError::Store(e) => {
-                ApiError::unavailable(format!("the reservation could not be stored: {e}"))
-            }
-        })
+        self.core.reservation(op).await.map_err(gone)?.map_err(|e| submit_error(e, "the reservation"))
     }
 
     async fn reservation_info(&self, outcome: ReservationOutcome) -> Result<ReservationInfo, ApiError> {
@@ -257,8 +299,13 @@ impl DaemonBackend {
 }
 
 impl Backend for DaemonBackend {
-    async fn new_reservation(&self) -> Result<NewReservation, ApiError> {
-        let id = self.core.read(|c| c.reserve_reservation_id()).await.map_err(gone)?;
+    async fn new_reservation(&self, caller: Option<String>) -> Result<NewReservation, ApiError> {
+        let id = self
+            .core
+            .new_id(IdKind::Reservation, caller)
+            .await
+            .map_err(gone)?
+            .map_err(|e| submit_error(e, "the new reservation id"))?;
         Ok(NewReservation { reservation_id: format_reservation_id(gantry_engine::ReservationId(id)) })
     }
 
@@ -266,8 +313,9 @@ impl Backend for DaemonBackend {
         &self,
         id: Option<gantry_engine::ReservationId>,
         request: gantry_engine::ReservationRequest,
+        caller: Option<String>,
     ) -> Result<ReservationInfo, ApiError> {
-        let outcome = self.reservation_change(ReservationOp::Submit { id, request }).await?;
+        let outcome = self.reservation_change(ReservationOp::Submit { id, request, caller }).await?;
         self.reservation_info(outcome).await
     }
 
@@ -476,7 +524,11 @@ impl Backend for DaemonBackend {
                         .find(|h| h.id.0 == id)
                         .map(|h| summary_info(c, h)),
                 };
-                let store = if info.is_none() { c.store() } else { None };
+                let store = if info.is_none() {
+                    c.store().map(|s| (s, c.engine().default_max_attempts()))
+                } else {
+                    None
+                };
                 (info, store)
             })
             .await
@@ -484,29 +536,48 @@ impl Backend for DaemonBackend {
         if info.is_some() {
             return info;
         }
-        // Ended longer ago than memory keeps (max_completed_apps): the store still has it. Its
-        // containers are not shown; the store's record of the app is.
-        let summary = tokio::task::spawn_blocking(move || store?.app_summary(AppId(id)).ok().flatten())
-            .await
-            .ok()??;
-        Some(ended_info(&summary))
+        // Ended longer ago than memory keeps (max_completed_apps): the store still has it, with
+        // its containers.
+        let (store, default_attempts) = store?;
+        let (record, containers) =
+            tokio::task::spawn_blocking(move || store.app_record(AppId(id)).ok().flatten()).await.ok()??;
+        let summary = AppSummary {
+            id: record.id,
+            name: record.spec.name.clone(),
+            queue: record.spec.queue.clone(),
+            user: record.spec.user.clone(),
+            state: record.state,
+            diagnostics: record.diagnostics.clone(),
+        };
+        let ended = EndedApp::from_record(&record, &containers, default_attempts);
+        let launched: Vec<LaunchedContainer> = containers.iter().map(LaunchedContainer::from).collect();
+        Some(ended_info(&summary, Some(&ended), &launched))
     }
 
-    async fn new_application(&self) -> Result<NewApplication, ApiError> {
-        let (id, max) = self
+    async fn new_application(&self, caller: Option<String>) -> Result<NewApplication, ApiError> {
+        let max = self
             .core
             .read(|c| {
-                let st = c.engine().state();
                 // What submissions are checked against (Engine::check_fits).
-                let max = st.largest_node().unwrap_or_default();
-                (c.reserve_app_id(), max)
+                c.engine().state().largest_node().unwrap_or_default()
             })
             .await
             .map_err(gone)?;
+        let id = self
+            .core
+            .new_id(IdKind::App, caller)
+            .await
+            .map_err(gone)?
+            .map_err(|e| submit_error(e, "the new application id"))?;
         Ok(NewApplication { application_id: id, maximum_resource_capability: max.into() })
     }
 
-    async fn submit(&self, req: SubmitApp, account: Option<String>) -> Result<u64, ApiError> {
+    async fn submit(
+        &self,
+        req: SubmitApp,
+        account: Option<String>,
+        caller: Option<String>,
+    ) -> Result<u64, ApiError> {
         let mut spec = req.to_app_spec(crate::api::DEFAULT_QUEUE, "gantry");
         if let Some(text) = &req.reservation_id {
             let id = crate::api::reservations::parse_reservation_id(text).map_err(ApiError::unprocessable)?;
@@ -538,20 +609,15 @@ impl Backend for DaemonBackend {
             .collect();
         let id = self
             .core
-            .submit_with_id(spec, templates, req.application_id.map(AppId))
+            .submit_with_id(spec, templates, req.application_id.map(AppId), caller)
             .await
             .map_err(gone)?
-            .map_err(|e| match e {
-                super::core::SubmitError::Engine(e) => engine_error(e),
-                super::core::SubmitError::Store(e) => {
-                    ApiError::unavailable(format!("the submission could not be stored: {e}"))
-                }
-            })?;
+            .map_err(|e| submit_error(e, "the submission"))?;
         Ok(id.0)
     }
 
     async fn kill(&self, id: u64) -> Result<(), ApiError> {
-        self.core.kill(AppId(id)).await.map_err(gone)?.map_err(engine_error)
+        self.core.kill(AppId(id)).await.map_err(gone)?.map_err(|e| submit_error(e, "the kill"))
     }
 
     async fn scheduler(&self) -> SchedulerInfo {
@@ -740,7 +806,11 @@ mod tests {
     #[tokio::test]
     async fn a_launch_its_agent_refused_says_why() {
         let (backend, core, _rx, id) = cluster().await;
-        let failed = v1::LaunchFailed { container_id: id, message: "unknown user \"bob\"".into() };
+        let failed = v1::LaunchFailed {
+            container_id: id,
+            message: "unknown user \"bob\"".into(),
+            ..Default::default()
+        };
         core.send(Request::AgentMessage { node: "n1".into(), stream: 1, msg: Up::LaunchFailed(failed) })
             .await
             .expect("core");

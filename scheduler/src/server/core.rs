@@ -7,16 +7,29 @@
 //! registering), with the requests that arrived meanwhile coalesced into one cycle, and at the
 //! latest every `cycle_interval`.
 //!
+//! Every run has a cluster id of its own (random, made at start) that its launches carry, as
+//! YARN's container ids carry the ResourceManager's start time: an agent names containers by
+//! (cluster id, container id), so a scheduler on a fresh data directory, a restored backup or
+//! another cluster's state never mistakes an agent's older containers for its own, whatever
+//! their numbers. The core applies only what agents report about its own containers — those it
+//! launched, under its cluster id or (on an agent older than cluster ids) the legacy one, and
+//! the live ones restored from the store under the cluster ids they were launched with
+//! ([`Core::cluster_of`]) — and kills the others when their agent registers.
+//!
 //! Container logs stay on the node that ran the container (as YARN's NodeManager keeps them):
 //! [`CoreHandle::read_log`] sends a `ReadLog` down that node's stream and hands back the agent's
 //! `LogChunk`. A read in flight fails as soon as its stream ends, is replaced or its node is
 //! lost; one whose caller gave up is dropped at the next liveness tick.
 
+pub use super::app_history::LaunchedContainer;
+use super::app_history::{AppHistory, EndedApp};
 use super::exit_words;
+use super::handed_out::{Caller, HandedOut};
 use gantry_engine::{
     AppId, AppSpec, Command, ContainerId, Engine, EngineError, Event, GpuSpec, NodeCondition, NodeSpec,
     Resources,
 };
+use gantry_proto::ClusterId;
 use gantry_proto::v1;
 use gantry_proto::v1::agent_message::Msg as Up;
 use gantry_proto::v1::scheduler_message::Msg as Down;
@@ -49,8 +62,11 @@ pub enum Request {
     Submit {
         /// The engine's view of it.
         spec: AppSpec,
-        /// An id reserved earlier with `new-application`, if the client uses one.
+        /// An id handed out earlier by `new-application`, if the client uses one: it must have
+        /// been handed to `caller` and not used (see [`super::handed_out`]).
         id: Option<AppId>,
+        /// Who submits (the authenticated user; `None` without tokens).
+        caller: Caller,
         /// One template per request, in order.
         templates: Vec<LaunchTemplate>,
         /// Where the id goes, with the store's acknowledgement to await before telling the
@@ -64,12 +80,31 @@ pub enum Request {
         /// Why.
         reason: String,
     },
-    /// Kill an application.
-    Kill {
+    /// Hand out an id for a later submission (`new-application`, `new-reservation`): the engine
+    /// never gives it to anyone else, and the store records that before the id is answered.
+    NewId {
+        /// Which kind of id.
+        kind: IdKind,
+        /// Who may use it.
+        caller: Caller,
+        /// The id and the acknowledgement to await before answering (none without a store).
+        reply: oneshot::Sender<Result<(u64, Option<crate::store::Ack>), SubmitError>>,
+    },
+    /// First step of killing an application: check it is live and queue its KILLED state to the
+    /// store; nothing changes in the engine until [`Request::ApplyKill`] follows the commit, so
+    /// a kill that cannot be stored is answered 503 and changes nothing.
+    StoreKill {
         /// The app.
         app: AppId,
-        /// The outcome.
-        reply: oneshot::Sender<Result<(), EngineError>>,
+        /// The acknowledgement to await (none without a store), or why not.
+        reply: oneshot::Sender<Result<Option<crate::store::Ack>, SubmitError>>,
+    },
+    /// Second step: the kill is stored; stop the application's containers.
+    ApplyKill {
+        /// The app.
+        app: AppId,
+        /// Done (an app that ended by itself meanwhile is fine: its own end is stored after).
+        reply: oneshot::Sender<()>,
     },
     /// First step of draining (`drained`) or undraining a node: check the node and queue the
     /// change to the store; the reply carries the store's acknowledgement. Nothing changes in
@@ -209,8 +244,14 @@ pub enum SubmitError {
     Store(crate::store::StoreError),
 }
 
-/// Reservation ids handed out and not yet used that the core remembers.
-pub const MAX_UNUSED_RESERVATION_IDS: usize = 10_000;
+/// Which kind of id [`Request::NewId`] hands out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdKind {
+    /// An application id (`new-application`).
+    App,
+    /// A reservation id (`new-reservation`).
+    Reservation,
+}
 
 /// A change to the reservation plan (see [`Request::Reservation`]).
 #[derive(Debug)]
@@ -219,6 +260,9 @@ pub enum ReservationOp {
     Submit {
         /// An id from `new-reservation`, or none.
         id: Option<gantry_engine::ReservationId>,
+        /// Who submits (the authenticated user; `None` without tokens): an `id` must have been
+        /// handed to them.
+        caller: Caller,
         /// What it asks for.
         request: gantry_engine::ReservationRequest,
     },
@@ -293,18 +337,32 @@ impl CoreHandle {
         spec: AppSpec,
         templates: Vec<LaunchTemplate>,
     ) -> Result<Result<AppId, SubmitError>, CoreGone> {
-        self.submit_with_id(spec, templates, None).await
+        self.submit_with_id(spec, templates, None, None).await
     }
 
-    /// Submits an application under an id reserved with [`Core::reserve_app_id`], or a new one.
+    /// Hands out an id for a later submission by `caller`; answers once the store has recorded
+    /// that the id is taken.
+    pub async fn new_id(&self, kind: IdKind, caller: Caller) -> Result<Result<u64, SubmitError>, CoreGone> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::NewId { kind, caller, reply }).await?;
+        Ok(match rx.await.map_err(|_| CoreGone)? {
+            Err(e) => Err(e),
+            Ok((id, Some(ack))) => ack.await.map(|()| id).map_err(SubmitError::Store),
+            Ok((id, None)) => Ok(id),
+        })
+    }
+
+    /// Submits an application under an id handed to `caller` by [`CoreHandle::new_id`], or
+    /// under a new one.
     pub async fn submit_with_id(
         &self,
         spec: AppSpec,
         templates: Vec<LaunchTemplate>,
         id: Option<AppId>,
+        caller: Caller,
     ) -> Result<Result<AppId, SubmitError>, CoreGone> {
         let (reply, rx) = oneshot::channel();
-        self.send(Request::Submit { spec, id, templates, reply }).await?;
+        self.send(Request::Submit { spec, id, caller, templates, reply }).await?;
         match rx.await.map_err(|_| CoreGone)? {
             Err(e) => Ok(Err(SubmitError::Engine(e))),
             // Acknowledged once committed (at once without a store).
@@ -367,11 +425,24 @@ impl CoreHandle {
         Ok(rx.await.map_err(|_| CoreGone)?.map_err(SubmitError::Engine))
     }
 
-    /// Kills an application.
-    pub async fn kill(&self, app: AppId) -> Result<Result<(), EngineError>, CoreGone> {
+    /// Kills an application. Answers once the kill is durable; a kill the store cannot record
+    /// fails with [`SubmitError::Store`] and changes nothing.
+    pub async fn kill(&self, app: AppId) -> Result<Result<(), SubmitError>, CoreGone> {
         let (reply, rx) = oneshot::channel();
-        self.send(Request::Kill { app, reply }).await?;
-        rx.await.map_err(|_| CoreGone)
+        self.send(Request::StoreKill { app, reply }).await?;
+        match rx.await.map_err(|_| CoreGone)? {
+            Err(e) => return Ok(Err(e)),
+            Ok(Some(ack)) => {
+                if let Err(e) = ack.await {
+                    return Ok(Err(SubmitError::Store(e)));
+                }
+            }
+            Ok(None) => {}
+        }
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::ApplyKill { app, reply }).await?;
+        rx.await.map_err(|_| CoreGone)?;
+        Ok(Ok(()))
     }
 
     /// Reads the end of a container's log through its node's agent and waits for the answer.
@@ -390,27 +461,6 @@ impl CoreHandle {
     }
 }
 
-/// A container the core launched, remembered after it ends (for `gantry app` and `gantry logs`
-/// on finished applications).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LaunchedContainer {
-    /// Container id.
-    pub id: u64,
-    /// Its node.
-    pub node: String,
-    /// Index of its request in the application.
-    pub request: u32,
-    /// Its last known state (`GANTRY_CONTAINER_*`).
-    pub state: u32,
-    /// Its exit status, once it ended.
-    pub exit_code: Option<i32>,
-    /// How it ended, in words, once it ended (the engine's, kept in the store's `reason`).
-    pub diagnostics: String,
-}
-
-/// Applications whose launched containers are remembered; the oldest are forgotten first.
-const LAUNCHED_HISTORY: usize = 10_000;
-
 /// What the core keeps of a connected agent.
 #[derive(Debug)]
 pub struct AgentLink {
@@ -419,6 +469,9 @@ pub struct AgentLink {
     last_seen: Instant,
     /// The agent's last usage report.
     pub last_status: Option<v1::Status>,
+    /// It names containers by cluster id too (`Register.reports_cluster_ids`); an older agent
+    /// reports none, and means the containers this scheduler addressed.
+    reports_cluster_ids: bool,
 }
 
 impl AgentLink {
@@ -446,6 +499,13 @@ pub struct CoreStats {
 /// The engine and its surroundings, owned by the core task.
 pub struct Core {
     engine: Engine,
+    /// This run's cluster id, carried by every launch (see the module's documentation).
+    cluster: ClusterId,
+    /// Live containers their agents know by another cluster id than this run's: those restored
+    /// from the store that earlier runs launched, and those launched on an agent older than
+    /// cluster ids (which names every container legacy). Ended ones are dropped at the liveness
+    /// check (the launch history, which forgets old applications, still names them).
+    known_as: HashMap<u64, ClusterId>,
     agents: HashMap<String, AgentLink>,
     /// Messages to agents held back until a store write commits, in batches: a launch must not
     /// reach an agent before its container's record is durable, or a crash in between lets the
@@ -458,20 +518,21 @@ pub struct Core {
     /// Nodes with messages in `held`.
     held_nodes: HashSet<String>,
     templates: HashMap<u64, Vec<LaunchTemplate>>,
+    /// Live applications' submissions, kept for their record once they end.
+    specs: HashMap<u64, AppSpec>,
     /// Launches sent, by container: to answer "which app/request" when the agent reports.
     dirty: bool,
     stats: CoreStats,
     started: Instant,
-    /// The last application id handed out by `new-application` (ids are never reused).
-    last_reserved: std::cell::Cell<u64>,
-    last_reserved_reservation: std::cell::Cell<u64>,
-    /// Reservation ids handed out by `new-reservation` and not submitted yet: a submission may
-    /// name only one of these, so an id is never used twice.
-    unused_reservation_ids: std::cell::RefCell<std::collections::BTreeSet<u64>>,
-    /// Containers launched per application, and which app each container belongs to.
-    launched: HashMap<u64, Vec<LaunchedContainer>>,
-    launched_app: HashMap<u64, u64>,
-    launched_order: std::collections::VecDeque<u64>,
+    /// Application ids handed out by `new-application` and not used yet, with their callers.
+    handed_out_apps: HandedOut,
+    /// Reservation ids handed out by `new-reservation` and not used yet, with their callers.
+    handed_out_reservations: HandedOut,
+    /// Submissions the engine took whose record the store refused, withdrawn: their end is not
+    /// written (there is no record, and the id is never another app's).
+    unstored_apps: HashSet<u64>,
+    /// Containers launched, and ended applications' records.
+    history: AppHistory,
     /// The durable store, if the daemon has one.
     store: Option<std::sync::Arc<crate::store::Store>>,
     /// After a restart: containers the store says were running, by node, restored when their
@@ -524,6 +585,36 @@ fn measured_usage(s: &v1::Status) -> Option<Resources> {
     Some(Resources::new(cpu_millis, host.memory_used_bytes, gpus))
 }
 
+/// Per request of a live app, the stored containers that completed and must not run again
+/// after a restart. A gang restarts whole when a member ends otherwise (its completed members run
+/// again), so for a gang only completions after its last other end count.
+fn completed_per_request(spec: &AppSpec, stored: &[&crate::store::ContainerRecord]) -> Vec<u32> {
+    spec.requests
+        .iter()
+        .enumerate()
+        .map(|(k, r)| {
+            let mine = || stored.iter().filter(|c| c.request as usize == k);
+            let restarted_after = if r.gang {
+                mine()
+                    .filter(|c| {
+                        matches!(
+                            c.state,
+                            GANTRY_CONTAINER_FAILED | GANTRY_CONTAINER_LOST | GANTRY_CONTAINER_KILLED
+                        )
+                    })
+                    .map(|c| c.id.0)
+                    .max()
+                    .unwrap_or(0)
+            } else {
+                0
+            };
+            let done =
+                mine().filter(|c| c.state == GANTRY_CONTAINER_COMPLETED && c.id.0 > restarted_after).count();
+            (done as u32).min(r.count)
+        })
+        .collect()
+}
+
 fn down(msg: Down) -> Result<v1::SchedulerMessage, tonic::Status> {
     Ok(v1::SchedulerMessage { msg: Some(msg) })
 }
@@ -532,18 +623,20 @@ impl Core {
     /// A core around `engine`.
     pub fn new(engine: Engine) -> Self {
         Core {
+            history: AppHistory::new(engine.history_len()),
             engine,
+            // Random, never the legacy cluster's 0: unique across scheduler states.
+            cluster: ClusterId::from_bits(rand::random::<u128>().max(1)),
+            known_as: HashMap::new(),
             agents: HashMap::new(),
             templates: HashMap::new(),
+            specs: HashMap::new(),
             dirty: false,
             stats: CoreStats::default(),
             started: Instant::now(),
-            last_reserved: std::cell::Cell::new(0),
-            last_reserved_reservation: std::cell::Cell::new(0),
-            unused_reservation_ids: std::cell::RefCell::new(std::collections::BTreeSet::new()),
-            launched: HashMap::new(),
-            launched_app: HashMap::new(),
-            launched_order: std::collections::VecDeque::new(),
+            handed_out_apps: HandedOut::new("application", "new-application"),
+            handed_out_reservations: HandedOut::new("reservation", "new-reservation"),
+            unstored_apps: HashSet::new(),
             held: std::collections::VecDeque::new(),
             held_nodes: HashSet::new(),
             store: None,
@@ -644,6 +737,16 @@ impl Core {
     ) -> Result<Self, crate::store::StoreError> {
         let recovered = store.load()?;
         let mut core = Core::new(engine);
+        // Every id the store has seen (ended and deleted apps included) or handed out is taken:
+        // without this a restarted engine counts from 1 again and overwrites what is stored.
+        let taken = Event::IdsTaken {
+            app_below: recovered.next_app_id,
+            container_below: recovered.next_container_id,
+            reservation_below: recovered.next_reservation_id,
+        };
+        if let Err(e) = core.engine.handle(now_ms(), taken) {
+            tracing::error!(error = %e, "cannot restore the id counters");
+        }
         let mut failures: HashMap<u64, u32> = HashMap::new();
         for c in &recovered.containers {
             if c.state == GANTRY_CONTAINER_FAILED {
@@ -673,8 +776,18 @@ impl Core {
             }
         }
         let mut live_apps = std::collections::HashSet::new();
+        let mut by_app: HashMap<u64, Vec<&crate::store::ContainerRecord>> = HashMap::new();
+        for c in &recovered.containers {
+            by_app.entry(c.app.0).or_default().push(c);
+        }
         for a in recovered.apps {
             if !matches!(a.state, GANTRY_APP_NEW | GANTRY_APP_ACCEPTED | GANTRY_APP_RUNNING) {
+                let containers: Vec<crate::store::ContainerRecord> = by_app
+                    .get(&a.id.0)
+                    .map(|cs| cs.iter().map(|c| (*c).clone()).collect())
+                    .unwrap_or_default();
+                let ended = EndedApp::from_record(&a, &containers, core.engine.default_max_attempts());
+                core.history.remember_end(a.id.0, ended);
                 core.past.push(gantry_engine::state::AppSummary {
                     id: a.id,
                     name: a.spec.name.clone(),
@@ -686,8 +799,11 @@ impl Core {
                 continue;
             }
             let templates: Vec<LaunchTemplate> = serde_json::from_value(a.launch.clone()).unwrap_or_default();
+            core.specs.insert(a.id.0, a.spec.clone());
+            let stored = by_app.get(&a.id.0).map(Vec::as_slice).unwrap_or_default();
             let event = Event::AppRestored {
                 app: a.id,
+                completed: completed_per_request(&a.spec, stored),
                 spec: a.spec,
                 state: a.state,
                 failures: failures.get(&a.id.0).copied().unwrap_or(0),
@@ -704,18 +820,9 @@ impl Core {
         for c in recovered.containers {
             // Every stored container is remembered with its node, so `gantry app` lists it and
             // its logs can be read from that node after the restart too.
-            core.remember_launch(
-                c.app.0,
-                LaunchedContainer {
-                    id: c.id.0,
-                    node: c.node.clone(),
-                    request: c.request,
-                    state: c.state,
-                    exit_code: c.exit_code,
-                    diagnostics: c.reason.clone().unwrap_or_default(),
-                },
-            );
+            core.history.remember_launch(c.app.0, LaunchedContainer::from(&c));
             if live_apps.contains(&c.app.0) && gantry_engine::state::container_is_live(c.state) {
+                core.known_as.insert(c.id.0, c.cluster);
                 core.awaiting.entry(c.node.clone()).or_default().push(c);
             }
         }
@@ -747,48 +854,67 @@ impl Core {
 
     /// The containers launched for an application, including ended ones.
     pub fn launched(&self, app: u64) -> &[LaunchedContainer] {
-        self.launched.get(&app).map(Vec::as_slice).unwrap_or(&[])
+        self.history.launched(app)
     }
 
     /// The application a launched container belongs to (ended ones included, as remembered).
     pub fn app_of_container(&self, container: u64) -> Option<u64> {
-        self.launched.iter().find(|(_, cs)| cs.iter().any(|c| c.id == container)).map(|(app, _)| *app)
+        self.history.app_of_container(container)
     }
 
-    /// Remembers a launched container; one already remembered (restored after a restart) is
-    /// updated instead.
-    fn remember_launch(&mut self, app: u64, c: LaunchedContainer) {
-        if let Some(known) = self.launched.get_mut(&app).and_then(|v| v.iter_mut().find(|k| k.id == c.id)) {
-            *known = c;
-            return;
-        }
-        if !self.launched.contains_key(&app) {
-            self.launched_order.push_back(app);
-            while self.launched_order.len() > LAUNCHED_HISTORY {
-                if let Some(old) = self.launched_order.pop_front() {
-                    for c in self.launched.remove(&old).unwrap_or_default() {
-                        self.launched_app.remove(&c.id);
-                    }
-                }
-            }
-        }
-        self.launched_app.insert(c.id, app);
-        self.launched.entry(app).or_default().push(c);
+    /// What is remembered of an ended application beyond the engine's summary.
+    pub fn ended_app(&self, app: u64) -> Option<&EndedApp> {
+        self.history.ended(app)
     }
 
-    fn remember_end(&mut self, container: u64, state: u32, exit_code: Option<i32>, diagnostics: &str) {
-        let Some(app) = self.launched_app.get(&container) else { return };
-        if let Some(c) = self.launched.get_mut(app).and_then(|v| v.iter_mut().find(|c| c.id == container)) {
-            c.state = state;
-            c.exit_code = exit_code;
-            c.diagnostics = diagnostics.to_owned();
-        }
+    /// A launched container, as remembered.
+    fn launched_container(&self, container: u64) -> Option<&LaunchedContainer> {
+        self.history.container(container)
     }
 
     /// The node that ran (or runs) a container, as remembered.
     pub fn container_node(&self, container: u64) -> Option<&str> {
-        let app = self.launched_app.get(&container)?;
-        self.launched.get(app)?.iter().find(|c| c.id == container).map(|c| c.node.as_str())
+        self.history.container(container).map(|c| c.node.as_str())
+    }
+
+    /// This run's cluster id.
+    pub fn cluster(&self) -> ClusterId {
+        self.cluster
+    }
+
+    /// The cluster id agents know a container by, as recorded when it was launched: an earlier
+    /// run's for one restored from the store, the legacy one for one launched on an agent older
+    /// than cluster ids, this run's otherwise (and for a container it does not remember).
+    pub fn cluster_of(&self, container: u64) -> ClusterId {
+        self.known_as
+            .get(&container)
+            .copied()
+            .or_else(|| self.launched_container(container).map(|c| c.cluster))
+            .unwrap_or(self.cluster)
+    }
+
+    /// How many live containers agents know by a cluster id other than this run's (the
+    /// containers [`Core::cluster_of`] must remember for as long as they live, and no longer).
+    pub fn renamed_containers(&self) -> usize {
+        self.known_as.len()
+    }
+
+    /// The cluster id a container launched on `node` now gets: this run's, unless the node's
+    /// agent is older than cluster ids (it names its containers legacy, and keeps doing so for
+    /// them after an upgrade).
+    fn launch_cluster(&self, node: &str) -> ClusterId {
+        match self.agents.get(node) {
+            Some(link) if !link.reports_cluster_ids => ClusterId::LEGACY,
+            _ => self.cluster,
+        }
+    }
+
+    /// Whether a container `node`'s agent reports under `cluster` is this scheduler's (see
+    /// [`Core::cluster_of`]); an agent older than cluster ids means the one this scheduler
+    /// addressed.
+    fn ours(&self, node: &str, cluster: &str, container: u64) -> bool {
+        let aware = self.agents.get(node).is_some_and(|l| l.reports_cluster_ids);
+        !aware || ClusterId::parse(cluster).is_ok_and(|c| c == self.cluster_of(container))
     }
 
     /// Where a container's log is: its node, and that node's log-read slots (wait for one,
@@ -816,7 +942,8 @@ impl Core {
         tail: Option<u64>,
         reply: oneshot::Sender<Result<LogChunk, LogError>>,
     ) {
-        let Some(node) = self.container_node(container).map(str::to_owned) else {
+        let Some((node, cluster)) = self.launched_container(container).map(|c| (c.node.clone(), c.cluster))
+        else {
             let _ = reply.send(Err(LogError::UnknownContainer(container)));
             return;
         };
@@ -827,8 +954,13 @@ impl Core {
         }
         self.last_log_request += 1;
         let request_id = self.last_log_request;
-        let read =
-            v1::ReadLog { request_id, container_id: container, stream: stream as i32, tail_bytes: tail };
+        let read = v1::ReadLog {
+            request_id,
+            container_id: container,
+            stream: stream as i32,
+            tail_bytes: tail,
+            cluster_id: cluster.to_wire(),
+        };
         if !self.send_to(&node, Down::ReadLog(read)) {
             // The stream is closed or its queue full: either way the agent will not hear it.
             let _ = reply.send(Err(LogError::NodeNotConnected { node, container }));
@@ -872,26 +1004,64 @@ impl Core {
         }
     }
 
-    /// Hands out a reservation id for a later submission (YARN's `new-reservation`): past every
-    /// id the engine has given and every id handed out before. At most
-    /// [`MAX_UNUSED_RESERVATION_IDS`] may wait unused; past that the oldest is forgotten.
-    pub fn reserve_reservation_id(&self) -> u64 {
-        let id = self.engine.next_reservation_id().max(self.last_reserved_reservation.get() + 1);
-        self.last_reserved_reservation.set(id);
-        let mut unused = self.unused_reservation_ids.borrow_mut();
-        unused.insert(id);
-        while unused.len() > MAX_UNUSED_RESERVATION_IDS {
-            unused.pop_first();
+    /// Checks that `app` is live and queues its KILLED state to the store; the engine is not told
+    /// until the write commits ([`Request::ApplyKill`]).
+    fn store_kill(&mut self, app: AppId) -> Result<Option<crate::store::Ack>, SubmitError> {
+        match self.engine.app_state(app) {
+            None => return Err(SubmitError::Engine(EngineError::UnknownApp(app.0))),
+            Some(state) if gantry_engine::state::app_is_terminal(state) => {
+                return Err(SubmitError::Engine(EngineError::Conflict(format!(
+                    "application {} has already ended",
+                    app.0
+                ))));
+            }
+            Some(_) => {}
         }
-        id
+        let Some(store) = &self.store else { return Ok(None) };
+        let write = crate::store::Write::AppState {
+            id: app,
+            state: GANTRY_APP_KILLED,
+            diagnostics: gantry_engine::KILLED_BY_REQUEST.to_owned(),
+            at_ms: now_ms(),
+        };
+        store.submit(vec![write]).map(Some).map_err(SubmitError::Store)
     }
 
-    /// Hands out an application id no submission has used: above every id the engine has given
-    /// and every id reserved before.
-    pub fn reserve_app_id(&self) -> u64 {
-        let id = self.engine.state().next_app_id().max(self.last_reserved.get() + 1);
-        self.last_reserved.set(id);
-        id
+    /// Hands out an id of `kind` for a later submission by `caller`: the engine's counter moves
+    /// past it (so no other submission gets it) and the store records the move, so it is never
+    /// given again after a restart either.
+    fn new_id(
+        &mut self,
+        kind: IdKind,
+        caller: Caller,
+    ) -> Result<(u64, Option<crate::store::Ack>), SubmitError> {
+        let (id, taken) = match kind {
+            IdKind::App => {
+                let id = self.engine.state().next_app_id();
+                (id, Event::IdsTaken { app_below: id + 1, container_below: 0, reservation_below: 0 })
+            }
+            IdKind::Reservation => {
+                let id = self.engine.next_reservation_id();
+                (id, Event::IdsTaken { app_below: 0, container_below: 0, reservation_below: id + 1 })
+            }
+        };
+        let next = crate::store::NextIds {
+            app: if kind == IdKind::App { id + 1 } else { 0 },
+            container: 0,
+            reservation: if kind == IdKind::Reservation { id + 1 } else { 0 },
+        };
+        let ack = match &self.store {
+            None => None,
+            Some(store) => {
+                Some(store.submit(vec![crate::store::Write::NextIds(next)]).map_err(SubmitError::Store)?)
+            }
+        };
+        self.event(taken)?;
+        match kind {
+            IdKind::App => self.handed_out_apps.hand_out(id, caller),
+            IdKind::Reservation => self.handed_out_reservations.hand_out(id, caller),
+        }
+        Ok((id, ack))
     }
 
     /// The engine (read-only).
@@ -938,15 +1108,17 @@ impl Core {
         op: ReservationOp,
     ) -> Result<(ReservationOutcome, Option<crate::store::Ack>), SubmitError> {
         let (event, id, is_submit) = match op {
-            ReservationOp::Submit { id: Some(id), .. }
-                if !self.unused_reservation_ids.borrow().contains(&id.0) =>
+            ReservationOp::Submit { id: Some(id), caller, .. }
+                if let Err(e) = self.handed_out_reservations.check(id.0, &caller) =>
             {
                 return Err(SubmitError::Engine(EngineError::Invalid {
                     what: "reservation-id",
-                    reason: format!("reservation_{} was not handed out by new-reservation, or is used", id.0),
+                    reason: e.to_string(),
                 }));
             }
-            ReservationOp::Submit { id, request } => (Event::ReservationSubmitted { id, request }, id, true),
+            ReservationOp::Submit { id, request, .. } => {
+                (Event::ReservationSubmitted { id, request }, id, true)
+            }
             ReservationOp::Update { id, request } => {
                 (Event::ReservationUpdated { id, request }, Some(id), false)
             }
@@ -977,7 +1149,7 @@ impl Core {
             *m = moved;
             if is_submit {
                 // Used: it cannot be submitted again (a rejected one may be retried).
-                self.unused_reservation_ids.borrow_mut().remove(&accepted.0);
+                self.handed_out_reservations.use_id(accepted.0);
             }
         }
         // Replans and ends are written by `apply` (in order, in their own jobs).
@@ -1120,6 +1292,26 @@ impl Core {
         }
     }
 
+    /// Keeps an application that just ended for the API: its submission, times and counters
+    /// (the engine still holds it until its next compaction).
+    fn record_end(&mut self, app: AppId, finished_ms: u64) {
+        let templates = self.templates.remove(&app.0).unwrap_or_default();
+        let spec = self.specs.remove(&app.0).unwrap_or_default();
+        let st = self.engine.state();
+        let Some(i) = st.app_index(app) else { return };
+        let (Some(a), Some(meta)) = (st.apps().get(i as usize), st.app_meta(i)) else { return };
+        let ended = EndedApp {
+            submit_ms: a.submit_ms,
+            finished_ms,
+            priority: a.priority,
+            max_attempts: meta.max_attempts,
+            failures: meta.failures,
+            requests: spec.requests,
+            commands: templates.into_iter().map(|t| t.argv).collect(),
+        };
+        self.history.remember_end(app.0, ended);
+    }
+
     fn node_name(&self, node: u32) -> String {
         let st = self.engine.state();
         st.nodes().get(node as usize).map(|n| st.str(n.name).to_owned()).unwrap_or_default()
@@ -1130,6 +1322,10 @@ impl Core {
             match c {
                 Command::Launch { container, app, request, node, resources, gpus } => {
                     let name = self.node_name(node.0);
+                    let cluster = self.launch_cluster(&name);
+                    if cluster != self.cluster {
+                        self.known_as.insert(container.0, cluster);
+                    }
                     let Some(t) = self.template(app.0, request as usize).cloned() else {
                         tracing::error!(app = app.0, request, "no launch template; cannot start container");
                         continue;
@@ -1143,8 +1339,10 @@ impl Core {
                         cpu_millis: i64::try_from(resources.cpu_millis).unwrap_or(i64::MAX),
                         memory_bytes: i64::try_from(resources.memory_bytes).unwrap_or(i64::MAX),
                         gpus,
+                        cluster_id: cluster.to_wire(),
                         ..Default::default()
                     };
+                    let placed_ms = now_ms();
                     let record = self.persist(vec![crate::store::Write::UpsertContainer(
                         crate::store::ContainerRecord {
                             id: container,
@@ -1154,12 +1352,14 @@ impl Core {
                             resources,
                             gpus: launch.gpus.clone(),
                             state: GANTRY_CONTAINER_ALLOCATED,
-                            started_ms: None,
+                            started_ms: Some(placed_ms),
                             exit_code: None,
                             reason: None,
+                            finished_ms: None,
+                            cluster,
                         },
                     )]);
-                    self.remember_launch(
+                    self.history.remember_launch(
                         app.0,
                         LaunchedContainer {
                             id: container.0,
@@ -1167,7 +1367,12 @@ impl Core {
                             request,
                             state: GANTRY_CONTAINER_ALLOCATED,
                             exit_code: None,
+                            resources,
+                            gpus: launch.gpus.clone(),
+                            started_ms: Some(placed_ms),
+                            finished_ms: None,
                             diagnostics: String::new(),
+                            cluster,
                         },
                     );
                     self.send_launch(&name, launch, record);
@@ -1178,6 +1383,7 @@ impl Core {
                         container_id: container.0,
                         grace_ms: Some(grace_ms),
                         reason: format!("{reason:?}"),
+                        cluster_id: self.cluster_of(container.0).to_wire(),
                     };
                     if !self.send_to(&name, Down::Kill(kill)) {
                         tracing::warn!(container = container.0, node = %name, "no stream to the node for a kill");
@@ -1185,17 +1391,23 @@ impl Core {
                 }
                 Command::AppStateChanged { app, state, diagnostics } => {
                     tracing::info!(app = app.0, state, %diagnostics, "application state");
-                    self.persist(vec![crate::store::Write::AppState {
-                        id: app,
-                        state,
-                        diagnostics: diagnostics.clone(),
-                        at_ms: now_ms(),
-                    }]);
-                    if matches!(
+                    let ended = matches!(
                         state,
                         GANTRY_APP_FINISHED | GANTRY_APP_FAILED | GANTRY_APP_KILLED | GANTRY_APP_REJECTED
-                    ) {
-                        self.templates.remove(&app.0);
+                    );
+                    let at_ms = now_ms();
+                    if !self.unstored_apps.contains(&app.0) {
+                        self.persist(vec![crate::store::Write::AppState {
+                            id: app,
+                            state,
+                            diagnostics: diagnostics.clone(),
+                            at_ms,
+                        }]);
+                    } else if ended {
+                        self.unstored_apps.remove(&app.0);
+                    }
+                    if ended {
+                        self.record_end(app, at_ms);
                     }
                 }
                 Command::ReservationReplanned { reservation, .. } => {
@@ -1219,7 +1431,7 @@ impl Core {
 
     fn handle(&mut self, r: Request) {
         match r {
-            Request::Submit { spec, id, templates, reply } => {
+            Request::Submit { spec, id, caller, templates, reply } => {
                 let spec_copy = spec.clone();
                 let result = (|| {
                     if templates.len() != spec.requests.len() {
@@ -1228,27 +1440,24 @@ impl Core {
                             reason: "one command per container request is needed".into(),
                         });
                     }
+                    if let Some(app) = id {
+                        // Checked before the engine sees it: a refused id changes nothing.
+                        self.handed_out_apps.check(app.0, &caller).map_err(|e| EngineError::Invalid {
+                            what: "application-id",
+                            reason: e.to_string(),
+                        })?;
+                    }
                     if self.sizes_checked_from.is_none_or(|from| Instant::now() >= from) {
                         self.engine.check_fits(&spec)?;
                     }
-                    let (id, commands) = match id {
-                        // A reserved id: recorded as given (the engine refuses one in use).
-                        Some(app) => {
-                            let event = Event::AppRestored {
-                                app,
-                                spec,
-                                state: GANTRY_APP_NEW,
-                                failures: 0,
-                                submit_ms: now_ms(),
-                            };
-                            (Some(app), self.engine.handle(now_ms(), event)?)
-                        }
-                        None => {
-                            let commands = self.engine.handle(now_ms(), Event::AppSubmitted(spec))?;
-                            (Command::accepted_app(&commands), commands)
-                        }
+                    let event = match id {
+                        Some(app) => Event::AppSubmittedWithId { app, spec },
+                        None => Event::AppSubmitted(spec),
                     };
-                    let id = id.ok_or_else(|| EngineError::Conflict("the engine gave no id".into()))?;
+                    let commands = self.engine.handle(now_ms(), event)?;
+                    let id = Command::accepted_app(&commands)
+                        .ok_or_else(|| EngineError::Conflict("the engine gave no id".into()))?;
+                    self.handed_out_apps.use_id(id.0);
                     let ack = match &self.store {
                         None => None,
                         Some(store) => {
@@ -1276,6 +1485,7 @@ impl Core {
                         }
                     };
                     self.templates.insert(id.0, templates);
+                    self.specs.insert(id.0, spec_copy);
                     self.apply(commands);
                     Ok((id, ack))
                 })();
@@ -1283,15 +1493,27 @@ impl Core {
                 let _ = reply.send(result);
             }
             Request::Withdraw { app, reason } => {
+                // Its record was never stored: its end must not be written either.
+                self.unstored_apps.insert(app.0);
                 if let Err(e) = self.event(Event::AppWithdrawn { app, reason }) {
                     tracing::error!(app = app.0, error = %e, "cannot withdraw an unstored submission");
                 }
                 self.dirty = true;
             }
-            Request::Kill { app, reply } => {
-                let result = self.event(Event::AppKillRequested { app });
-                self.dirty |= result.is_ok();
-                let _ = reply.send(result);
+            Request::NewId { kind, caller, reply } => {
+                let _ = reply.send(self.new_id(kind, caller));
+            }
+            Request::StoreKill { app, reply } => {
+                let _ = reply.send(self.store_kill(app));
+            }
+            Request::ApplyKill { app, reply } => {
+                match self.event(Event::AppKillRequested { app }) {
+                    Ok(()) => self.dirty = true,
+                    // It ended by itself after the kill was stored; its own end is stored after
+                    // the kill, so the store ends as the engine does.
+                    Err(e) => tracing::info!(app = app.0, error = %e, "stored kill found the app ended"),
+                }
+                let _ = reply.send(());
             }
             Request::StoreNodeDrain { node, drained, reply } => {
                 let _ = reply.send(self.store_node_drain(node, drained));
@@ -1371,31 +1593,47 @@ impl Core {
                 running: c.state == GANTRY_CONTAINER_RUNNING,
             };
             match self.engine.handle(now_ms(), event) {
-                Ok(_) => self.remember_launch(
-                    c.app.0,
-                    LaunchedContainer {
-                        id: c.id.0,
-                        node: node.clone(),
-                        request: c.request,
-                        state: c.state,
-                        exit_code: None,
-                        diagnostics: String::new(),
-                    },
-                ),
+                Ok(_) => self.history.remember_launch(c.app.0, LaunchedContainer::from(&c)),
                 Err(e) => tracing::warn!(container = c.id.0, error = %e, "cannot restore container"),
             }
         }
-        self.agents
-            .insert(node.clone(), AgentLink { tx, stream, last_seen: Instant::now(), last_status: None });
+        self.agents.insert(
+            node.clone(),
+            AgentLink {
+                tx,
+                stream,
+                last_seen: Instant::now(),
+                last_status: None,
+                reports_cluster_ids: r.reports_cluster_ids,
+            },
+        );
         // Reads sent down an earlier stream of this node are answered on that stream or never.
         self.fail_log_reads(&node, |s| s != stream);
         self.log_slots.entry(node.clone()).or_insert_with(|| Arc::new(Semaphore::new(LOG_READS_PER_NODE)));
-        let _ = self.send_to(&node, Down::Registered(v1::Registered { heartbeat_interval_ms: 0 }));
+        let registered = v1::Registered { heartbeat_interval_ms: 0, cluster_id: self.cluster.to_wire() };
+        let _ = self.send_to(&node, Down::Registered(registered));
         // Reconcile: exits first, then what runs there against what the engine wants there.
         for exit in &r.unacked_exits {
             self.exited(&node, exit, exit_words::exit_phrase(exit));
         }
-        let reported: HashSet<u64> = r.containers.iter().map(|c| c.container_id).collect();
+        // Containers of another scheduler state (a fresh data directory, a restored backup,
+        // another cluster) are not ours, whatever their numbers: they are killed, addressed by
+        // their own cluster id, as YARN's NodeManager kills its containers when it resyncs
+        // with a ResourceManager that does not know them.
+        let (ours, foreign): (Vec<&v1::LiveContainer>, Vec<&v1::LiveContainer>) =
+            r.containers.iter().partition(|c| self.ours(&node, &c.cluster_id, c.container_id));
+        for c in foreign {
+            tracing::warn!(%node, container = c.container_id, cluster = %c.cluster_id, "agent runs a container of another scheduler state; killing it");
+            self.stats.reconcile_kills += 1;
+            let kill = v1::Kill {
+                container_id: c.container_id,
+                grace_ms: Some(0),
+                reason: "another scheduler state's".into(),
+                cluster_id: c.cluster_id.clone(),
+            };
+            let _ = self.send_to(&node, Down::Kill(kill));
+        }
+        let reported: HashSet<u64> = ours.iter().map(|c| c.container_id).collect();
         let wanted: HashSet<u64> = {
             let st = self.engine.state();
             let idx = st.node_by_name(&node).map(|n| n.0);
@@ -1405,12 +1643,16 @@ impl Core {
                 .map(|c| c.id)
                 .collect()
         };
-        for c in &r.containers {
+        for c in ours {
             if !wanted.contains(&c.container_id) {
                 tracing::warn!(%node, container = c.container_id, "agent runs a container the scheduler does not want; killing it");
                 self.stats.reconcile_kills += 1;
-                let kill =
-                    v1::Kill { container_id: c.container_id, grace_ms: Some(0), reason: "not wanted".into() };
+                let kill = v1::Kill {
+                    container_id: c.container_id,
+                    grace_ms: Some(0),
+                    reason: "not wanted".into(),
+                    cluster_id: c.cluster_id.clone(),
+                };
                 let _ = self.send_to(&node, Down::Kill(kill));
             } else if c.state == v1::ContainerState::Running as i32 {
                 let _ = self
@@ -1418,7 +1660,12 @@ impl Core {
                     .handle(now_ms(), Event::ContainerStarted { container: ContainerId(c.container_id) });
             }
         }
-        let exited: HashSet<u64> = r.unacked_exits.iter().map(|e| e.container_id).collect();
+        let exited: HashSet<u64> = r
+            .unacked_exits
+            .iter()
+            .filter(|e| self.ours(&node, &e.cluster_id, e.container_id))
+            .map(|e| e.container_id)
+            .collect();
         for id in wanted.difference(&reported) {
             if exited.contains(id) {
                 continue;
@@ -1435,6 +1682,15 @@ impl Core {
 
     /// A container ended; `words` says how (after "container N "), for its diagnostics.
     fn exited(&mut self, node: &str, e: &v1::ContainerExited, words: String) {
+        let ack =
+            Down::AckExit(v1::AckExit { container_id: e.container_id, cluster_id: e.cluster_id.clone() });
+        if !self.ours(node, &e.cluster_id, e.container_id) {
+            // Another scheduler state's container: nothing of this one's may change. The agent
+            // may forget it.
+            tracing::info!(%node, container = e.container_id, cluster = %e.cluster_id, "exit of another scheduler state's container acknowledged, not applied");
+            let _ = self.send_to(node, ack);
+            return;
+        }
         let id = ContainerId(e.container_id);
         let reason = v1::ExitReason::try_from(e.reason).unwrap_or(v1::ExitReason::Unspecified);
         let (state, code) = match reason {
@@ -1460,13 +1716,24 @@ impl Core {
             .engine
             .container_diagnostics(id)
             .map_or_else(|| format!("container {} {words}", e.container_id), str::to_owned);
-        self.remember_end(e.container_id, state, code, &diagnostics);
+        // The agent's clock says when it ended (also for exits during an outage); kept within
+        // the scheduler's own view of the container's life in case the clocks disagree.
+        let now = now_ms();
+        let started = self.history.container(e.container_id).and_then(|c| c.started_ms).unwrap_or(0);
+        let finished_ms = if e.finished_at_ms > 0 { e.finished_at_ms.min(now) } else { now }.max(started);
+        self.history.update(e.container_id, |c| {
+            c.state = state;
+            c.exit_code = code;
+            c.finished_ms = Some(finished_ms);
+            c.diagnostics.clone_from(&diagnostics);
+        });
         let committed = self.persist(vec![crate::store::Write::ContainerState {
             id,
             state,
             started_ms: None,
             exit_code: code,
             reason: Some(diagnostics),
+            finished_ms: Some(finished_ms),
         }]);
         match result {
             Ok(()) => self.dirty = true,
@@ -1479,7 +1746,6 @@ impl Core {
         // the commit would let a crash lose a container's end, and the restarted scheduler would
         // declare it lost and run it again (the kill-under-load test found it). An exit whose
         // write failed is not acknowledged: the agent reports it again on its next Register.
-        let ack = Down::AckExit(v1::AckExit { container_id: e.container_id });
         match (self.store.is_some(), committed, self.agents.get(node)) {
             (false, _, _) => {
                 let _ = self.send_to(node, ack);
@@ -1515,14 +1781,21 @@ impl Core {
                 }
                 let _ = self.send_to(node, Down::StatusAck(v1::StatusAck { seq }));
             }
+            Up::ContainerStarted(c) if !self.ours(node, &c.cluster_id, c.container_id) => {
+                tracing::debug!(%node, container = c.container_id, cluster = %c.cluster_id, "start of another scheduler state's container ignored");
+            }
             Up::ContainerStarted(c) => {
-                self.remember_end(c.container_id, GANTRY_CONTAINER_RUNNING, None, "");
+                self.history.update(c.container_id, |l| {
+                    l.state = GANTRY_CONTAINER_RUNNING;
+                    l.started_ms = Some(c.started_at_ms);
+                });
                 self.persist(vec![crate::store::Write::ContainerState {
                     id: ContainerId(c.container_id),
                     state: GANTRY_CONTAINER_RUNNING,
                     started_ms: Some(c.started_at_ms),
                     exit_code: None,
                     reason: None,
+                    finished_ms: None,
                 }]);
                 let _ = self.event(Event::ContainerStarted { container: ContainerId(c.container_id) });
             }
@@ -1533,6 +1806,7 @@ impl Core {
                     container_id: f.container_id,
                     reason: v1::ExitReason::Exited as i32,
                     exit_code: 127,
+                    cluster_id: f.cluster_id,
                     ..Default::default()
                 };
                 self.exited(node, &exit, exit_words::launch_failed_phrase(node, &f.message));
@@ -1542,10 +1816,15 @@ impl Core {
         }
     }
 
-    /// Declares lost every node whose agent has not been heard from within `timeout`, and drops
-    /// log reads whose callers gave up waiting.
+    /// Declares lost every node whose agent has not been heard from within `timeout`, drops
+    /// log reads whose callers gave up waiting, and forgets the names of ended containers.
     fn check_liveness(&mut self, timeout: Duration) {
         self.log_reads.retain(|_, p| !p.reply.is_closed());
+        if self.recovering_until.is_none() {
+            // Restored containers reach the engine only as their agents come back.
+            let st = self.engine.state();
+            self.known_as.retain(|&id, _| st.container_index(ContainerId(id)).is_some());
+        }
         let late: Vec<String> = self
             .agents
             .iter()

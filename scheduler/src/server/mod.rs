@@ -2,9 +2,11 @@
 //! ([`agents`]), and [`serve`], which starts them from a configuration.
 
 pub mod agents;
+pub mod app_history;
 pub mod backend;
 pub mod core;
 pub mod exit_words;
+pub mod handed_out;
 
 use crate::config::SchedulerConfig;
 use crate::metrics::SchedulerMetrics;

@@ -72,7 +72,7 @@ pub mod jsonl;
 pub mod swf;
 pub mod swim;
 
-use gantry_engine::{MAX_CONTAINERS_PER_REQUEST, MAX_LABELS, MAX_NAME_LEN};
+use gantry_engine::{MAX_CONTAINERS_PER_REQUEST, MAX_LABELS};
 use std::path::Path;
 
 /// The queue every reader uses when its format has none (the engine's default leaf queue).
@@ -176,18 +176,17 @@ pub fn validate_job(job: &Job) -> Result<(), String> {
     Ok(())
 }
 
-/// The engine's rule for names: at most [`MAX_NAME_LEN`] bytes, no control characters.
+/// The engine's rule for names ([`gantry_sdk::names::check_name`]): at most
+/// [`gantry_sdk::names::MAX_NAME_LEN`] bytes, no control, bidirectional or invisible characters.
+/// The cluster files' reader checks its names here too.
 pub(crate) fn check_name(what: &str, s: &str, allow_empty: bool) -> Result<(), String> {
-    if s.is_empty() && !allow_empty {
-        return Err(format!("{what} must not be empty"));
+    use gantry_sdk::names::NameProblem;
+    match gantry_sdk::names::check_name(s, allow_empty) {
+        Ok(()) => Ok(()),
+        // `{:?}` escapes the refused character, so the message shows where it is.
+        Err(problem @ NameProblem::Forbidden(_)) => Err(format!("{what} {s:?} {problem}")),
+        Err(problem) => Err(format!("{what} {problem}")),
     }
-    if s.len() > MAX_NAME_LEN {
-        return Err(format!("{what} is {} bytes long; expected at most {MAX_NAME_LEN}", s.len()));
-    }
-    if s.chars().any(char::is_control) {
-        return Err(format!("{what} {s:?} contains control characters"));
-    }
-    Ok(())
 }
 
 pub(crate) fn check_labels(what: &str, labels: &[(String, String)]) -> Result<(), String> {
