@@ -5,6 +5,10 @@
 //! [engine]
 //! seed = 42                    # seed of the engine's randomness (default 0)
 //!
+//! [store]                      # retention of ended applications in the SQLite store
+//! max_completed_apps = 10000   # keep the most recently ended (default: [engine]'s)
+//! retain_completed_for = "7d"  # and none older than this (default "0": no age bound)
+//!
 //! [[queues]]
 //! path = "root.prod"           # full dotted path below root
 //! guaranteed = 0.7             # share of the parent guaranteed (0..=1)
@@ -122,6 +126,71 @@ impl Default for ServerSection {
             node_timeout_ms: 10_000,
             cycle_interval_ms: 100,
         }
+    }
+}
+
+/// How long the store keeps ended applications (`[store]`); every field is optional. Live
+/// applications are always kept. See [`crate::store::Retention`].
+#[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreSection {
+    /// Ended applications the store keeps, the most recently ended (YARN's
+    /// `yarn.resourcemanager.state-store.max-completed-applications`). Default: `[engine]
+    /// max_completed_apps`, as in YARN; it may not be lower, or a restart would lose apps the
+    /// API lists.
+    pub max_completed_apps: Option<u64>,
+    /// Ended applications that ended longer ago than this are removed whatever their number
+    /// (`"7d"`, `"12h"`). Absent or `"0"`: no age bound.
+    pub retain_completed_for: Option<ConfigDuration>,
+    /// How often the daemon removes what the retention no longer keeps (default `"1m"`).
+    pub prune_interval: Option<ConfigDuration>,
+    /// Applications removed per store transaction (default 100): bounds how long a submission
+    /// queued behind one waits.
+    pub prune_chunk_apps: Option<usize>,
+}
+
+/// Default `[store] prune_interval`.
+pub const DEFAULT_PRUNE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+/// Shortest and longest `[store] prune_interval`.
+pub const PRUNE_INTERVAL_RANGE: std::ops::RangeInclusive<std::time::Duration> =
+    std::time::Duration::from_millis(100)..=std::time::Duration::from_secs(86_400);
+/// Most `[store] prune_chunk_apps`.
+pub const MAX_PRUNE_CHUNK_APPS: usize = 100_000;
+
+/// A duration written as a number and a unit: `500ms`, `90s`, `30m`, `12h`, `7d`, or `0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigDuration(pub std::time::Duration);
+
+impl std::str::FromStr for ConfigDuration {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = || {
+            format!("`{text}` is not a duration like \"500ms\", \"90s\", \"30m\", \"12h\", \"7d\" or \"0\"")
+        };
+        let t = text.trim();
+        if t == "0" {
+            return Ok(ConfigDuration(std::time::Duration::ZERO));
+        }
+        let digits = t.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let value: u64 = t[..digits].parse().map_err(|_| bad())?;
+        let unit_ms: u64 = match &t[digits..] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        let ms = value.checked_mul(unit_ms).ok_or_else(|| format!("`{text}` is too long"))?;
+        Ok(ConfigDuration(std::time::Duration::from_millis(ms)))
+    }
+}
+
+impl<'de> Deserialize<'de> for ConfigDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -303,6 +372,8 @@ pub struct SchedulerConfig {
     pub server: ServerSection,
     /// Engine tunables.
     pub engine: EngineSection,
+    /// Retention of ended applications in the store.
+    pub store: StoreSection,
     /// Queue hierarchy below `root` (default: one queue `root.default`).
     pub queues: Vec<QueueSection>,
     /// Plugins to load.
@@ -394,6 +465,7 @@ impl SchedulerConfig {
         if let Some(r) = &self.reservations {
             r.plan_config()?;
         }
+        self.check_store()?;
         self.check_security()?;
         // Let the engine validate queues and tunables now, so a bad file fails at load time.
         gantry_engine::Engine::builtin(self.engine_config()).map_err(|e| e.to_string())?;
@@ -418,6 +490,53 @@ impl SchedulerConfig {
             history_len: e.max_completed_apps.unwrap_or(d.history_len),
             reservations: self.reservations.as_ref().and_then(|r| r.plan_config().ok()),
         }
+    }
+
+    /// How long the store keeps ended applications, defaults filled in (checked at load).
+    pub fn retention(&self) -> crate::store::Retention {
+        let d = crate::store::Retention::default();
+        let s = &self.store;
+        crate::store::Retention {
+            max_completed_apps: s.max_completed_apps.unwrap_or(self.engine_config().history_len as u64),
+            max_age: s.retain_completed_for.map(|c| c.0).filter(|age| !age.is_zero()),
+            chunk_apps: s.prune_chunk_apps.unwrap_or(d.chunk_apps),
+        }
+    }
+
+    /// How often the daemon prunes the store.
+    pub fn prune_interval(&self) -> std::time::Duration {
+        self.store.prune_interval.map_or(DEFAULT_PRUNE_INTERVAL, |c| c.0)
+    }
+
+    /// Checks `[store]` against itself and `[engine]`.
+    fn check_store(&self) -> Result<(), String> {
+        let r = self.retention();
+        let memory = self.engine_config().history_len as u64;
+        if r.max_completed_apps < memory {
+            return Err(format!(
+                "store.max_completed_apps {} is below engine.max_completed_apps {memory}: the store must keep \
+                 at least the ended apps the API lists, or a restart would lose them",
+                r.max_completed_apps
+            ));
+        }
+        if let Some(age) = r.max_age {
+            if age < std::time::Duration::from_secs(1) {
+                return Err(format!(
+                    "store.retain_completed_for {age:?} is below 1s (\"0\" means no age bound)"
+                ));
+            }
+        }
+        let interval = self.prune_interval();
+        if !PRUNE_INTERVAL_RANGE.contains(&interval) {
+            return Err(format!("store.prune_interval {interval:?} is not in 100ms..=1d"));
+        }
+        if !(1..=MAX_PRUNE_CHUNK_APPS).contains(&r.chunk_apps) {
+            return Err(format!(
+                "store.prune_chunk_apps {} is not in 1..={MAX_PRUNE_CHUNK_APPS}",
+                r.chunk_apps
+            ));
+        }
+        Ok(())
     }
 
     /// Where the durable state lives, resolved against the config file's directory.
@@ -589,6 +708,57 @@ mod tests {
         for (text, want) in cases {
             let err = parse(text).expect_err(text).to_string();
             assert!(err.contains(want) || (want == "TOML" && err.contains("<test>")), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn store_retention_follows_the_engine_by_default_and_bad_values_are_refused() {
+        use crate::store::Retention;
+        use std::time::Duration;
+        let c = parse("").expect("defaults");
+        assert_eq!(c.retention(), Retention { max_completed_apps: 10_000, max_age: None, chunk_apps: 100 });
+        assert_eq!(c.prune_interval(), Duration::from_secs(60));
+        let c = parse("[engine]\nmax_completed_apps = 50\n").expect("memory only");
+        assert_eq!(
+            c.retention().max_completed_apps,
+            50,
+            "YARN: the state store follows max-completed-applications"
+        );
+        let c = parse(
+            "[store]\nmax_completed_apps = 1000000\nretain_completed_for = \"7d\"\n\
+             prune_interval = \"90s\"\nprune_chunk_apps = 200\n",
+        )
+        .expect("full section");
+        assert_eq!(
+            c.retention(),
+            Retention {
+                max_completed_apps: 1_000_000,
+                max_age: Some(Duration::from_secs(7 * 86_400)),
+                chunk_apps: 200
+            }
+        );
+        assert_eq!(c.prune_interval(), Duration::from_secs(90));
+        let c = parse("[store]\nretain_completed_for = \"0\"\nprune_interval = \"250ms\"\n").expect("no age");
+        assert_eq!((c.retention().max_age, c.prune_interval()), (None, Duration::from_millis(250)));
+        let cases = [
+            (
+                "[engine]\nmax_completed_apps = 100\n[store]\nmax_completed_apps = 99\n",
+                "below engine.max_completed_apps 100",
+            ),
+            ("[store]\nretain_completed_for = \"7x\"\n", "not a duration"),
+            ("[store]\nretain_completed_for = \"1.5d\"\n", "not a duration"),
+            ("[store]\nretain_completed_for = \"d\"\n", "not a duration"),
+            ("[store]\nretain_completed_for = 7\n", "invalid type"),
+            ("[store]\nretain_completed_for = \"500ms\"\n", "below 1s"),
+            ("[store]\nretain_completed_for = \"99999999999999999d\"\n", "too long"),
+            ("[store]\nprune_interval = \"50ms\"\n", "prune_interval"),
+            ("[store]\nprune_interval = \"2d\"\n", "prune_interval"),
+            ("[store]\nprune_chunk_apps = 0\n", "prune_chunk_apps 0"),
+            ("[store]\nmax_completed = 5\n", "unknown field"),
+        ];
+        for (text, want) in cases {
+            let err = parse(text).expect_err(text).to_string();
+            assert!(err.contains(want), "{text:?}: {err}");
         }
     }
 

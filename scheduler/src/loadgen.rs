@@ -1109,8 +1109,12 @@ impl ChildScheduler {
         // From here on the guard owns the directory, also when starting fails.
         let mut guard = DirGuard(Some(dir.clone()));
         let data = toml::Value::String(dir.join("data").display().to_string());
+        // The store keeps every ended app (no retention by count), so the verdict read from it
+        // after the run finds each acknowledged one.
         let config = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nagent_listen = \"127.0.0.1:0\"\ndata_dir = {data}\nnode_timeout_ms = {node_timeout_ms}\n"
+            "[server]\nlisten = \"127.0.0.1:0\"\nagent_listen = \"127.0.0.1:0\"\ndata_dir = {data}\nnode_timeout_ms = {node_timeout_ms}\n\
+             [store]\nmax_completed_apps = {}\n",
+            i64::MAX
         );
         let config_path = dir.join("scheduler.toml");
         std::fs::write(&config_path, config).map_err(io("writing the scheduler's configuration"))?;

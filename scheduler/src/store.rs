@@ -26,8 +26,13 @@
 //!
 //! # Reading
 //! [`Store::load`] reads everything back in one consistent snapshot, on a connection of its own
-//! (WAL lets it run beside the writer). It is meant for start-up, not for serving queries: the
-//! engine answers those from memory.
+//! (WAL lets it run beside the writer); [`Store::load_recent`], what the daemon starts with,
+//! reads the live applications and only as many ended ones as its memory keeps. They are meant
+//! for start-up, not for serving queries: the engine answers those from memory.
+//!
+//! # Retention
+//! Ended applications are kept by count and age and the rest removed in the background, in
+//! small chunks through the same writer ([`Store::prune_ended`], module `retention`).
 //!
 //! # Schema
 //! The schema is versioned in the table `schema_version` (one row per applied migration) and
@@ -55,6 +60,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 use tokio::sync::oneshot;
+
+pub(crate) mod retention;
+pub use retention::{PruneReport, Retention};
 
 /// `PRAGMA application_id` of a gantry store ("GNTR"), so that `open` refuses another program's
 /// SQLite file instead of adding tables to it.
@@ -168,6 +176,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: "
         ALTER TABLE containers ADD COLUMN cluster TEXT NOT NULL DEFAULT '';
     ",
+    },
+    Migration {
+        version: 6,
+        description: "ended applications by the time they ended, for retention",
+        sql: retention::MIGRATION_SQL,
     },
 ];
 
@@ -456,6 +469,13 @@ pub enum Write {
         /// The application.
         id: AppId,
     },
+    /// Retention ([`Store::prune_ended`]): forget each listed application that has ended and
+    /// has no live container, with its containers; live ones and unknown ids are left alone.
+    /// The ids are not reused: the counters stay.
+    PruneApps {
+        /// The applications.
+        ids: Vec<AppId>,
+    },
     /// Record a container, or overwrite it whole. Refused if its app is not stored, or if the id
     /// is stored for another app (ids are never reused). Raises the container id counter past it.
     UpsertContainer(ContainerRecord),
@@ -515,15 +535,21 @@ pub enum Write {
 }
 
 /// Everything the daemon needs to rebuild its engine, read in one snapshot.
+///
+/// [`Store::load`] fills `apps` and `containers` with every stored record;
+/// [`Store::load_recent`] with every live application (NEW, ACCEPTED, RUNNING), only the most
+/// recently ended ones it was asked for, and the containers of exactly those applications. The
+/// id counters, reservations, queues and drains are always whole.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Recovered {
-    /// Every stored application, by id.
+    /// The stored applications read (see above), by id.
     pub apps: Vec<AppRecord>,
-    /// Every stored container, by id.
+    /// The containers of the applications in `apps`, by id.
     pub containers: Vec<ContainerRecord>,
     /// Every stored reservation, by id.
     pub reservations: Vec<ReservationRecord>,
-    /// Next application id: above every id ever stored (deleted ones included), at least 1.
+    /// Next application id: above every id ever stored (deleted and pruned ones included, and
+    /// those a bounded load did not read), at least 1.
     pub next_app_id: u64,
     /// Next container id, likewise.
     pub next_container_id: u64,
@@ -728,12 +754,27 @@ impl Store {
         }
     }
 
-    /// Reads everything back, in one consistent snapshot of what has committed. Blocking; for
-    /// start-up.
+    /// Reads everything back, every ended application included, in one consistent snapshot of
+    /// what has committed. Blocking; for tools and tests (the daemon starts with
+    /// [`Store::load_recent`]).
     pub fn load(&self) -> Result<Recovered, StoreError> {
+        self.load_snapshot(None)
+    }
+
+    /// What the daemon needs to start, in one consistent snapshot: every live application, the
+    /// `ended_apps` most recently ended ones (what its memory keeps: `[engine]
+    /// max_completed_apps`), the containers of those applications, and everything else as
+    /// [`Store::load`] reads it. Older ended applications stay in the file, found by id through
+    /// [`Store::app_record`]; reading them would make a restart's cost grow with the history.
+    /// Blocking; for start-up.
+    pub fn load_recent(&self, ended_apps: usize) -> Result<Recovered, StoreError> {
+        self.load_snapshot(Some(ended_apps))
+    }
+
+    fn load_snapshot(&self, ended_apps: Option<usize>) -> Result<Recovered, StoreError> {
         let mut conn = self.reader()?;
         let tx = conn.transaction().map_err(classify)?;
-        let recovered = read_all(&tx)?;
+        let recovered = read_all(&tx, ended_apps)?;
         tx.finish().map_err(classify)?;
         Ok(recovered)
     }
@@ -1096,6 +1137,7 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
                 .map_err(classify)?;
             Ok(())
         }
+        Write::PruneApps { ids } => retention::delete_ended(conn, ids),
         Write::UpsertContainer(c) => {
             let gpus = to_json("GPU list", &c.gpus)?;
             conn.prepare_cached(
@@ -1298,20 +1340,63 @@ fn col<T: rusqlite::types::FromSql>(
     row.get(i).map_err(|e| corrupt(what, id)(format!("column {i}: {e}")))
 }
 
-fn read_all(conn: &Connection) -> Result<Recovered, StoreError> {
+/// Runs `sql` with `args` and turns each row into a record with `from_row`.
+fn query_records<T>(
+    conn: &Connection,
+    sql: &str,
+    args: impl rusqlite::Params,
+    from_row: fn(&rusqlite::Row<'_>) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql).map_err(classify)?;
+    let mut rows = stmt.query(args).map_err(classify)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(classify)? {
+        out.push(from_row(row)?);
+    }
+    Ok(out)
+}
+
+/// The live applications' ids.
+const LIVE_APP_IDS: &str = "SELECT id FROM apps WHERE state IN (1, 2, 3)";
+
+/// The queries of the applications whose ids `ids` selects, and of their containers.
+fn records_of(ids: &str) -> [String; 2] {
+    [
+        format!("SELECT {APP_COLUMNS} FROM apps WHERE id IN ({ids})"),
+        format!("SELECT {CONTAINER_COLUMNS} FROM containers WHERE app IN ({ids})"),
+    ]
+}
+
+/// Reads the stored state; `ended_apps` bounds the ended applications read (see
+/// [`Store::load_recent`]), `None` reads every one.
+fn read_all(conn: &Connection, ended_apps: Option<usize>) -> Result<Recovered, StoreError> {
     let mut out = Recovered::default();
 
-    let mut stmt = conn.prepare(&format!("SELECT {APP_COLUMNS} FROM apps ORDER BY id")).map_err(classify)?;
-    let mut rows = stmt.query([]).map_err(classify)?;
-    while let Some(row) = rows.next().map_err(classify)? {
-        out.apps.push(app_row(row)?);
-    }
-
-    let mut stmt =
-        conn.prepare(&format!("SELECT {CONTAINER_COLUMNS} FROM containers ORDER BY id")).map_err(classify)?;
-    let mut rows = stmt.query([]).map_err(classify)?;
-    while let Some(row) = rows.next().map_err(classify)? {
-        out.containers.push(container_row(row)?);
+    match ended_apps {
+        None => {
+            out.apps =
+                query_records(conn, &format!("SELECT {APP_COLUMNS} FROM apps ORDER BY id"), [], app_row)?;
+            out.containers = query_records(
+                conn,
+                &format!("SELECT {CONTAINER_COLUMNS} FROM containers ORDER BY id"),
+                [],
+                container_row,
+            )?;
+        }
+        Some(n) => {
+            // Live apps by the state index, the newest ended by the retention index, and the
+            // containers of exactly those by the containers' app index: nothing here scans a
+            // table. Both reads of a set run in the same snapshot, so they agree.
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            for (ids, args) in [(LIVE_APP_IDS, None), (retention::NEWEST_ENDED_IDS, Some(n))] {
+                let params = rusqlite::params_from_iter(args);
+                let [apps, containers] = records_of(ids);
+                out.apps.extend(query_records(conn, &apps, params.clone(), app_row)?);
+                out.containers.extend(query_records(conn, &containers, params, container_row)?);
+            }
+            out.apps.sort_by_key(|a| a.id.0);
+            out.containers.sort_by_key(|c| c.id.0);
+        }
     }
 
     let mut stmt = conn
@@ -1544,7 +1629,8 @@ pub fn bench_group_commit(path: &Path, writers: usize, writes_each: usize) -> Re
     Ok((if seconds > 0.0 { total / seconds } else { f64::INFINITY }, transactions))
 }
 
-fn bench_app(id: u64) -> AppRecord {
+/// A small NEW application as the benchmarks write it (`gantry bench store` too).
+pub(crate) fn bench_app(id: u64) -> AppRecord {
     AppRecord {
         id: AppId(id),
         spec: AppSpec {
@@ -1964,6 +2050,27 @@ mod tests {
             a.wait().unwrap();
         }
         assert_eq!(Store::open(&path).unwrap().load().unwrap().apps.len(), 50);
+    }
+
+    /// A start-up read walks indexes only, so its cost follows what it reads, not the history.
+    #[test]
+    fn a_start_up_read_scans_no_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("s.db")).unwrap();
+        let conn = store.reader().unwrap();
+        for (ids, args) in [(LIVE_APP_IDS, None), (retention::NEWEST_ENDED_IDS, Some(10_000i64))] {
+            for sql in records_of(ids) {
+                let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+                let plan: Vec<String> = stmt
+                    .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))
+                    .unwrap()
+                    .collect::<Result<_, _>>()
+                    .unwrap();
+                let scans: Vec<&String> =
+                    plan.iter().filter(|l| l.starts_with("SCAN") && !l.contains("USING")).collect();
+                assert!(scans.is_empty(), "{sql}: {plan:?}");
+            }
+        }
     }
 
     #[test]

@@ -225,6 +225,7 @@ fn scheduler_example_config_is_accepted_and_shows_every_option() {
         ("", "top level"),
         ("[server]", "[server]"),
         ("[engine]", "[engine]"),
+        ("[store]", "[store]"),
         ("[[queues]]", "[[queues]]"),
         ("[[plugins]]", "[[plugins]]"),
         ("[profile]", "[profile]"),

@@ -154,6 +154,22 @@ pub fn gantry_cli_in(netns: Option<&Path>, api: &str, args: &[&str]) -> std::pro
         .expect("run gantry")
 }
 
+/// The scheduler's `/metrics` text at `addr` (classic text format, no token).
+pub fn scrape(addr: std::net::SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(60))).expect("timeout");
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("request");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("answer");
+    text
+}
+
+/// The value of `series` in a `/metrics` text, if present.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
 /// Polls `f` every 100 ms until it returns a value; fails the test after `guard` (a correctness
 /// bound, never a timing assertion).
 pub fn wait_until<T>(what: &str, guard: std::time::Duration, mut f: impl FnMut() -> Option<T>) -> T {

@@ -50,7 +50,7 @@ fn ended_apps_keep_their_history_across_restarts_and_from_the_store() {
     let files = gantry_tests::scheduler_config(
         dir.path(),
         "node_timeout_ms = 3000\ncycle_interval_ms = 50",
-        "[engine]\nmax_completed_apps = 1\n",
+        "[engine]\nmax_completed_apps = 1\n[store]\nmax_completed_apps = 10\n",
     );
     let client = Client::new(&files.api).expect("client").with_timeout(Duration::from_secs(20));
     let agents: std::net::SocketAddr = files.agents.parse().expect("address");

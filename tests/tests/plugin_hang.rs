@@ -11,9 +11,9 @@ use gantry_scheduler::api::types::{AppState, SubmitApp};
 use gantry_scheduler::plugin_host::DynamicPlugin;
 use gantry_sdk::{Decisions, Hooks, View};
 use gantry_tests::{
-    SyntheticCluster, TestAgent, app, launches, register_all, rust_plugin, small_cluster, tick, wait_until,
+    SyntheticCluster, TestAgent, app, launches, register_all, rust_plugin, sample, scrape, small_cluster,
+    tick, wait_until,
 };
-use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -162,21 +162,6 @@ fn a_budgeted_call_sees_exactly_the_view_a_direct_call_sees() {
 /// The start of the checksum plugin's message (the test plugin is a `cdylib` only, so its
 /// `CHECKSUM_PREFIX` is repeated here).
 const CHECKSUM_PREFIX: &str = "view checksum ";
-
-/// The scheduler's `/metrics` text at `addr` (classic text format).
-fn scrape(addr: std::net::SocketAddr) -> String {
-    let mut s = std::net::TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(GUARD)).expect("timeout");
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("request");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("answer");
-    text
-}
-
-/// The value of `series` in the exposition, if present.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
 
 #[test]
 fn a_daemon_with_a_hanging_plugin_keeps_scheduling_and_answering() {

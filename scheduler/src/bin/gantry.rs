@@ -59,6 +59,9 @@ enum BenchCommand {
     /// scheduler: status and submission round trips, the scheduler's CPU and memory, and
     /// whether anything was lost.
     Load(gantry_scheduler::loadgen::LoadArgs),
+    /// The store with a long history of ended applications: its size, the restart cost
+    /// before and after retention, and submit latency while a backlog is pruned.
+    Store(gantry_scheduler::bench::store::StoreBenchArgs),
 }
 
 fn sim(args: &gantry_scheduler::sim_cli::SimArgs) -> anyhow::Result<()> {
@@ -79,6 +82,16 @@ fn bench_engine(args: &gantry_scheduler::bench::EngineBenchArgs) -> anyhow::Resu
         println!("  placements/s (cycle time)  {:>12.0}", r.placements_per_sec);
         println!("  cycle p50 / p99            {:>9.3} ms / {:.3} ms", r.cycle_p50_ms, r.cycle_p99_ms);
         println!("  submissions/s              {:>12.0}", r.submissions_per_sec);
+    }
+    Ok(())
+}
+
+fn bench_store(args: &gantry_scheduler::bench::store::StoreBenchArgs) -> anyhow::Result<()> {
+    let r = gantry_scheduler::bench::store::run(args)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r).context("encoding JSON")?);
+    } else {
+        print!("{}", r.summary());
     }
     Ok(())
 }
@@ -151,6 +164,7 @@ fn main() -> ExitCode {
         Command::Cluster(c) => gantry_scheduler::cli::run(c).map_err(Into::into),
         Command::Bench { command: BenchCommand::Engine(args) } => bench_engine(&args),
         Command::Bench { command: BenchCommand::Load(args) } => bench_load(&args),
+        Command::Bench { command: BenchCommand::Store(args) } => bench_store(&args),
         Command::Sim(args) => sim(&args),
         Command::Cert { command } => gantry_scheduler::cert_cli::run(&command)
             .map(|lines| {

@@ -735,7 +735,9 @@ impl Core {
         store: std::sync::Arc<crate::store::Store>,
         grace: Duration,
     ) -> Result<Self, crate::store::StoreError> {
-        let recovered = store.load()?;
+        // Live apps whole; of the ended ones only as many as memory keeps (max_completed_apps),
+        // so a restart does not read the whole history. Older ones are read by id when asked.
+        let recovered = store.load_recent(engine.history_len())?;
         let mut core = Core::new(engine);
         // Every id the store has seen (ended and deleted apps included) or handed out is taken:
         // without this a restarted engine counts from 1 again and overwrites what is stored.

@@ -7,6 +7,7 @@ pub mod backend;
 pub mod core;
 pub mod exit_words;
 pub mod handed_out;
+mod pruner;
 
 use crate::config::SchedulerConfig;
 use crate::metrics::SchedulerMetrics;
@@ -170,7 +171,8 @@ pub async fn serve(
         let metrics = metrics.clone();
         store.observe_commits(Box::new(move |took, jobs| metrics.observe_store_commit(took, jobs)));
     }
-    let mut core_state = core::Core::recover(engine, std::sync::Arc::new(store), node_timeout)
+    let store = std::sync::Arc::new(store);
+    let mut core_state = core::Core::recover(engine, std::sync::Arc::clone(&store), node_timeout)
         .map_err(|source| ServerError::Store { path: db.clone(), source })?;
     core_state.set_metrics(metrics.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -183,6 +185,14 @@ pub async fn serve(
         Duration::from_millis(config.server.node_timeout_ms),
         stopped(stop_rx.clone()),
     );
+    // Ended applications beyond the retention leave the store in the background.
+    let pruner_task = tokio::spawn(pruner::run(
+        store,
+        config.retention(),
+        config.prune_interval(),
+        metrics.clone(),
+        stop_rx.clone(),
+    ));
     let agent_listener = tokio::net::TcpListener::bind(&config.server.agent_listen)
         .await
         .map_err(|source| ServerError::Listen { addr: config.server.agent_listen.clone(), source })?;
@@ -253,6 +263,8 @@ pub async fn serve(
     shutdown.await;
     let _ = stop_tx.send(true);
     let _ = core_task.await;
+    // Its round stops after the current chunk; then the store closes with the last reference.
+    let _ = pruner_task.await;
     if let Ok(Err(e)) = api_task.await {
         tracing::error!(error = %e, "REST API");
     }
