@@ -415,6 +415,16 @@ impl ContainerCgroup {
         }
     }
 
+    /// The most memory the cgroup has held since it was created, bytes (v1
+    /// `memory.max_usage_in_bytes`, v2 `memory.peak`, which kernels before 5.19 lack): what a
+    /// container the OOM killer ended had reached. `None` where the kernel does not say.
+    pub fn memory_peak(&self) -> Option<u64> {
+        match self {
+            ContainerCgroup::V2 { dir } => read_u64(&dir.join("memory.peak")).ok(),
+            ContainerCgroup::V1 { memory, .. } => read_u64(&memory.join("memory.max_usage_in_bytes")).ok(),
+        }
+    }
+
     /// Reads everything the monitor reports about the container.
     pub fn usage(&self) -> Result<CgroupUsage, CgroupError> {
         let processes = u32::try_from(self.pids()?.len()).unwrap_or(u32::MAX);

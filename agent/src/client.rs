@@ -1004,6 +1004,7 @@ pub fn exit_to_wire(exit: &ContainerExit) -> v1::ContainerExited {
         // what a fenced one is (and the scheduler has usually declared it lost already).
         ExitReason::Lost | ExitReason::Fenced => (v1::ExitReason::Lost, 0),
     };
+    let memory = exit.memory.unwrap_or_default();
     v1::ContainerExited {
         container_id: exit.container_id,
         reason: reason as i32,
@@ -1011,6 +1012,8 @@ pub fn exit_to_wire(exit: &ContainerExit) -> v1::ContainerExited {
         signal,
         finished_at_ms: exit.finished_at_ms,
         cluster_id: exit.cluster.to_wire(),
+        memory_used_bytes: memory.used_bytes,
+        memory_limit_bytes: memory.limit_bytes,
     }
 }
 
@@ -1073,6 +1076,7 @@ fn fallback_seed() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::MemorySeen;
 
     #[test]
     fn backoff_ceiling_doubles_up_to_the_cap_and_delays_stay_below_it() {
@@ -1092,26 +1096,24 @@ mod tests {
 
     #[test]
     fn exits_map_to_wire_reasons_and_codes() {
-        let w = exit_to_wire(&ContainerExit {
-            container_id: 3,
-            cluster: ClusterId::LEGACY,
-            reason: ExitReason::Signaled { signal: 11 },
-            finished_at_ms: 5,
-        });
+        let w = exit_to_wire(&ContainerExit::new(
+            ContainerKey::new(ClusterId::LEGACY, 3),
+            ExitReason::Signaled { signal: 11 },
+            5,
+        ));
         assert_eq!((w.reason, w.exit_code, w.signal), (v1::ExitReason::Signaled as i32, 139, 11));
+        assert_eq!((w.memory_used_bytes, w.memory_limit_bytes), (0, 0), "nothing known: zero");
         let w = exit_to_wire(&ContainerExit {
-            container_id: 3,
-            cluster: ClusterId::LEGACY,
-            reason: ExitReason::MemoryLimit,
-            finished_at_ms: 5,
+            memory: Some(MemorySeen { used_bytes: 1100 << 20, limit_bytes: 1 << 30 }),
+            ..ContainerExit::new(ContainerKey::new(ClusterId::LEGACY, 3), ExitReason::MemoryLimit, 5)
         });
         assert_eq!((w.reason, w.exit_code, w.signal), (v1::ExitReason::MemoryLimit as i32, 137, 0));
-        let w = exit_to_wire(&ContainerExit {
-            container_id: 3,
-            cluster: ClusterId::from_bits(9),
-            reason: ExitReason::Fenced,
-            finished_at_ms: 5,
-        });
+        assert_eq!((w.memory_used_bytes, w.memory_limit_bytes), (1100 << 20, 1 << 30));
+        let w = exit_to_wire(&ContainerExit::new(
+            ContainerKey::new(ClusterId::from_bits(9), 3),
+            ExitReason::Fenced,
+            5,
+        ));
         assert_eq!((w.reason, w.exit_code), (v1::ExitReason::Lost as i32, 137), "fenced reads as lost");
         assert_eq!(w.cluster_id, "00000000000000000000000000000009", "the exit names its cluster");
     }

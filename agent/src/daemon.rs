@@ -209,12 +209,7 @@ pub async fn run_with(
                             spawn_kill(executor.clone(), key, grace, KillReason::Request);
                         } else {
                             // Nothing of it runs here: say so, so the scheduler stops waiting.
-                            let exit = ContainerExit {
-                                container_id: key.id,
-                                cluster: key.cluster,
-                                reason: ExitReason::Lost,
-                                finished_at_ms: now_ms(),
-                            };
+                            let exit = ContainerExit::new(key, ExitReason::Lost, now_ms());
                             report_exit(&events, &metrics, exit).await;
                         }
                     }

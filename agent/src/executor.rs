@@ -29,7 +29,7 @@
 
 use crate::cgroup::{CgroupError, CgroupUsage, ContainerCgroup, Layout, Limits};
 use crate::config::AgentConfig;
-use crate::model::{ContainerExit, ContainerKey, ContainerUsage, ExitReason, LaunchSpec};
+use crate::model::{ContainerExit, ContainerKey, ContainerUsage, ExitReason, LaunchSpec, MemorySeen};
 use crate::procfs::{ProcStat, descendants, live_start_time, tree_usage};
 use crate::shim::{
     self, DEFAULT_PATH, EXIT_FILE, ExitRecord, ExitStatus, LAUNCH_ERROR_FILE, PID_FILE, PidRecord,
@@ -52,6 +52,9 @@ use thiserror::Error;
 pub const WORK_DIR: &str = "work";
 /// Why the agent killed a container (`request` or `memory-limit`); the first writer wins.
 pub const KILL_REASON_FILE: &str = "kill-reason";
+/// What the monitor saw when it killed a container for memory ([`MemorySeen`] as JSON); the
+/// first writer wins, like [`KILL_REASON_FILE`].
+pub const MEMORY_SEEN_FILE: &str = "memory-seen.json";
 /// Written once the container's exit has been reported; adoption skips such directories.
 pub const REPORTED_FILE: &str = "reported";
 /// Largest argv plus environment accepted, bytes (the kernel's own limit is near 2 MiB).
@@ -963,8 +966,16 @@ impl Executor {
     }
 
     /// Kills a container for exceeding its memory limit; its exit is reported as
-    /// [`ExitReason::MemoryLimit`]. Returns once SIGKILL is sent.
-    pub fn kill_for_memory(&self, id: ContainerKey) -> Result<(), ExecError> {
+    /// [`ExitReason::MemoryLimit`] with `seen`, the usage that condemned it. Returns once SIGKILL
+    /// is sent.
+    pub fn kill_for_memory(&self, id: ContainerKey, seen: MemorySeen) -> Result<(), ExecError> {
+        let control =
+            self.lock().containers.get(&id).map(|t| t.control.clone()).ok_or(ExecError::Unknown(id))?;
+        let path = control.join(MEMORY_SEEN_FILE);
+        if !path.exists() {
+            // Only read back for a memory-limit end; a container that ended first keeps its own.
+            shim::write_json(&path, &seen)?;
+        }
         self.signal(id, Some(KillReason::MemoryLimit), Signal::SIGKILL)
     }
 
@@ -1106,12 +1117,7 @@ impl Executor {
         }
         t.ended = true;
         Some(match record {
-            Some(rec) => ContainerExit {
-                container_id: id.id,
-                cluster: id.cluster,
-                reason: classify(&t.control, &rec, t.cgroup.as_ref()),
-                finished_at_ms: rec.finished_at_ms,
-            },
+            Some(rec) => recorded_exit(id, &t.control, &rec, t.cgroup.as_ref(), t.memory_limit),
             None => lost(id, t.cgroup.as_ref(), t.cmd),
         })
     }
@@ -1170,12 +1176,7 @@ impl Executor {
             };
             let exit = if let Ok(rec) = shim::read_json::<ExitRecord>(&control.join(EXIT_FILE)) {
                 reap_if_own_zombie(t.shim);
-                ContainerExit {
-                    container_id: id.id,
-                    cluster: id.cluster,
-                    reason: classify(&control, &rec, cgroup.as_ref()),
-                    finished_at_ms: rec.finished_at_ms,
-                }
+                recorded_exit(id, &control, &rec, cgroup.as_ref(), t.memory_limit)
             } else if pid.is_some() && t.shim.pid != 0 && Self::shim_alive(&mut t) {
                 t.ended = false;
                 self.lock().containers.insert(id, t);
@@ -1361,11 +1362,33 @@ impl Executor {
     }
 }
 
-fn classify(control: &Path, rec: &ExitRecord, cgroup: Option<&ContainerCgroup>) -> ExitReason {
+/// A container's end as its supervisor recorded it: classified, and for a memory-limit end,
+/// with the memory it was seen using (`limit` is the one its launch asked for).
+fn recorded_exit(
+    id: ContainerKey,
+    control: &Path,
+    rec: &ExitRecord,
+    cgroup: Option<&ContainerCgroup>,
+    limit: u64,
+) -> ContainerExit {
     let kill =
         std::fs::read_to_string(control.join(KILL_REASON_FILE)).ok().and_then(|s| KillReason::parse(&s));
     let oom = cgroup.and_then(|cg| cg.oom_kills().ok()).unwrap_or(0).max(rec.oom_kills);
-    classify_exit(rec.status, kill, oom)
+    let reason = classify_exit(rec.status, kill, oom);
+    let memory = (reason == ExitReason::MemoryLimit).then(|| memory_at_exit(control, cgroup, limit));
+    ContainerExit { memory, ..ContainerExit::new(id, reason, rec.finished_at_ms) }
+}
+
+/// What a container ended for its memory limit was seen using: the monitor's measurement when
+/// it killed it, else the cgroup's peak (the kernel's OOM killer acted); and its limit.
+fn memory_at_exit(control: &Path, cgroup: Option<&ContainerCgroup>, limit: u64) -> MemorySeen {
+    if let Ok(seen) = shim::read_json::<MemorySeen>(&control.join(MEMORY_SEEN_FILE)) {
+        return MemorySeen {
+            limit_bytes: if seen.limit_bytes == 0 { limit } else { seen.limit_bytes },
+            ..seen
+        };
+    }
+    MemorySeen { used_bytes: cgroup.and_then(ContainerCgroup::memory_peak).unwrap_or(0), limit_bytes: limit }
 }
 
 /// A container whose supervisor vanished without a record: whatever is left in its cgroup is
@@ -1381,12 +1404,7 @@ fn lost(id: ContainerKey, cgroup: Option<&ContainerCgroup>, cmd: ProcRef) -> Con
     if cmd.pid != 0 && live_start_time(cmd.pid) == Some(cmd.start_time) {
         let _ = nix::sys::signal::killpg(cmd.nix(), Signal::SIGKILL);
     }
-    ContainerExit {
-        container_id: id.id,
-        cluster: id.cluster,
-        reason: ExitReason::Lost,
-        finished_at_ms: shim::now_ms(),
-    }
+    ContainerExit::new(id, ExitReason::Lost, shim::now_ms())
 }
 
 /// The processes under a supervisor — none once it is gone, so that a reused pid is never

@@ -183,9 +183,28 @@ pub struct ContainerExit {
     /// When it ended, Unix ms (as observed; for exits during an agent outage, as recorded by the
     /// container's supervisor).
     pub finished_at_ms: u64,
+    /// For [`ExitReason::MemoryLimit`]: the memory it was seen using and its limit, so the user
+    /// is told how far over it went (as YARN's "1.1 GB of 1 GB physical memory used").
+    #[serde(default)]
+    pub memory: Option<MemorySeen>,
+}
+
+/// The memory a container ended for: what it was seen using, and its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct MemorySeen {
+    /// In use, bytes: the working set the monitor measured when it killed the container, or
+    /// the cgroup's peak when the kernel's OOM killer ended it; 0 = not known.
+    pub used_bytes: u64,
+    /// The limit, bytes; 0 = not known.
+    pub limit_bytes: u64,
 }
 
 impl ContainerExit {
+    /// An exit of container `key` with nothing known beyond its reason and time.
+    pub fn new(key: ContainerKey, reason: ExitReason, finished_at_ms: u64) -> ContainerExit {
+        ContainerExit { container_id: key.id, cluster: key.cluster, reason, finished_at_ms, memory: None }
+    }
+
     /// The container that ended.
     pub fn key(&self) -> ContainerKey {
         ContainerKey::new(self.cluster, self.container_id)

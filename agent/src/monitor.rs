@@ -5,7 +5,7 @@
 use crate::config::AgentConfig;
 use crate::executor::Executor;
 use crate::metrics::AgentMetrics;
-use crate::model::{ContainerUsage, GpuInfo, HostUsage, NodeReport};
+use crate::model::{ContainerUsage, GpuInfo, HostUsage, MemorySeen, NodeReport};
 use crate::probe::{self, GpuProbe, HostSampler, ProbeError};
 use crate::procfs;
 use std::collections::HashMap;
@@ -69,7 +69,11 @@ impl Monitor {
                     limit = usage.memory_limit_bytes,
                     "container over its memory limit; killing it"
                 );
-                if self.executor.kill_for_memory(c.key).is_ok() {
+                let seen = MemorySeen {
+                    used_bytes: usage.memory_working_set_bytes,
+                    limit_bytes: usage.memory_limit_bytes,
+                };
+                if self.executor.kill_for_memory(c.key, seen).is_ok() {
                     memory_kills.push(c.key);
                 }
             }

@@ -113,7 +113,7 @@ fn exit(container_id: u64, reason: ExitReason) -> ContainerExit {
 }
 
 fn exit_of(cluster: ClusterId, container_id: u64, reason: ExitReason) -> ContainerExit {
-    ContainerExit { container_id, cluster, reason, finished_at_ms: 1_700_000_000_000 + container_id }
+    ContainerExit::new(ContainerKey::new(cluster, container_id), reason, 1_700_000_000_000 + container_id)
 }
 
 /// Two scheduler runs' cluster ids.

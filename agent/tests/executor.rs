@@ -5,7 +5,7 @@
 
 use gantry_agent::cgroup::{ContainerCgroup, Layout};
 use gantry_agent::executor::{CgroupMode, ExecError, Executor, ExecutorSettings, SpecError};
-use gantry_agent::model::{ClusterId, ContainerExit, ContainerKey, ExitReason, LaunchSpec};
+use gantry_agent::model::{ClusterId, ContainerExit, ContainerKey, ExitReason, LaunchSpec, MemorySeen};
 use gantry_agent::procfs::{ProcStat, live_start_time};
 use gantry_agent::shim::now_ms;
 use std::collections::HashMap;
@@ -211,6 +211,27 @@ fn a_memory_hog_ends_with_memory_limit() {
     exec.forget(k(1)).expect("forget");
 }
 
+/// A container the kernel's OOM killer ends is reported with how much it was using and its
+/// limit, so the user reads "50 MiB used of 50 MiB" rather than a bare status 137.
+#[test]
+fn a_memory_limit_kill_reports_the_usage_and_the_limit() {
+    let env = Env::new("oomseen", CgroupMode::Auto, 0);
+    let exec = env.executor();
+    assert_ne!(*exec.layout(), Layout::None, "this machine has writable cgroups");
+    // Every byte written, so the pages are really charged to the cgroup.
+    let script = "b = []\nwhile True: b.append(b'x' * (4 << 20))\n";
+    let mut s = spec(1, &["python3", "-c", script]);
+    s.memory_bytes = 50 << 20;
+    exec.launch(&s).expect("launch");
+    let exit = wait_exit(&exec, k(1));
+    assert_eq!(exit.reason, ExitReason::MemoryLimit);
+    let seen = exit.memory.expect("a memory-limit end says what it used");
+    assert_eq!(seen.limit_bytes, 50 << 20, "{seen:?}");
+    // The cgroup's peak: at the limit when the OOM killer acted (page cache may round it).
+    assert!(seen.used_bytes >= 45 << 20 && seen.used_bytes <= 51 << 20, "{seen:?}");
+    exec.forget(k(1)).expect("forget");
+}
+
 /// VmRSS of a process, bytes: the kernel's own count of its resident memory.
 fn vm_rss(pid: u32) -> u64 {
     let status = read(Path::new(&format!("/proc/{pid}/status")));
@@ -261,11 +282,16 @@ fn reported_memory_matches_the_kernel_without_cgroups() {
 fn the_monitor_can_kill_for_memory() {
     let env = Env::new("memkill", CgroupMode::Auto, 0);
     let exec = env.executor();
-    exec.launch(&spec(1, &["sleep", "60"])).expect("launch");
-    exec.kill_for_memory(k(1)).expect("kill for memory");
+    let mut s = spec(1, &["sleep", "60"]);
+    s.memory_bytes = 64 << 20;
+    exec.launch(&s).expect("launch");
+    // What the monitor measured is what the exit reports (the limit from the launch when the
+    // measurement had none).
+    exec.kill_for_memory(k(1), MemorySeen { used_bytes: 70 << 20, limit_bytes: 0 }).expect("kill for memory");
     let exit = wait_exit(&exec, k(1));
     assert_eq!(exit.reason, ExitReason::MemoryLimit);
     assert_eq!(exit.reason.exit_code(), 137);
+    assert_eq!(exit.memory, Some(MemorySeen { used_bytes: 70 << 20, limit_bytes: 64 << 20 }));
 }
 
 #[test]

@@ -5,7 +5,9 @@
 //! single-container applications in batches, runs one scheduling cycle per batch, and times
 //! only the cycles (`Event::Tick`): placements per second is placements / Σ cycle time. The
 //! submissions are timed separately, since a real scheduler receives them over time. Nothing
-//! ends during the run, so the cluster is sized to hold every container.
+//! ends during the run, so the cluster is sized to hold every container. With `--waiting N`,
+//! N applications no node can hold (each asks for more CPU than a node has) are submitted
+//! first and stay pending through every cycle: what requests that wait cost a cycle.
 
 pub mod store;
 
@@ -28,6 +30,10 @@ pub struct EngineBenchArgs {
     /// Requests submitted between two scheduling cycles.
     #[arg(long, default_value_t = 10_000)]
     pub batch: u32,
+    /// Applications that can never be placed, submitted before the rest and pending in every
+    /// cycle (each asks for more CPU than a node has).
+    #[arg(long, default_value_t = 0)]
+    pub waiting: u32,
     /// Placement policy: `builtin` (the engine's first-fit FIFO) or the path of a plugin `.so`.
     #[arg(long, default_value = "builtin")]
     pub plugin: String,
@@ -48,6 +54,8 @@ pub struct EngineBenchResult {
     pub nodes: u32,
     /// Requests submitted.
     pub requests: u32,
+    /// Applications pending through every cycle.
+    pub waiting: u32,
     /// Containers placed.
     pub placements: u64,
     /// Scheduling cycles run.
@@ -129,6 +137,15 @@ pub fn run(args: &EngineBenchArgs) -> Result<EngineBenchResult, BenchError> {
         requests: vec![RequestSpec { resources: CONTAINER, count: 1, ..RequestSpec::default() }],
         ..AppSpec::default()
     };
+    // More CPU than a node has: pending in every cycle.
+    let never = RequestSpec {
+        resources: Resources::new(CONTAINER.cpu_millis * PER_NODE + 1, CONTAINER.memory_bytes, 0),
+        ..RequestSpec::default()
+    };
+    let never = AppSpec { requests: vec![RequestSpec { count: 1, ..never }], ..app.clone() };
+    for _ in 0..args.waiting {
+        engine.handle(0, Event::AppSubmitted(never.clone()))?;
+    }
     let mut cycles: Vec<Duration> = Vec::new();
     let mut submitting = Duration::ZERO;
     let mut placements = 0u64;
@@ -157,6 +174,7 @@ pub fn run(args: &EngineBenchArgs) -> Result<EngineBenchResult, BenchError> {
         plugin: args.plugin.clone(),
         nodes: args.nodes,
         requests: args.requests,
+        waiting: args.waiting,
         placements,
         cycles: cycles.len() as u64,
         placements_per_sec: placements as f64 / total.as_secs_f64().max(1e-9),
@@ -185,6 +203,7 @@ mod tests {
             nodes: 10,
             requests: 1000,
             batch: 300,
+            waiting: 0,
             plugin: "builtin".into(),
             plugin_config: "{}".into(),
             json: false,
@@ -192,6 +211,8 @@ mod tests {
         let r = run(&args).expect("run");
         assert_eq!((r.placements, r.cycles), (1000, 4));
         assert!(r.placements_per_sec > 0.0 && r.cycle_p99_ms >= r.cycle_p50_ms);
+        let waiting = run(&EngineBenchArgs { waiting: 50, ..args.clone() }).expect("run");
+        assert_eq!((waiting.placements, waiting.cycles), (1000, 4), "the waiting ones are never placed");
         let too_many = EngineBenchArgs { requests: 10 * 128 + 1, ..args.clone() };
         assert!(matches!(run(&too_many), Err(BenchError::Args(m)) if m.contains("do not fit")));
         let missing = EngineBenchArgs { plugin: "/nonexistent/libx.so".into(), ..args };

@@ -911,31 +911,11 @@ fn fmt_labels(labels: &BTreeMap<String, String>) -> String {
     labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
 }
 
-/// Millicores as cores: `2`, `0.5`, `1.25`.
-pub fn fmt_cores(millis: u64) -> String {
-    if millis % 1000 == 0 {
-        return (millis / 1000).to_string();
-    }
-    let s = format!("{}.{:03}", millis / 1000, millis % 1000);
-    s.trim_end_matches('0').to_owned()
-}
+/// Millicores as cores: `2`, `0.5`, `1.25` (the SDK's one formatter, also the engine's).
+pub use gantry_sdk::units::format_cores as fmt_cores;
 
-/// Bytes in binary units: `512Mi`, `1.5Gi`, `100B`.
-pub fn fmt_bytes(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 5] =
-        [("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)];
-    for (name, size) in UNITS {
-        if bytes >= size {
-            return if bytes % size == 0 {
-                format!("{}{name}", bytes / size)
-            } else {
-                let s = format!("{:.1}", bytes as f64 / size as f64);
-                format!("{}{name}", s.trim_end_matches(".0"))
-            };
-        }
-    }
-    format!("{bytes}B")
-}
+/// Bytes in binary units: `512Mi`, `1.5Gi`, `100B` (the SDK's one formatter).
+pub use gantry_sdk::units::format_bytes as fmt_bytes;
 
 /// A duration in ms, short: `450ms`, `12s`, `3m05s`, `1h02m`, `2d03h`.
 pub fn fmt_duration(ms: u64) -> String {

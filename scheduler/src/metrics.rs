@@ -1292,7 +1292,7 @@ mod tests {
         m.update_from_engine(&engine);
         assert_eq!(value(&m.encode(), "gantry_containers{state=\"stopping\"}"), 2.0);
         for container in stopping {
-            engine.handle(4, Event::ContainerExited { container, exit_code: 143 }).expect("exit");
+            engine.handle(4, Event::container_exited(container, 143)).expect("exit");
         }
         run(&mut engine, 5, vec![Event::Tick]);
         m.update_from_engine(&engine);

@@ -1099,7 +1099,7 @@ impl Sim<'_> {
         if code != 0 && !r.stopping {
             self.rerun(r.job);
         }
-        self.event(Event::ContainerExited { container: ContainerId(container), exit_code: code });
+        self.event(Event::container_exited(ContainerId(container), code));
         true
     }
 

@@ -185,7 +185,7 @@ fn rebalance_kills_are_applied_and_bad_ones_rejected() {
     assert!(e.stats().rejected.get(RejectReason::UnknownSubject) > 0);
     // The agent confirms the kills; the requests are pending again and get placed again.
     for c in kills {
-        e.handle(3_001, Event::ContainerExited { container: c, exit_code: 137 }).expect("exit");
+        e.handle(3_001, Event::container_exited(c, 137)).expect("exit");
     }
     assert_eq!(launches(&tick(&mut e, 3_002)), 2);
 }

@@ -143,9 +143,7 @@ impl Bed {
     fn finish(&mut self, name: &str, at_s: u64) {
         self.now_ms = at_s * S;
         for (c, _) in self.placed.get(name).cloned().unwrap_or_default() {
-            self.engine
-                .handle(self.now_ms, Event::ContainerExited { container: c, exit_code: 0 })
-                .expect("exit");
+            self.engine.handle(self.now_ms, Event::container_exited(c, 0)).expect("exit");
         }
     }
 

@@ -153,9 +153,7 @@ impl Bed {
     fn finish(&mut self, name: &str) {
         self.now_ms += 1000;
         for (c, _) in self.placed.remove(name).unwrap_or_default() {
-            self.engine
-                .handle(self.now_ms, Event::ContainerExited { container: c, exit_code: 0 })
-                .expect("exit");
+            self.engine.handle(self.now_ms, Event::container_exited(c, 0)).expect("exit");
         }
     }
 

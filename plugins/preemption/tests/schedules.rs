@@ -115,7 +115,7 @@ impl Bed {
         self.exits = later;
         for (_, container) in due {
             // SIGTERM's status, as an agent reports a container it stopped.
-            self.engine.handle(now, Event::ContainerExited { container, exit_code: 143 }).expect("exit");
+            self.engine.handle(now, Event::container_exited(container, 143)).expect("exit");
         }
         let cmds = self.engine.handle(now, Event::Tick).expect("tick");
         for c in cmds {

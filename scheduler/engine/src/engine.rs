@@ -9,7 +9,8 @@ use crate::policy::{Policy, PolicyError, Profile, StaticPolicy};
 use crate::reservations::{PlannedPiece, ReservationBook, ReservationEnd, ReservationRequest, Restored};
 use crate::rng::SplitMix64;
 use crate::state::{AppMeta, AppSummary, ClusterState, ContainerMeta, app_is_terminal, container_is_live};
-use crate::validate::{self, RebalanceAction, Rejections};
+use crate::validate::{self, PlaceNote, RebalanceAction, Rejections};
+use crate::waiting::{self, WaitingBook};
 use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, View};
 
@@ -152,6 +153,13 @@ pub struct Engine {
     commands: Vec<Command>,
     /// The Rayon reservation plan, when a queue is reservable.
     book: Option<ReservationBook>,
+    /// What this cycle's `place` call said besides placing (WAITs, refusals), by request.
+    place_notes: Vec<(u32, PlaceNote)>,
+    /// The plugin (policy index) whose decisions this cycle's placement used; `None` for the
+    /// built-in first fit.
+    place_policy: Option<u32>,
+    /// Why each waiting application waits (see [`crate::waiting`]).
+    waiting: WaitingBook,
 }
 
 impl std::fmt::Debug for Engine {
@@ -226,6 +234,9 @@ impl Engine {
             maybe_pending: Vec::new(),
             rescan_pending: true,
             commands: Vec::new(),
+            place_notes: Vec::new(),
+            place_policy: None,
+            waiting: WaitingBook::default(),
             config,
         })
     }
@@ -294,6 +305,7 @@ impl Engine {
                     NodeCondition::Unhealthy => GANTRY_NODE_UNHEALTHY,
                 };
                 self.state.recompute_capacity();
+                self.state.node_generation += 1;
             }
             Event::NodeLost { node } => {
                 let idx = self.node_idx(&node)?;
@@ -395,13 +407,13 @@ impl Engine {
                     }
                 }
             }
-            Event::ContainerExited { container, exit_code } => {
+            Event::ContainerExited { container, exit_code, diagnostics } => {
                 let i = self.container_idx(container)?;
-                self.container_exited(i, exit_code, false);
+                self.container_exited(i, exit_code, false, &diagnostics);
             }
             Event::ContainerLost { container } => {
                 let i = self.container_idx(container)?;
-                self.container_exited(i, -1, true);
+                self.container_exited(i, -1, true, "was lost: its node's agent no longer had it");
             }
             Event::Tick => self.run_cycle(),
         }
@@ -542,6 +554,7 @@ impl Engine {
             live_containers: 0,
             diagnostics: String::new(),
             completed,
+            waiting: GANTRY_NONE,
         });
         st.app_index.insert(id, app_idx);
         Ok(AppId(id))
@@ -750,6 +763,7 @@ impl Engine {
     fn end_app(&mut self, app: u32, state: u32, diagnostics: String, reason: KillReason) {
         self.state.apps[app as usize].state = state;
         self.state.app_meta[app as usize].diagnostics.clone_from(&diagnostics);
+        self.waiting.forget(&mut self.state, app);
         self.state.dirty = true;
         self.app_changed(app, diagnostics);
         for i in 0..self.state.containers.len() as u32 {
@@ -782,9 +796,12 @@ impl Engine {
         }
     }
 
-    fn container_exited(&mut self, i: u32, exit_code: i32, lost: bool) {
+    /// A container ended: `words` is how, as its driver tells it (empty: its exit status).
+    fn container_exited(&mut self, i: u32, exit_code: i32, lost: bool, words: &str) {
         let c = self.state.containers[i as usize];
         let was_stopping = c.state == GANTRY_CONTAINER_STOPPING;
+        let told = self.exit_words(i, exit_code, words);
+        self.state.ended_words.insert(c.id, told.clone());
         self.release(i);
         let meta = &mut self.state.app_meta[c.app as usize];
         meta.live_containers = meta.live_containers.saturating_sub(1);
@@ -804,6 +821,9 @@ impl Engine {
             return;
         }
         if was_stopping {
+            if self.state.container_meta[i as usize].kill_reason == Some(KillReason::Preempted) {
+                self.state.app_meta[app as usize].diagnostics = format!("{told}; it runs again");
+            }
             // Its request was put back (a gang restarted) when it was asked to stop; it may have
             // been the app's last live container.
             self.finish_if_done(app);
@@ -815,20 +835,34 @@ impl Engine {
             let r = &mut self.state.requests[c.request as usize];
             r.placed = r.placed.saturating_sub(1);
             self.maybe_pending.push(app);
+            let meta = &mut self.state.app_meta[app as usize];
             if new_state == GANTRY_CONTAINER_FAILED {
-                let meta = &mut self.state.app_meta[app as usize];
                 meta.failures += 1;
                 if meta.failures >= meta.max_attempts {
-                    let msg = format!(
-                        "container {} exited with status {exit_code}; {} of {} attempts used",
-                        c.id, meta.failures, meta.max_attempts
-                    );
+                    let msg = format!("{told}; {} of {} attempts used", meta.failures, meta.max_attempts);
                     self.end_app(app, GANTRY_APP_FAILED, msg, KillReason::AppFailed);
                     return;
                 }
+                meta.diagnostics = format!(
+                    "attempt {} of {} failed: {told}; it runs again",
+                    meta.failures, meta.max_attempts
+                );
                 self.state.apps[app as usize].attempt = meta.failures + 1;
+            } else {
+                meta.diagnostics = format!("{told}; it runs again (a loss uses no attempt)");
             }
             self.repend(i);
+        }
+    }
+
+    /// How container `i` ended, in words: "container 7 " and `words` (the driver's account, or
+    /// else its exit status), and why the engine had asked it to stop, if it had.
+    fn exit_words(&self, i: u32, exit_code: i32, words: &str) -> String {
+        let id = self.state.containers[i as usize].id;
+        let how = if words.is_empty() { format!("exited with status {exit_code}") } else { words.to_owned() };
+        match self.state.container_meta[i as usize].kill_reason {
+            Some(reason) => format!("container {id} {how}; it had been asked to stop: {}", reason.describe()),
+            None => format!("container {id} {how}"),
         }
     }
 
@@ -846,12 +880,17 @@ impl Engine {
 
     fn lose_node(&mut self, node: u32) {
         self.state.nodes[node as usize].state = GANTRY_NODE_LOST;
+        self.state.node_generation += 1;
         // A lost node's last measurement says nothing about the machine that comes back.
         self.state.node_usage[node as usize] = GantryNodeUsage::default();
+        let words = format!(
+            "was lost with its node {} (no word from its agent)",
+            self.state.str(self.state.nodes[node as usize].name)
+        );
         for i in 0..self.state.containers.len() as u32 {
             let c = self.state.containers[i as usize];
             if c.node == node && container_is_live(c.state) {
-                self.container_exited(i, -1, true);
+                self.container_exited(i, -1, true, &words);
             }
         }
         self.state.recompute_capacity();
@@ -885,6 +924,15 @@ impl Engine {
             self.order_phase();
             self.place_phase();
         }
+        // Why the rest wait (and, with nothing pending, that nothing does).
+        self.waiting.note(
+            &mut self.state,
+            &self.pending,
+            &mut self.place_notes,
+            self.place_policy,
+            self.cycle,
+        );
+        self.place_notes.clear();
         if self.now_ms >= self.next_rebalance_ms {
             self.next_rebalance_ms = self.now_ms.saturating_add(self.config.rebalance_interval_ms);
             if self.profile.rebalance.is_some() {
@@ -1074,11 +1122,14 @@ impl Engine {
 
     fn place_phase(&mut self) {
         let slot = self.profile.place;
+        self.place_notes.clear();
+        self.place_policy = None;
         let placements = match self.call(GANTRY_HOOK_PLACE, slot) {
             CallResult::Decisions => {
                 let mut rej = Rejections::default();
-                let p = validate::place(&self.state, self.buf.as_slice(), &mut rej);
+                let p = validate::place(&self.state, self.buf.as_slice(), &mut rej, &mut self.place_notes);
                 self.judge(slot, &rej);
+                self.place_policy = slot.map(|i| i as u32);
                 p
             }
             CallResult::Builtin => {
@@ -1092,7 +1143,8 @@ impl Engine {
                     self.buf.clear();
                 }
                 let mut rej = Rejections::default();
-                let p = validate::place(&self.state, self.buf.as_slice(), &mut rej);
+                let p = validate::place(&self.state, self.buf.as_slice(), &mut rej, &mut self.place_notes);
+                self.place_notes.clear();
                 debug_assert_eq!(rej.total(), 0, "built-in placement made invalid decisions");
                 self.stats.rejected.merge(&rej);
                 p
@@ -1269,6 +1321,53 @@ impl Engine {
                 quarantines: p.quarantines,
             })
             .collect()
+    }
+
+    /// Refuses a submission a container of which asks for more of a resource than the largest
+    /// node that is not lost has (YARN's InvalidResourceRequestException against its maximum
+    /// allocation). Accepts everything while no node is registered: right after a start or a
+    /// restart the nodes are still coming, and an empty cluster is no measure.
+    pub fn check_fits(&self, spec: &AppSpec) -> Result<(), EngineError> {
+        let Some(largest) = self.state.largest_node() else { return Ok(()) };
+        for (k, r) in spec.requests.iter().enumerate() {
+            if let Some((dimension, need, max)) = waiting::exceeds(&r.resources, &largest) {
+                return Err(EngineError::InvalidResourceRequest(format!(
+                    "request {k} asks for {} per container, more than the maximum allocation of {} \
+                     (the largest registered node's)",
+                    dimension.amount(need),
+                    dimension.amount(max)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Why a live application waits, in words, as of the last cycle (`None` when nothing of it
+    /// is pending, or it is not live).
+    pub fn waiting_reason(&self, app: AppId) -> Option<String> {
+        let names =
+            |p: u32| self.policies.get(p as usize).map_or_else(String::new, |s| s.policy.name().to_owned());
+        self.waiting.get(&self.state, app).map(|w| w.describe(&self.state, names))
+    }
+
+    /// An application's diagnostics as users see them: why it waits (if it does), then what
+    /// happened to it last ([`AppMeta::diagnostics`]); remembered ones' final diagnostics.
+    pub fn app_diagnostics(&self, app: AppId) -> Option<String> {
+        let Some(i) = self.state.app_index(app) else {
+            return self.state.history.iter().rev().find(|s| s.id == app).map(|s| s.diagnostics.clone());
+        };
+        let kept = &self.state.app_meta(i)?.diagnostics;
+        Some(match self.waiting_reason(app) {
+            Some(w) if kept.is_empty() => w,
+            Some(w) => format!("{w}; {kept}"),
+            None => kept.clone(),
+        })
+    }
+
+    /// How a container that ended in the last event ended, in words (until the next cycle
+    /// drops it): what drivers keep for its diagnostics.
+    pub fn container_diagnostics(&self, container: ContainerId) -> Option<&str> {
+        self.state.ended_words.get(&container.0).map(String::as_str)
     }
 
     /// The state of an application, live or remembered.

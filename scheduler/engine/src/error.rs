@@ -34,6 +34,11 @@ pub enum EngineError {
     /// An event is not allowed in the current state.
     #[error("{0}")]
     Conflict(String),
+    /// A submission asks for more than any node could ever give one container (YARN's
+    /// InvalidResourceRequestException): the message names the request, the resource and the
+    /// maximum.
+    #[error("invalid resource request: {0}")]
+    InvalidResourceRequest(String),
     /// A reservation event, but no queue is reservable.
     #[error("no queue is reservable: configure [reservations] to use reservations")]
     NoPlan,

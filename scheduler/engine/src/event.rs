@@ -148,12 +148,18 @@ pub enum Event {
         /// The container.
         container: ContainerId,
     },
-    /// An agent reported a container's exit.
+    /// An agent reported a container's exit (build one with [`Event::container_exited`] when
+    /// there is nothing to say beyond the status).
     ContainerExited {
         /// The container.
         container: ContainerId,
         /// Exit status (0 = success).
         exit_code: i32,
+        /// How it ended in words, as its agent told it, without the container's name (e.g.
+        /// "was killed for running beyond its memory limit: 1.1Gi of 1Gi used (exit status
+        /// 137)"); empty = "exited with status N". The engine prefixes the container and adds
+        /// why it had asked it to stop, for the container's and the application's diagnostics.
+        diagnostics: String,
     },
     /// An agent no longer has a container the engine thought it ran (found at reconciliation):
     /// it is lost, and its request runs again without using an attempt, as for a lost node.
@@ -276,6 +282,26 @@ pub enum Command {
         /// New state (`GANTRY_RESERVATION_*`).
         state: u32,
     },
+}
+
+impl Event {
+    /// [`Event::ContainerExited`] with nothing known beyond the exit status.
+    pub fn container_exited(container: ContainerId, exit_code: i32) -> Event {
+        Event::ContainerExited { container, exit_code, diagnostics: String::new() }
+    }
+}
+
+impl KillReason {
+    /// Why the engine asked a container to stop, in words (for its diagnostics).
+    pub fn describe(self) -> &'static str {
+        match self {
+            KillReason::AppKilled => "its application was killed",
+            KillReason::AppFailed => "its application failed",
+            KillReason::GangRestart => "a member of its gang ended, so the gang restarts whole",
+            KillReason::Preempted => "preempted by the rebalance plugin",
+            KillReason::PolicyKill => "killed by the rebalance plugin",
+        }
+    }
 }
 
 impl Command {

@@ -26,6 +26,7 @@ pub mod rng;
 pub mod state;
 pub mod strings;
 pub mod validate;
+pub mod waiting;
 
 pub use engine::{
     APP_KILL_GRACE_MS, Engine, EngineStats, KILLED_BY_REQUEST, PolicyStatus, Reclaimed, ReservationStats,
@@ -39,4 +40,5 @@ pub use reservations::{
     ReservationRequest,
 };
 pub use state::{IdleNode, NodeMeta};
-pub use validate::{RejectReason, Rejections};
+pub use validate::{PlaceNote, RejectReason, Rejections};
+pub use waiting::Waiting;

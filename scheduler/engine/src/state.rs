@@ -51,12 +51,16 @@ pub struct AppMeta {
     pub failures: u32,
     /// Containers holding resources (allocated, running or stopping).
     pub live_containers: u32,
-    /// Why it is in its state.
+    /// Why it is in its state, and the last thing that happened to it worth telling (a failed
+    /// attempt, a lost container). Stored with each state change.
     pub diagnostics: String,
     /// Containers that completed (exited 0), per request in submission order: the app's
     /// progress. Kept here, not in the frozen ABI records; a gang that restarts starts again
     /// from 0, since its completed members run again.
     pub completed: Vec<u32>,
+    /// Its entry in the engine's book of waiting applications (`crate::waiting`), or
+    /// `GANTRY_NONE` while nothing of it waits; travels with it through compactions.
+    pub(crate) waiting: u32,
 }
 
 impl AppMeta {
@@ -150,6 +154,12 @@ pub struct ClusterState {
     pub(crate) next_reservation: u64,
     /// Something finished since the last compaction.
     pub(crate) dirty: bool,
+    /// Bumped whenever the node set changes (a registration, a loss, a state change): what
+    /// depends only on the nodes is recomputed when it moves (see [`crate::waiting`]).
+    pub(crate) node_generation: u64,
+    /// How each container that ended since the last compaction ended, in words, by id: for
+    /// drivers to keep (the container itself leaves at the next compaction, and so does this).
+    pub(crate) ended_words: IdMap<String>,
 }
 
 /// Whether a container state holds resources.
@@ -227,6 +237,8 @@ impl ClusterState {
             next_request: 1,
             next_container: 1,
             next_reservation: 1,
+            // 0 is an application's "never checked".
+            node_generation: 1,
             ..Default::default()
         };
         s.build_queues(&config.queues)?;
@@ -496,6 +508,7 @@ impl ClusterState {
                 n.state = GANTRY_NODE_RUNNING;
             }
             self.recompute_capacity();
+            self.node_generation += 1;
             return Ok(NodeId(idx));
         }
         let idx = self.nodes.len() as u32;
@@ -519,6 +532,7 @@ impl ClusterState {
         self.node_usage.push(GantryNodeUsage::default());
         self.node_index.insert(spec.name.clone(), idx);
         self.recompute_capacity();
+        self.node_generation += 1;
         Ok(NodeId(idx))
     }
 
@@ -560,6 +574,7 @@ impl ClusterState {
             return false;
         }
         self.dirty = false;
+        self.ended_words.clear();
         let mut live_per_app = vec![0u32; self.apps.len()];
         for c in &self.containers {
             if container_is_live(c.state) {
@@ -684,6 +699,20 @@ impl ClusterState {
             pending,
             node_usage: &self.node_usage,
         }
+    }
+
+    /// The largest capacity in each dimension over the nodes that are not lost (each dimension
+    /// on its own: the most CPU may be on one node, the most memory on another), or `None`
+    /// while no node is registered. YARN's maximum allocation: what no request may exceed.
+    pub fn largest_node(&self) -> Option<GantryResources> {
+        self.nodes.iter().filter(|n| n.state != GANTRY_NODE_LOST).map(|n| n.capacity).reduce(|a, b| {
+            GantryResources {
+                cpu_millis: a.cpu_millis.max(b.cpu_millis),
+                memory_bytes: a.memory_bytes.max(b.memory_bytes),
+                gpus: a.gpus.max(b.gpus),
+                reserved: 0,
+            }
+        })
     }
 
     /// The nodes that hold no container and are not lost, longest idle first (ties by index).

@@ -87,6 +87,33 @@ impl RejectReason {
         }
     }
 
+    /// What the rule is, in words, for the diagnostics of the request a refused decision named.
+    pub fn describe(self) -> &'static str {
+        match self {
+            RejectReason::BadKind => "it was of a kind this hook does not take",
+            RejectReason::UnknownSubject => "it named a record the view does not have",
+            RejectReason::UnknownNode => "it named a node the view does not have",
+            RejectReason::Duplicate => "it named the same thing twice",
+            RejectReason::WrongState => {
+                "the request had nothing left to place, or its application was not admitted"
+            }
+            RejectReason::InvalidValue => "a value was out of range",
+            RejectReason::NodeNotSchedulable => {
+                "it chose a node that accepts no containers (draining, unhealthy or lost)"
+            }
+            RejectReason::SelectorMismatch => "it chose a node without the request's labels",
+            RejectReason::DoesNotFit => "it chose a node without room for the container",
+            RejectReason::QueueMaximum => "the container would take its queue above its maximum",
+            RejectReason::GangIncomplete => {
+                "a gang is placed whole: one placement per member, all in one call"
+            }
+            RejectReason::RackConstraint => "it broke the request's same-rack requirement",
+            RejectReason::TooMany => "more placements than the request has containers left",
+            RejectReason::QueueCapacity => "sibling queues would be guaranteed more than their parent",
+            RejectReason::AlreadyStopping => "the container was already stopping",
+        }
+    }
+
     /// Whether this shows the plugin is broken (it could not have been right about anything in
     /// the view it was given), as opposed to a placement the rules forbid.
     pub fn is_malformed(self) -> bool {
@@ -284,9 +311,25 @@ impl Tentative {
     }
 }
 
+/// What a `place` call said about one request besides placing it: a WAIT with the plugin's
+/// reason code, or a refused PLACE. The engine turns these into the request's pending reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlaceNote {
+    /// The plugin left it waiting, with its own reason code.
+    Wait(u32),
+    /// A placement of it was refused.
+    Refused(RejectReason),
+}
+
 /// Checks `place` decisions against the state and each other, in order. Gangs are all-or-nothing:
-/// if any member is invalid, none is placed. Returns the accepted placements in decision order.
-pub fn place(state: &ClusterState, decisions: &[GantryDecision], rej: &mut Rejections) -> Vec<Placement> {
+/// if any member is invalid, none is placed. Returns the accepted placements in decision order;
+/// appends to `notes` (request index, note) for each WAIT and each refused placement.
+pub fn place(
+    state: &ClusterState,
+    decisions: &[GantryDecision],
+    rej: &mut Rejections,
+    notes: &mut Vec<(u32, PlaceNote)>,
+) -> Vec<Placement> {
     // Group PLACE decisions by request, keeping the order in which requests first appear.
     let mut groups: Vec<(u32, Vec<u32>)> = Vec::new();
     let mut group_of: HashMap<u32, usize> = HashMap::new();
@@ -302,6 +345,8 @@ pub fn place(state: &ClusterState, decisions: &[GantryDecision], rej: &mut Rejec
             GANTRY_DECISION_WAIT => {
                 if state.requests.get(d.subject as usize).is_none() {
                     rej.add(RejectReason::UnknownSubject, 1);
+                } else {
+                    notes.push((d.subject, PlaceNote::Wait(d.reason)));
                 }
             }
             _ => rej.add(RejectReason::BadKind, 1),
@@ -321,10 +366,14 @@ pub fn place(state: &ClusterState, decisions: &[GantryDecision], rej: &mut Rejec
             rej.add(RejectReason::WrongState, n);
             continue;
         }
+        let mut refuse = |reason: RejectReason, n: u64| {
+            rej.add(reason, n);
+            notes.push((request, PlaceNote::Refused(reason)));
+        };
         let gang = req.flags & GANTRY_REQUEST_GANG != 0;
         if gang {
             if req.placed != 0 || nodes.len() != req.count as usize {
-                rej.add(RejectReason::GangIncomplete, n);
+                refuse(RejectReason::GangIncomplete, n);
                 continue;
             }
             let same_rack = req.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0;
@@ -344,7 +393,7 @@ pub fn place(state: &ClusterState, decisions: &[GantryDecision], rej: &mut Rejec
                 trial.charge(state, node, app.queue, &req.resources);
             }
             match failure {
-                Some(reason) => rej.add(reason, n),
+                Some(reason) => refuse(reason, n),
                 None => {
                     tent = trial;
                     accepted.extend(nodes.iter().map(|&node| Placement { request, node }));
@@ -360,7 +409,7 @@ pub fn place(state: &ClusterState, decisions: &[GantryDecision], rej: &mut Rejec
             .flatten();
         for (k, &node) in nodes.iter().enumerate() {
             if k as u32 >= remaining {
-                rej.add(RejectReason::TooMany, 1);
+                refuse(RejectReason::TooMany, 1);
                 continue;
             }
             let on_rack = match (rack, state.nodes.get(node as usize)) {
@@ -368,7 +417,7 @@ pub fn place(state: &ClusterState, decisions: &[GantryDecision], rej: &mut Rejec
                 _ => true,
             };
             match check_one(state, &tent, req, app.queue, node) {
-                Ok(()) if !on_rack => rej.add(RejectReason::RackConstraint, 1),
+                Ok(()) if !on_rack => refuse(RejectReason::RackConstraint, 1),
                 Ok(()) => {
                     if req.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0 {
                         rack = Some(state.nodes[node as usize].rack);
@@ -376,7 +425,7 @@ pub fn place(state: &ClusterState, decisions: &[GantryDecision], rej: &mut Rejec
                     tent.charge(state, node, app.queue, &req.resources);
                     accepted.push(Placement { request, node });
                 }
-                Err(reason) => rej.add(reason, 1),
+                Err(reason) => refuse(reason, 1),
             }
         }
     }

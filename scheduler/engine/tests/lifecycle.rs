@@ -179,7 +179,7 @@ impl H {
     }
 
     fn exit(&mut self, c: ContainerId, exit_code: i32) -> Vec<Command> {
-        self.ok(Event::ContainerExited { container: c, exit_code })
+        self.ok(Event::container_exited(c, exit_code))
     }
 
     fn kill_app(&mut self, app: AppId) -> Vec<Command> {
@@ -536,10 +536,7 @@ fn unknown_ids_are_refused_without_state_change() {
         h.refused(Event::ContainerStarted { container: ContainerId(999) }),
         EngineError::UnknownContainer(999)
     );
-    assert_eq!(
-        h.refused(Event::ContainerExited { container: ContainerId(999), exit_code: 0 }),
-        EngineError::UnknownContainer(999)
-    );
+    assert_eq!(h.refused(Event::container_exited(ContainerId(999), 0)), EngineError::UnknownContainer(999));
     assert_eq!(h.refused(Event::NodeLost { node: "ghost".into() }), EngineError::UnknownNode("ghost".into()));
     assert_eq!(
         h.refused(Event::NodeStateChanged { node: "ghost".into(), state: NodeCondition::Draining }),
@@ -550,10 +547,7 @@ fn unknown_ids_are_refused_without_state_change() {
     // A container that has exited is no longer known to container events.
     h.start(c);
     h.exit(c, 0);
-    assert_eq!(
-        h.refused(Event::ContainerExited { container: c, exit_code: 1 }),
-        EngineError::UnknownContainer(c.0)
-    );
+    assert_eq!(h.refused(Event::container_exited(c, 1)), EngineError::UnknownContainer(c.0));
     assert_eq!(h.refused(Event::ContainerStarted { container: c }), EngineError::UnknownContainer(c.0));
     assert_eq!(h.state_of(id), GANTRY_APP_FINISHED);
 
@@ -858,7 +852,7 @@ fn lost_node_repends_its_containers_without_using_attempts() {
     assert!(cmds.is_empty(), "nothing to kill on a lost node, no state change: {cmds:?}");
     for x in &l[..2] {
         assert_eq!(h.container(x.container).state, GANTRY_CONTAINER_LOST);
-        let err = h.refused(Event::ContainerExited { container: x.container, exit_code: 0 });
+        let err = h.refused(Event::container_exited(x.container, 0));
         assert_eq!(err, EngineError::UnknownContainer(x.container.0), "a lost container is gone");
     }
     assert_eq!(h.node_rec("n1").state, GANTRY_NODE_LOST);
@@ -1907,4 +1901,255 @@ fn containers_completed_before_a_restart_stay_placed_and_never_run_again() {
             completed,
         });
     }
+}
+
+// =============================================================================================
+// What users are told: why an application waits, how its containers ended
+// =============================================================================================
+
+impl H {
+    fn waiting(&self, app: AppId) -> Option<String> {
+        self.e.waiting_reason(app)
+    }
+
+    fn diagnostics(&self, app: AppId) -> String {
+        self.e.app_diagnostics(app).unwrap_or_else(|| panic!("{app:?} unknown"))
+    }
+}
+
+fn with_labels(spec: NodeSpec, pairs: &[(&str, &str)]) -> NodeSpec {
+    NodeSpec { labels: labels(pairs), ..spec }
+}
+
+fn selecting(r: RequestSpec, pairs: &[(&str, &str)]) -> RequestSpec {
+    RequestSpec { selector: labels(pairs), ..r }
+}
+
+/// Requests no node can hold say so — too large in one dimension, a label no node carries, a
+/// gang larger than the cluster, no node at all — and the words change as the nodes do.
+#[test]
+fn a_request_no_node_can_hold_says_why_it_waits() {
+    let mut h = H::builtin();
+    let early = h.submit(app("early", DEFAULT_Q, vec![req(1000, 1, 0, 1)]));
+    h.tick();
+    assert_eq!(h.waiting(early).as_deref(), Some("waiting: no node is registered"));
+    assert_eq!(h.diagnostics(early), "waiting: no node is registered");
+
+    h.register(node("n1", "r1", 4, 16, 0));
+    h.register(node("n2", "r1", 4, 64, 0));
+    h.register(node("n3", "r2", 2, 8, 1));
+    let cpu = h.submit(app("cpu", DEFAULT_Q, vec![req(64_000, 1, 0, 1)]));
+    let mem = h.submit(app("mem", DEFAULT_Q, vec![req(1000, 100, 0, 1)]));
+    let gpus = h.submit(app("gpus", DEFAULT_Q, vec![req(1000, 1, 4, 1)]));
+    let label = h.submit(app("label", DEFAULT_Q, vec![selecting(req(1000, 1, 0, 1), &[("gpu", "a100")])]));
+    let big_gang = h.submit(app("gang", DEFAULT_Q, vec![gang(2000, 1, 8)]));
+    let launched = launches(&h.tick());
+    assert_eq!(launched.iter().map(|l| l.app).collect::<Vec<_>>(), vec![early], "{launched:?}");
+    assert_eq!(h.waiting(early), None, "cleared once it runs");
+    assert_eq!(h.diagnostics(early), "");
+    assert_eq!(
+        h.waiting(cpu).as_deref(),
+        Some("waiting: needs 64 CPU per container; the largest node has 4 CPU")
+    );
+    assert_eq!(
+        h.waiting(mem).as_deref(),
+        Some("waiting: needs 100Gi of memory per container; the largest node has 64Gi of memory")
+    );
+    assert_eq!(
+        h.waiting(gpus).as_deref(),
+        Some("waiting: needs 4 GPUs per container; the largest node has 1 GPU")
+    );
+    assert_eq!(h.waiting(label).as_deref(), Some("waiting: no node has label gpu=a100"));
+    // 2 + 2 + 1 members of 2 CPU fit on the three nodes, even empty.
+    assert_eq!(
+        h.waiting(big_gang).as_deref(),
+        Some(
+            "waiting: gang of 8 needs room for all 8 at once; the 3 nodes it may use are registered \
+             and they hold at most 5 even when empty"
+        )
+    );
+
+    // A node with the label, but too small for what the request asks of it.
+    h.register(with_labels(node("a1", "r3", 2, 8, 0), &[("gpu", "a100")]));
+    let label_cpu =
+        h.submit(app("label-cpu", DEFAULT_Q, vec![selecting(req(3000, 1, 0, 1), &[("gpu", "a100|h100")])]));
+    let launched = launches(&h.tick());
+    assert_eq!(launched.iter().map(|l| l.app).collect::<Vec<_>>(), vec![label], "the label came");
+    assert_eq!(h.waiting(label), None);
+    assert_eq!(
+        h.waiting(label_cpu).as_deref(),
+        Some("waiting: needs 3 CPU per container; the largest node with label gpu=a100|h100 has 2 CPU")
+    );
+    // One more node: the gang would fit the empty cluster (2+2+1+1+2 members), so it waits for
+    // room like anyone (6 fit now).
+    h.register(node("m0", "r4", 4, 16, 0));
+    let launched = launches(&h.tick());
+    assert!(launched.iter().all(|l| l.app != big_gang), "{launched:?}");
+    assert_eq!(h.waiting(big_gang).as_deref(), Some("waiting for resources: the cluster is full"));
+    assert_eq!(
+        h.waiting(cpu).as_deref(),
+        Some("waiting: needs 64 CPU per container; the largest node has 4 CPU"),
+        "what no node can give stays said"
+    );
+}
+
+/// A same-rack gang is measured against one rack; a queue at its configured maximum is named;
+/// once the room is there, the reason goes.
+#[test]
+fn a_gang_too_large_for_a_rack_and_a_queue_at_its_maximum_say_so() {
+    let queues = vec![
+        QueueSpec { path: "root.dev".into(), guaranteed: 0.5, maximum: 0.5 },
+        QueueSpec { path: "root.prod".into(), guaranteed: 0.5, maximum: 1.0 },
+    ];
+    let mut h = H::config(EngineConfig { queues, ..Default::default() });
+    for (name, rack) in [("n1", "r1"), ("n2", "r1"), ("n3", "r2")] {
+        h.register(node(name, rack, 4, 16, 0));
+    }
+    let racked = RequestSpec { rack_affinity: RackAffinity::Required, ..gang(4000, 1, 3) };
+    let g = h.submit(app("racked", "root.prod", vec![racked]));
+    let dev = h.submit(app("dev", "root.dev", vec![req(2000, 1, 0, 3)]));
+    let placed = launches(&h.tick());
+    assert_eq!(placed.iter().filter(|l| l.app == dev).count(), 3, "dev fills its 6 of 12 CPU");
+    assert_eq!(
+        h.waiting(g).as_deref(),
+        Some(
+            "waiting: gang of 3 needs room for all 3 at once; the 3 nodes it may use are registered \
+             and one rack of them holds at most 2 even when empty"
+        )
+    );
+    let more = h.submit(app("more", "root.dev", vec![req(1000, 1, 0, 1)]));
+    h.tick();
+    assert_eq!(h.waiting(more).as_deref(), Some("waiting: queue root.dev is at its maximum (50% of root)"));
+    let first = placed.iter().find(|l| l.app == dev).expect("a dev container").container;
+    h.exit(first, 0);
+    let launched = launches(&h.tick());
+    assert!(launched.iter().any(|l| l.app == more), "{launched:?}");
+    assert_eq!(h.waiting(more), None);
+}
+
+/// The placement plugin's WAIT and the host's refusal of its decision reach the application's
+/// diagnostics: a forgotten gang member no longer leaves an application waiting in silence.
+#[test]
+fn a_plugins_wait_and_a_refused_decision_say_why_an_app_waits() {
+    // WAIT for the first pending request with code 7; place a gang one member short.
+    let hook: HookFn = Box::new(|view, out| {
+        for &r in view.pending {
+            let req = view.requests[r as usize];
+            if req.flags & GANTRY_REQUEST_GANG != 0 {
+                for _ in 1..req.count {
+                    out.place(r, 0);
+                }
+            } else {
+                out.wait(r, 7);
+            }
+        }
+    });
+    let config = EngineConfig { quarantine_after: 100, ..Default::default() };
+    let mut h = H::with(engine_with(config, Profile { place: Some(0), ..Default::default() }, hook));
+    h.register(node("n1", "r1", 8, 32, 0));
+    let held = h.submit(app("held", DEFAULT_Q, vec![req(1000, 1, 0, 1)]));
+    let short = h.submit(app("short", DEFAULT_Q, vec![gang(1000, 1, 3)]));
+    assert!(launches(&h.tick()).is_empty());
+    assert_eq!(
+        h.waiting(held).as_deref(),
+        Some("waiting: plugin test-fn-plugin holds it back (its reason code 7)")
+    );
+    assert_eq!(
+        h.waiting(short).as_deref(),
+        Some(
+            "waiting: the placement plugin test-fn-plugin's decision was refused: a gang is placed \
+             whole: one placement per member, all in one call (gang_incomplete)"
+        )
+    );
+}
+
+/// How a container ended reaches its own diagnostics and its application's: the words its
+/// driver gave (a memory-limit kill with usage and limit), the attempts used, and why the engine
+/// had asked it to stop.
+#[test]
+fn how_a_container_ended_reaches_the_container_and_the_app() {
+    let mut h = H::builtin();
+    h.register(node("n1", "r1", 8, 32, 0));
+    let a = h.submit(AppSpec { max_attempts: 2, ..app("hog", DEFAULT_Q, vec![req(1000, 1, 0, 1)]) });
+    let c1 = launches(&h.tick())[0].container;
+    h.start(c1);
+    let oom = "was killed for running beyond its memory limit: 1.1Gi of 1Gi used (exit status 137)";
+    let exited =
+        |c: ContainerId| Event::ContainerExited { container: c, exit_code: 137, diagnostics: oom.into() };
+    h.ok(exited(c1));
+    let told = format!("container {} {oom}", c1.0);
+    assert_eq!(h.e.container_diagnostics(c1), Some(told.as_str()));
+    assert_eq!(h.diagnostics(a), format!("attempt 1 of 2 failed: {told}; it runs again"));
+    let c2 = launches(&h.tick())[0].container;
+    assert_eq!(h.diagnostics(a), format!("attempt 1 of 2 failed: {told}; it runs again"), "placed again");
+    let cmds = h.ok(exited(c2));
+    let told = format!("container {} {oom}", c2.0);
+    assert_eq!(changes(&cmds), vec![(a, GANTRY_APP_FAILED, format!("{told}; 2 of 2 attempts used"))]);
+    assert_eq!(h.diagnostics(a), format!("{told}; 2 of 2 attempts used"));
+
+    // Without words the exit status is said, and a stop the engine asked for says why.
+    let b = h.submit(app("b", DEFAULT_Q, vec![req(1000, 1, 0, 1)]));
+    let c3 = launches(&h.tick())[0].container;
+    h.kill_app(b);
+    h.exit(c3, 143);
+    assert_eq!(
+        h.e.container_diagnostics(c3),
+        Some(
+            format!(
+                "container {} exited with status 143; it had been asked to stop: its application was killed",
+                c3.0
+            )
+            .as_str()
+        )
+    );
+
+    // A container lost with its node: the app is told, and no attempt is used.
+    let d = h.submit(app("d", DEFAULT_Q, vec![req(1000, 1, 0, 1)]));
+    let c4 = launches(&h.tick())[0].container;
+    h.lose("n1");
+    assert_eq!(
+        h.diagnostics(d),
+        format!(
+            "container {} was lost with its node n1 (no word from its agent); it runs again (a loss uses no attempt)",
+            c4.0
+        )
+    );
+    h.tick();
+    assert_eq!(
+        h.diagnostics(d),
+        format!(
+            "waiting: no node is registered; container {} was lost with its node n1 (no word from its \
+             agent); it runs again (a loss uses no attempt)",
+            c4.0
+        )
+    );
+}
+
+/// A submission asking more of a resource than the largest node that is not lost has is
+/// refused, naming the resource and the maximum; with no node registered nothing is refused.
+#[test]
+fn a_submission_larger_than_every_node_is_refused_unless_no_node_is_registered() {
+    let mut h = H::builtin();
+    let huge = app("huge", DEFAULT_Q, vec![req(1000, 1, 0, 1), req(64_000, 1, 0, 1)]);
+    assert_eq!(h.e.check_fits(&huge), Ok(()), "no node yet: nothing to measure against");
+    h.register(node("n1", "r1", 16, 64, 0));
+    h.register(node("n2", "r1", 4, 128, 2));
+    let refused = h.e.check_fits(&huge).expect_err("64 CPU on 16-CPU nodes");
+    assert_eq!(
+        refused.to_string(),
+        "invalid resource request: request 1 asks for 64 CPU per container, more than the maximum \
+         allocation of 16 CPU (the largest registered node's)"
+    );
+    // Each dimension is measured on its own: 16 CPU on n1, 128Gi on n2.
+    assert_eq!(h.e.check_fits(&app("fits", DEFAULT_Q, vec![req(16_000, 128, 2, 1)])), Ok(()));
+    let gpus = h.e.check_fits(&app("gpus", DEFAULT_Q, vec![req(1000, 1, 4, 1)])).expect_err("4 GPUs");
+    assert!(
+        gpus.to_string().contains("4 GPUs per container, more than the maximum allocation of 2 GPUs"),
+        "{gpus}"
+    );
+    // A lost node is no measure; when every node is lost, nothing is.
+    h.lose("n1");
+    assert!(h.e.check_fits(&app("cpu", DEFAULT_Q, vec![req(8000, 1, 0, 1)])).is_err());
+    h.lose("n2");
+    assert_eq!(h.e.check_fits(&huge), Ok(()));
 }

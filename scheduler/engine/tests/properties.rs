@@ -527,10 +527,7 @@ impl Sim {
                     return Ok(());
                 }
                 let c = live[*p as usize % live.len()];
-                self.apply(
-                    Event::ContainerExited { container: ContainerId(c.id), exit_code: *code },
-                    Expect::Accept,
-                )
+                self.apply(Event::container_exited(ContainerId(c.id), *code), Expect::Accept)
             }
             Op::ExitStale(p) => {
                 let live: BTreeSet<u64> = self.live().iter().map(|c| c.id).collect();
@@ -541,7 +538,7 @@ impl Sim {
                 } else {
                     ended[*p as usize % ended.len()]
                 };
-                self.apply(Event::ContainerExited { container: c, exit_code: 0 }, Expect::Refuse)
+                self.apply(Event::container_exited(c, 0), Expect::Refuse)
             }
             Op::Lose(i) => {
                 let name = self.nodes[*i as usize % n].name.clone();
@@ -791,7 +788,23 @@ impl Sim {
                 Some(i) => {
                     let a = s.apps()[i as usize];
                     if is_terminal(a.state) {
+                        prop_assert!(self.e.waiting_reason(id).is_none(), "ended {:?} still waits", id);
                         continue;
+                    }
+                    if shown == "Tick" {
+                        // Right after a cycle, exactly the admitted apps with something left to
+                        // place say why they wait.
+                        let unplaced =
+                            View::range(s.requests(), a.requests).iter().any(|r| r.placed < r.count);
+                        let admitted = matches!(a.state, GANTRY_APP_ACCEPTED | GANTRY_APP_RUNNING);
+                        prop_assert_eq!(
+                            self.e.waiting_reason(id).is_some(),
+                            admitted && unplaced,
+                            "{:?} (state {}) and its pending reason disagree: {:?}",
+                            id,
+                            a.state,
+                            self.e.waiting_reason(id)
+                        );
                     }
                     for r in View::range(s.requests(), a.requests) {
                         if r.flags & GANTRY_REQUEST_GANG != 0 {
@@ -973,7 +986,7 @@ proptest! {
                 live.swap(i, rng.below32(i + 1) as usize);
             }
             for c in live {
-                sim.apply(Event::ContainerExited { container: ContainerId(c.id), exit_code: 0 }, Expect::Accept)?;
+                sim.apply(Event::container_exited(ContainerId(c.id), 0), Expect::Accept)?;
             }
         }
         sim.tick(1_000)?;

@@ -8,9 +8,9 @@
 //! | GET, PUT | `/nodes/{id}/state` | `{"state"}`; PUT `{"state": "DECOMMISSIONING"}` drains, `"RUNNING"` undrains (200 once stored) |
 //! | GET | `/removable-nodes?idle=10m` | `{"removableNodes": {"node": […]}}`: empty, not lost, idle at least that long |
 //! | GET | `/apps?states=&queue=&user=&limit=` | `{"apps": {"app": […]}}` |
-//! | POST | `/apps/new-application` | `{"application-id", "maximum-resource-capability"}` |
-//! | POST | `/apps` | 202, `Location`, `{"application-id"}` |
-//! | GET | `/apps/{id}` | `{"app"}` |
+//! | POST | `/apps/new-application` | `{"application-id", "maximum-resource-capability"}`: the largest node that is not lost, per dimension |
+//! | POST | `/apps` | 202, `Location`, `{"application-id"}`; 422 for a container larger than that maximum (once a node is registered and the daemon has run a node timeout) |
+//! | GET | `/apps/{id}` | `{"app"}`; `diagnostics` says why it waits while it does, then what happened to it last; ended containers carry how they ended |
 //! | GET, PUT | `/apps/{id}/state` | `{"state"}`; PUT `{"state": "KILLED"}` kills (202) |
 //! | GET | `/scheduler` | `{"scheduler": {"schedulerInfo"}}` |
 //! | GET | `/containers/{id}/logs/{stdout,stderr}?tail=BYTES` | the log, `text/plain` |
@@ -24,7 +24,8 @@
 //! is answered with a JSON `RemoteException` body ([`ApiError`]), so clients need one error
 //! path. Status codes: 400 unparseable request (bad JSON, id or query), 404 unknown resource,
 //! 405 wrong method, 409 conflicting state, 413 body over [`MAX_BODY_BYTES`], 415 body not
-//! JSON, 422 well-formed but refused content (unknown field, bad size, empty command), 503 the
+//! JSON, 422 well-formed but refused content (unknown field, bad size, empty command, a container
+//! larger than every node), 503 the
 //! backend cannot do it now (e.g. cannot persist).
 
 use crate::api::types::*;

@@ -76,8 +76,8 @@ fn bench_engine(args: &gantry_scheduler::bench::EngineBenchArgs) -> anyhow::Resu
         println!("{}", serde_json::to_string_pretty(&r).context("encoding JSON")?);
     } else {
         println!(
-            "{} nodes, {} requests, policy {}: {} placed in {} cycles",
-            r.nodes, r.requests, r.plugin, r.placements, r.cycles
+            "{} nodes, {} requests ({} more waiting throughout), policy {}: {} placed in {} cycles",
+            r.nodes, r.requests, r.waiting, r.plugin, r.placements, r.cycles
         );
         println!("  placements/s (cycle time)  {:>12.0}", r.placements_per_sec);
         println!("  cycle p50 / p99            {:>9.3} ms / {:.3} ms", r.cycle_p50_ms, r.cycle_p99_ms);

@@ -115,23 +115,25 @@ fn ended_info(s: &AppSummary, ended: Option<&EndedApp>, containers: &[LaunchedCo
             })
             .collect();
     }
-    for c in containers {
-        let Some(state) = ContainerState::from_abi(c.state) else { continue };
-        a.containers.push(ContainerInfo {
-            id: c.id,
-            state,
-            node_id: c.node.clone(),
-            request: c.request,
-            resource: c.resources.into(),
-            gpus: c.gpus.clone(),
-            exit_code: c.exit_code,
-            started_time: c.started_ms.unwrap_or_default(),
-            finished_time: c.finished_ms.unwrap_or_default(),
-            diagnostics: c.diagnostics.clone(),
-            preemption_candidate_since: None,
-        });
-    }
+    a.containers.extend(containers.iter().filter_map(remembered_container));
     a
+}
+
+/// What the API shows of a container the core remembers: an ended one carries how it ended.
+fn remembered_container(c: &LaunchedContainer) -> Option<ContainerInfo> {
+    Some(ContainerInfo {
+        id: c.id,
+        state: ContainerState::from_abi(c.state)?,
+        node_id: c.node.clone(),
+        request: c.request,
+        resource: c.resources.into(),
+        gpus: c.gpus.clone(),
+        exit_code: c.exit_code,
+        started_time: c.started_ms.unwrap_or_default(),
+        finished_time: c.finished_ms.unwrap_or_default(),
+        diagnostics: c.diagnostics.clone(),
+        preemption_candidate_since: None,
+    })
 }
 
 fn summary_info(core: &Core, s: &AppSummary) -> AppInfo {
@@ -146,7 +148,8 @@ fn live_info(core: &Core, index: u32) -> Option<AppInfo> {
     let state = AppState::from_abi(a.state).unwrap_or(AppState::Failed);
     let mut info =
         AppInfo::new(a.id, meta.name.clone(), st.str(a.user), st.queue_path(a.queue).to_owned(), state);
-    info.diagnostics.clone_from(&meta.diagnostics);
+    // Why it waits, if it does, before what happened to it last.
+    info.diagnostics = core.engine().app_diagnostics(AppId(a.id)).unwrap_or_default();
     info.priority = a.priority;
     info.started_time = a.submit_ms;
     info.elapsed_time = now_ms().saturating_sub(a.submit_ms);
@@ -209,6 +212,10 @@ fn live_info(core: &Core, index: u32) -> Option<AppInfo> {
                 .and_then(|m| m.candidate_since_ms),
         });
     }
+    // Its ended containers too (a failed attempt, a lost one), with how they ended.
+    let ended = core.launched(a.id).iter().filter(|c| !container_is_live(c.state));
+    info.containers.extend(ended.filter_map(remembered_container));
+    info.containers.sort_by_key(|c| c.id);
     Some(info)
 }
 
@@ -551,14 +558,8 @@ impl Backend for DaemonBackend {
         let max = self
             .core
             .read(|c| {
-                c.engine()
-                    .state()
-                    .nodes()
-                    .iter()
-                    .filter(|n| n.state == GANTRY_NODE_RUNNING)
-                    .map(|n| n.capacity)
-                    .max_by_key(|r| (r.cpu_millis, r.memory_bytes))
-                    .unwrap_or_default()
+                // What submissions are checked against (Engine::check_fits).
+                c.engine().state().largest_node().unwrap_or_default()
             })
             .await
             .map_err(gone)?;
@@ -798,6 +799,26 @@ mod tests {
         // An unknown container never reaches an agent.
         let e = backend.logs(999_999, LogFile::Stdout, None).await.expect_err("unknown");
         assert_eq!((e.status.as_u16(), e.message.as_str()), (404, "container 999999 not found"));
+    }
+
+    /// A launch its agent refused ends as a failed attempt that says why, in the application's
+    /// diagnostics and in its container's (before, a bare "exit 127" with empty logs).
+    #[tokio::test]
+    async fn a_launch_its_agent_refused_says_why() {
+        let (backend, core, _rx, id) = cluster().await;
+        let failed = v1::LaunchFailed {
+            container_id: id,
+            message: "unknown user \"bob\"".into(),
+            ..Default::default()
+        };
+        core.send(Request::AgentMessage { node: "n1".into(), stream: 1, msg: Up::LaunchFailed(failed) })
+            .await
+            .expect("core");
+        let app = backend.apps(AppFilter::default()).await.pop().expect("the app");
+        let said = format!("container {id} could not be launched on node n1: unknown user \"bob\"");
+        assert!(app.diagnostics.contains(&said), "{}", app.diagnostics);
+        let c = app.containers.iter().find(|c| c.id == id).expect("the failed container is listed");
+        assert_eq!((c.state, c.diagnostics.as_str()), (ContainerState::Failed, said.as_str()));
     }
 
     #[tokio::test]

@@ -23,6 +23,7 @@
 
 pub use super::app_history::LaunchedContainer;
 use super::app_history::{AppHistory, EndedApp};
+use super::exit_words;
 use super::handed_out::{Caller, HandedOut};
 use gantry_engine::{
     AppId, AppSpec, Command, ContainerId, Engine, EngineError, Event, GpuSpec, NodeCondition, NodeSpec,
@@ -538,6 +539,10 @@ pub struct Core {
     /// agent re-registers; scheduling waits until `recovering_until` so they are not placed twice.
     awaiting: HashMap<String, Vec<crate::store::ContainerRecord>>,
     recovering_until: Option<Instant>,
+    /// Submissions larger than the largest node are refused only from then on: after a
+    /// (re)start the agents have a node timeout to come back, and a cluster half registered
+    /// is no measure of what fits (`None`: from the start).
+    sizes_checked_from: Option<Instant>,
     /// Applications that had ended before the last restart (the engine's history starts empty).
     past: Vec<gantry_engine::state::AppSummary>,
     /// Log reads sent to agents and not answered yet, by request id.
@@ -637,6 +642,7 @@ impl Core {
             store: None,
             awaiting: HashMap::new(),
             recovering_until: None,
+            sizes_checked_from: None,
             past: Vec::new(),
             log_reads: HashMap::new(),
             // Milliseconds · 2^16: ids of one run stay below the next run's first for as long as
@@ -835,6 +841,7 @@ impl Core {
         core.drained = recovered.drained_nodes.into_iter().collect();
         core.store = Some(store);
         core.recovering_until = Some(Instant::now() + grace);
+        core.sizes_checked_from = Some(Instant::now() + grace);
         Ok(core)
     }
 
@@ -1442,6 +1449,9 @@ impl Core {
                             reason: e.to_string(),
                         })?;
                     }
+                    if self.sizes_checked_from.is_none_or(|from| Instant::now() >= from) {
+                        self.engine.check_fits(&spec)?;
+                    }
                     let event = match id {
                         Some(app) => Event::AppSubmittedWithId { app, spec },
                         None => Event::AppSubmitted(spec),
@@ -1606,7 +1616,7 @@ impl Core {
         let _ = self.send_to(&node, Down::Registered(registered));
         // Reconcile: exits first, then what runs there against what the engine wants there.
         for exit in &r.unacked_exits {
-            self.exited(&node, exit);
+            self.exited(&node, exit, exit_words::exit_phrase(exit));
         }
         // Containers of another scheduler state (a fresh data directory, a restored backup,
         // another cluster) are not ours, whatever their numbers: they are killed, addressed by
@@ -1672,7 +1682,8 @@ impl Core {
         Ok(())
     }
 
-    fn exited(&mut self, node: &str, e: &v1::ContainerExited) {
+    /// A container ended; `words` says how (after "container N "), for its diagnostics.
+    fn exited(&mut self, node: &str, e: &v1::ContainerExited, words: String) {
         let ack =
             Down::AckExit(v1::AckExit { container_id: e.container_id, cluster_id: e.cluster_id.clone() });
         if !self.ours(node, &e.cluster_id, e.container_id) {
@@ -1692,35 +1703,41 @@ impl Core {
             v1::ExitReason::KilledByRequest => (GANTRY_CONTAINER_KILLED, Some(137)),
             v1::ExitReason::Lost | v1::ExitReason::Unspecified => (GANTRY_CONTAINER_LOST, None),
         };
+        let exit =
+            |exit_code| Event::ContainerExited { container: id, exit_code, diagnostics: words.clone() };
+        let event = match reason {
+            v1::ExitReason::Lost | v1::ExitReason::Unspecified => Event::ContainerLost { container: id },
+            v1::ExitReason::Exited => exit(e.exit_code),
+            v1::ExitReason::Signaled => exit(128 + e.signal),
+            v1::ExitReason::KilledByRequest | v1::ExitReason::MemoryLimit => exit(137),
+        };
+        let result = self.event(event);
+        // The engine's words add why it had asked the container to stop; the agent's stand
+        // where the engine no longer knows the container.
+        let diagnostics = self
+            .engine
+            .container_diagnostics(id)
+            .map_or_else(|| format!("container {} {words}", e.container_id), str::to_owned);
         // The agent's clock says when it ended (also for exits during an outage); kept within
         // the scheduler's own view of the container's life in case the clocks disagree.
         let now = now_ms();
         let started = self.history.container(e.container_id).and_then(|c| c.started_ms).unwrap_or(0);
         let finished_ms = if e.finished_at_ms > 0 { e.finished_at_ms.min(now) } else { now }.max(started);
-        let words = format!("{reason:?}");
         self.history.update(e.container_id, |c| {
             c.state = state;
             c.exit_code = code;
             c.finished_ms = Some(finished_ms);
-            c.diagnostics.clone_from(&words);
+            c.diagnostics.clone_from(&diagnostics);
         });
         let committed = self.persist(vec![crate::store::Write::ContainerState {
             id,
             state,
             started_ms: None,
             exit_code: code,
-            reason: Some(words),
+            reason: Some(diagnostics),
             finished_ms: Some(finished_ms),
         }]);
-        let event = match reason {
-            v1::ExitReason::Lost | v1::ExitReason::Unspecified => Event::ContainerLost { container: id },
-            v1::ExitReason::Exited => Event::ContainerExited { container: id, exit_code: e.exit_code },
-            v1::ExitReason::Signaled => Event::ContainerExited { container: id, exit_code: 128 + e.signal },
-            v1::ExitReason::KilledByRequest | v1::ExitReason::MemoryLimit => {
-                Event::ContainerExited { container: id, exit_code: 137 }
-            }
-        };
-        match self.event(event) {
+        match result {
             Ok(()) => self.dirty = true,
             // An exit the engine no longer tracks (already recorded, or from a previous life).
             Err(EngineError::UnknownContainer(_)) => {}
@@ -1784,7 +1801,7 @@ impl Core {
                 }]);
                 let _ = self.event(Event::ContainerStarted { container: ContainerId(c.container_id) });
             }
-            Up::ContainerExited(e) => self.exited(node, &e),
+            Up::ContainerExited(e) => self.exited(node, &e, exit_words::exit_phrase(&e)),
             Up::LaunchFailed(f) => {
                 tracing::warn!(%node, container = f.container_id, message = %f.message, "launch failed on the agent");
                 let exit = v1::ContainerExited {
@@ -1794,7 +1811,7 @@ impl Core {
                     cluster_id: f.cluster_id,
                     ..Default::default()
                 };
-                self.exited(node, &exit);
+                self.exited(node, &exit, exit_words::launch_failed_phrase(node, &f.message));
             }
             Up::LogChunk(chunk) => self.log_chunk(node, stream, chunk),
             Up::Pong(_) | Up::Register(_) => {}

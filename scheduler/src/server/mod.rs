@@ -5,6 +5,7 @@ pub mod agents;
 pub mod app_history;
 pub mod backend;
 pub mod core;
+pub mod exit_words;
 pub mod handed_out;
 mod pruner;
 
