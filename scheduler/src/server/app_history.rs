@@ -85,7 +85,7 @@ pub struct EndedApp {
 impl EndedApp {
     /// The record of an ended app read back from the store, with its stored containers;
     /// `default_max_attempts` stands in for a submission that named none.
-    pub fn from_record(app: &AppRecord, containers: &[ContainerRecord], default_max_attempts: u32) -> Self {
+    pub fn from_record(app: &AppRecord, containers: &[&ContainerRecord], default_max_attempts: u32) -> Self {
         let commands = serde_json::from_value::<Vec<super::core::LaunchTemplate>>(app.launch.clone())
             .map(|ts| ts.into_iter().map(|t| t.argv).collect())
             .unwrap_or_default();

@@ -549,7 +549,7 @@ impl Backend for DaemonBackend {
             state: record.state,
             diagnostics: record.diagnostics.clone(),
         };
-        let ended = EndedApp::from_record(&record, &containers, default_attempts);
+        let ended = EndedApp::from_record(&record, &containers.iter().collect::<Vec<_>>(), default_attempts);
         let launched: Vec<LaunchedContainer> = containers.iter().map(LaunchedContainer::from).collect();
         Some(ended_info(&summary, Some(&ended), &launched))
     }

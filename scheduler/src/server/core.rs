@@ -517,9 +517,8 @@ pub struct Core {
     held: std::collections::VecDeque<HeldBatch>,
     /// Nodes with messages in `held`.
     held_nodes: HashSet<String>,
-    templates: HashMap<u64, Vec<LaunchTemplate>>,
-    /// Live applications' submissions, kept for their record once they end.
-    specs: HashMap<u64, AppSpec>,
+    /// Live applications' submissions, by id.
+    submissions: HashMap<u64, Submission>,
     /// Launches sent, by container: to answer "which app/request" when the agent reports.
     dirty: bool,
     stats: CoreStats,
@@ -615,6 +614,14 @@ fn completed_per_request(spec: &AppSpec, stored: &[&crate::store::ContainerRecor
         .collect()
 }
 
+/// A live application's submission: its launch templates (the engine carries neither commands
+/// nor environments) and its spec, kept for its record once it ends.
+#[derive(Debug, Default)]
+struct Submission {
+    spec: AppSpec,
+    templates: Vec<LaunchTemplate>,
+}
+
 fn down(msg: Down) -> Result<v1::SchedulerMessage, tonic::Status> {
     Ok(v1::SchedulerMessage { msg: Some(msg) })
 }
@@ -629,8 +636,7 @@ impl Core {
             cluster: ClusterId::from_bits(rand::random::<u128>().max(1)),
             known_as: HashMap::new(),
             agents: HashMap::new(),
-            templates: HashMap::new(),
-            specs: HashMap::new(),
+            submissions: HashMap::new(),
             dirty: false,
             stats: CoreStats::default(),
             started: Instant::now(),
@@ -749,12 +755,6 @@ impl Core {
         if let Err(e) = core.engine.handle(now_ms(), taken) {
             tracing::error!(error = %e, "cannot restore the id counters");
         }
-        let mut failures: HashMap<u64, u32> = HashMap::new();
-        for c in &recovered.containers {
-            if c.state == GANTRY_CONTAINER_FAILED {
-                *failures.entry(c.app.0).or_default() += 1;
-            }
-        }
         // Reservations first: their queues must exist before their applications come back.
         for r in recovered.plan_reservations {
             let event = Event::ReservationRestored {
@@ -784,11 +784,8 @@ impl Core {
         }
         for a in recovered.apps {
             if !matches!(a.state, GANTRY_APP_NEW | GANTRY_APP_ACCEPTED | GANTRY_APP_RUNNING) {
-                let containers: Vec<crate::store::ContainerRecord> = by_app
-                    .get(&a.id.0)
-                    .map(|cs| cs.iter().map(|c| (*c).clone()).collect())
-                    .unwrap_or_default();
-                let ended = EndedApp::from_record(&a, &containers, core.engine.default_max_attempts());
+                let stored = by_app.get(&a.id.0).map(Vec::as_slice).unwrap_or_default();
+                let ended = EndedApp::from_record(&a, stored, core.engine.default_max_attempts());
                 core.history.remember_end(a.id.0, ended);
                 core.past.push(gantry_engine::state::AppSummary {
                     id: a.id,
@@ -801,19 +798,19 @@ impl Core {
                 continue;
             }
             let templates: Vec<LaunchTemplate> = serde_json::from_value(a.launch.clone()).unwrap_or_default();
-            core.specs.insert(a.id.0, a.spec.clone());
+            let submission = Submission { spec: a.spec.clone(), templates };
             let stored = by_app.get(&a.id.0).map(Vec::as_slice).unwrap_or_default();
             let event = Event::AppRestored {
                 app: a.id,
                 completed: completed_per_request(&a.spec, stored),
                 spec: a.spec,
                 state: a.state,
-                failures: failures.get(&a.id.0).copied().unwrap_or(0),
+                failures: stored.iter().filter(|c| c.state == GANTRY_CONTAINER_FAILED).count() as u32,
                 submit_ms: a.submit_ms,
             };
             match core.engine.handle(now_ms(), event) {
                 Ok(_) => {
-                    core.templates.insert(a.id.0, templates);
+                    core.submissions.insert(a.id.0, submission);
                     live_apps.insert(a.id.0);
                 }
                 Err(e) => tracing::error!(app = a.id.0, error = %e, "cannot restore application"),
@@ -1088,7 +1085,7 @@ impl Core {
 
     /// The launch template of an application's request.
     pub fn template(&self, app: u64, request: usize) -> Option<&LaunchTemplate> {
-        self.templates.get(&app).and_then(|t| t.get(request))
+        self.submissions.get(&app).and_then(|s| s.templates.get(request))
     }
 
     /// Feeds an event to the engine and carries out its commands.
@@ -1297,8 +1294,7 @@ impl Core {
     /// Keeps an application that just ended for the API: its submission, times and counters
     /// (the engine still holds it until its next compaction).
     fn record_end(&mut self, app: AppId, finished_ms: u64) {
-        let templates = self.templates.remove(&app.0).unwrap_or_default();
-        let spec = self.specs.remove(&app.0).unwrap_or_default();
+        let Submission { spec, templates } = self.submissions.remove(&app.0).unwrap_or_default();
         let st = self.engine.state();
         let Some(i) = st.app_index(app) else { return };
         let (Some(a), Some(meta)) = (st.apps().get(i as usize), st.app_meta(i)) else { return };
@@ -1486,8 +1482,7 @@ impl Core {
                             }
                         }
                     };
-                    self.templates.insert(id.0, templates);
-                    self.specs.insert(id.0, spec_copy);
+                    self.submissions.insert(id.0, Submission { spec: spec_copy, templates });
                     self.apply(commands);
                     Ok((id, ack))
                 })();
