@@ -4,7 +4,7 @@
 //!
 //! A container gets `<parent>/c<container_id>` in every controller used: memory (limit, working
 //! set, OOM kills), cpu (CFS quota, throttling), cpuacct (CPU seconds; v1 only), freezer (an atomic
-//! kill of the whole tree; v1 only) and pids when mounted. Where no cgroup is writable the agent
+//! kill of the whole tree; v1 only) and pids (`pids.max`) when mounted. Where no cgroup is writable the agent
 //! falls back to the process tree under the container's shim ([`crate::procfs`]).
 
 use crate::model::ContainerKey;
@@ -73,7 +73,7 @@ pub struct V1Mounts {
     pub cpuacct: PathBuf,
     /// `freezer` controller mount.
     pub freezer: PathBuf,
-    /// `pids` controller mount, if any (membership only; no limit is set).
+    /// `pids` controller mount, if any (`pids.max` when the container has a process limit).
     pub pids: Option<PathBuf>,
 }
 
@@ -261,6 +261,10 @@ pub struct Limits {
     pub memory_bytes: u64,
     /// CPU limit, millicores (0 = none): a CFS quota of `millis * 100` µs per 100 ms period.
     pub cpu_millis: u64,
+    /// Most processes and threads at once (0 = none): `pids.max`, so a fork bomb in one
+    /// container cannot exhaust the node's pid space. Absent in specs written before it.
+    #[serde(default)]
+    pub max_pids: u64,
 }
 
 /// What a container's cgroup has accounted.
@@ -364,8 +368,11 @@ impl ContainerCgroup {
                     (limits.cpu_millis * 100).to_string()
                 };
                 write_value(&dir.join("cpu.max"), &format!("{quota} {CPU_PERIOD_US}"))?;
+                if limits.max_pids != 0 {
+                    write_value(&dir.join("pids.max"), &limits.max_pids.to_string())?;
+                }
             }
-            ContainerCgroup::V1 { memory, cpu, .. } => {
+            ContainerCgroup::V1 { memory, cpu, pids, .. } => {
                 let mem =
                     if limits.memory_bytes == 0 { "-1".to_owned() } else { limits.memory_bytes.to_string() };
                 write_value(&memory.join("memory.limit_in_bytes"), &mem)?;
@@ -380,9 +387,19 @@ impl ContainerCgroup {
                     (limits.cpu_millis * 100).to_string()
                 };
                 write_value(&cpu.join("cpu.cfs_quota_us"), &quota)?;
+                // Without a pids controller the executor limits processes by rlimit instead.
+                if let (Some(pids), true) = (pids, limits.max_pids != 0) {
+                    write_value(&pids.join("pids.max"), &limits.max_pids.to_string())?;
+                }
             }
         }
         Ok(())
+    }
+
+    /// Whether this cgroup can limit its processes (`pids.max`): always on v2, on v1 only where
+    /// the pids controller is mounted.
+    pub fn limits_pids(&self) -> bool {
+        matches!(self, ContainerCgroup::V2 { .. } | ContainerCgroup::V1 { pids: Some(_), .. })
     }
 
     /// Moves a process (and its future children) into this cgroup.

@@ -949,6 +949,9 @@ pub fn launch_from_wire(launch: v1::Launch) -> Result<LaunchSpec, LaunchError> {
     if launch.user.contains('\0') {
         return Err(LaunchError::Nul { field: "user" });
     }
+    if launch.submitter.contains('\0') {
+        return Err(LaunchError::Nul { field: "submitter" });
+    }
     let mut seen = BTreeSet::new();
     if let Some(&index) = launch.gpus.iter().find(|&&g| !seen.insert(g)) {
         return Err(LaunchError::DuplicateGpu { index });
@@ -963,6 +966,8 @@ pub fn launch_from_wire(launch: v1::Launch) -> Result<LaunchSpec, LaunchError> {
         argv: launch.argv,
         env: launch.env.into_iter().collect(),
         user: (!launch.user.is_empty()).then_some(launch.user),
+        submitter: launch.submitter,
+        max_pids: (launch.max_pids != 0).then_some(launch.max_pids),
         cpu_millis,
         memory_bytes,
         gpus: launch.gpus,

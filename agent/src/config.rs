@@ -8,13 +8,18 @@
 //! scheduler = "http://127.0.0.1:7070" # the scheduler's agent endpoint
 //! work_root = "/var/lib/gantry-agent" # one directory per container: its files and the agent's record
 //! metrics_listen = "127.0.0.1:9101"   # /metrics
-//! container_user = "nobody"           # account containers run as unless the spec names one
+//! container_user = ""                 # one account for containers without one; "": a uid per user
 //! allow_root = false                  # containers may run as root only if true
 //! kill_grace_ms = 10000               # SIGTERM → SIGKILL grace period
 //! sample_interval_ms = 1000           # usage sampling / enforcement interval
 //! fencing_timeout_ms = 8000           # kill every container after this long without the scheduler; 0: never
 //! cgroup_name = "gantry"              # parent cgroup of all containers
 //! max_concurrent_launches = 0         # launches in progress at once; 0: 4 per CPU
+//! [isolation]
+//! dynamic_uids = "61184-65519"        # uids for users without a mapped account, one per user
+//! max_pids = 4096                     # processes per container unless its request says; 0: none
+//! private_tmp = true                  # a private /tmp and /dev/shm per container
+//! allow_privilege_escalation = false  # false: no_new_privs and an empty capability bounding set
 //! [reserve]                           # kept back for the system (capacity − reserve = allocatable)
 //! cpu_millis = 500
 //! memory_bytes = 1073741824
@@ -92,7 +97,9 @@ pub struct AgentConfig {
     pub work_root: PathBuf,
     /// Address of the metrics endpoint.
     pub metrics_listen: String,
-    /// Account containers run as by default.
+    /// One account every container without a mapped account runs as (the old behaviour, e.g.
+    /// `nobody`: such containers can then reach each other); empty (the default): a uid of
+    /// each user's own from `[isolation] dynamic_uids`.
     pub container_user: String,
     /// Whether containers may run as root.
     pub allow_root: bool,
@@ -123,6 +130,8 @@ pub struct AgentConfig {
     /// scheduler's `node_timeout_ms` by at least a second of kill grace (default 8000 against
     /// 10000) so the old copy is dead before the new one starts; 0 = never fence.
     pub fencing_timeout_ms: u64,
+    /// What keeps containers apart (`[isolation]`).
+    pub isolation: crate::isolation::IsolationConfig,
 }
 
 impl Default for AgentConfig {
@@ -134,7 +143,7 @@ impl Default for AgentConfig {
             scheduler: "http://127.0.0.1:7070".into(),
             work_root: PathBuf::from("/var/lib/gantry-agent"),
             metrics_listen: "127.0.0.1:9101".into(),
-            container_user: "nobody".into(),
+            container_user: String::new(),
             allow_root: false,
             kill_grace_ms: 10_000,
             sample_interval_ms: 1_000,
@@ -146,6 +155,7 @@ impl Default for AgentConfig {
             tls_cert_file: None,
             tls_key_file: None,
             fencing_timeout_ms: 8_000,
+            isolation: crate::isolation::IsolationConfig::default(),
         }
     }
 }
@@ -245,8 +255,11 @@ impl AgentConfig {
                 format!("{} is more than 1024", self.max_concurrent_launches),
             );
         }
-        if self.container_user.is_empty() {
-            return bad("container_user", "must not be empty".into());
+        if self.container_user.contains('\0') {
+            return bad("container_user", "contains a NUL byte".into());
+        }
+        if let Err(message) = self.isolation.validate() {
+            return bad("isolation", message);
         }
         if !self.work_root.is_absolute() {
             return bad("work_root", format!("{} must be an absolute path", self.work_root.display()));

@@ -92,8 +92,17 @@ pub enum CgroupMode {
 pub struct ExecutorSettings {
     /// Directory holding one control directory per container.
     pub containers_dir: PathBuf,
-    /// Account containers run as unless the spec names one.
-    pub default_user: String,
+    /// Account containers run as unless the spec names one; `None`: a uid of their user's own
+    /// from `dynamic_uids`.
+    pub default_user: Option<String>,
+    /// Uids handed to users without an account (kept in `<work_root>/uids.json`).
+    pub dynamic_uids: crate::isolation::UidRange,
+    /// Processes per container unless the spec says (0: unlimited).
+    pub max_pids: u64,
+    /// A private `/tmp` and `/dev/shm` per container (root agents only).
+    pub private_tmp: bool,
+    /// Whether containers may gain privileges (setuid, file capabilities, the bounding set).
+    pub allow_privilege_escalation: bool,
     /// Whether containers may run as root.
     pub allow_root: bool,
     /// Default SIGTERM → SIGKILL grace period.
@@ -113,7 +122,12 @@ impl ExecutorSettings {
     pub fn from_config(cfg: &AgentConfig, gpu_count: u32, shim_program: PathBuf) -> ExecutorSettings {
         ExecutorSettings {
             containers_dir: cfg.containers_dir(),
-            default_user: cfg.container_user.clone(),
+            default_user: Some(cfg.container_user.clone()).filter(|u| !u.is_empty()),
+            // Checked by the configuration's validation.
+            dynamic_uids: cfg.isolation.uid_range().unwrap_or(crate::isolation::UidRange::SYSTEMD),
+            max_pids: cfg.isolation.max_pids,
+            private_tmp: cfg.isolation.private_tmp,
+            allow_privilege_escalation: cfg.isolation.allow_privilege_escalation,
             allow_root: cfg.allow_root,
             kill_grace: Duration::from_millis(cfg.kill_grace_ms),
             cgroup_name: cfg.cgroup_name.clone(),
@@ -216,6 +230,17 @@ pub enum SpecError {
     /// A GPU index listed twice.
     #[error("GPU {0} is listed twice")]
     DuplicateGpu(u32),
+    /// A process limit out of range.
+    #[error("max_pids {0} is out of range: 0 (no limit) or at most {max}", max = crate::isolation::MAX_PIDS_LIMIT)]
+    PidsLimit(u64),
+    /// No uid could be given to the submitting user.
+    #[error("no uid for user {user:?}: {message}")]
+    NoDynamicUid {
+        /// The submitting user.
+        user: String,
+        /// Why.
+        message: String,
+    },
     /// A container of this cluster and id is on this node already.
     #[error("container {0} already exists on this node")]
     AlreadyExists(ContainerKey),
@@ -488,6 +513,8 @@ struct Inner {
 pub struct Executor {
     settings: ExecutorSettings,
     layout: Layout,
+    /// Per-user uids for containers without an account.
+    uids: crate::isolation::UidTable,
     inner: Mutex<Inner>,
 }
 
@@ -525,7 +552,9 @@ impl Executor {
                 }
             }
         };
-        Ok(Executor { settings, layout, inner: Mutex::new(Inner::default()) })
+        let work_root = settings.containers_dir.parent().unwrap_or(&settings.containers_dir);
+        let uids = crate::isolation::UidTable::new(work_root, settings.dynamic_uids);
+        Ok(Executor { settings, layout, uids, inner: Mutex::new(Inner::default()) })
     }
 
     /// The cgroup layout in use ([`Layout::None`] in the rlimit fallback).
@@ -593,38 +622,22 @@ impl Executor {
         let stdout = contained("stdout", spec.stdout.as_deref().unwrap_or("stdout"), true)?;
         let stderr = contained("stderr", spec.stderr.as_deref().unwrap_or("stderr"), true)?;
 
-        let name = spec.user.as_deref().unwrap_or(&self.settings.default_user);
-        no_nul("user", name)?;
-        let user = match nix::unistd::User::from_name(name) {
-            Ok(Some(u)) if !name.is_empty() => u,
-            Ok(_) => return Err(SpecError::UnknownUser(name.to_owned())),
-            Err(e) => return Err(SpecError::UserLookup { user: name.to_owned(), message: e.to_string() }),
-        };
-        if user.uid.is_root() && !self.settings.allow_root {
-            return Err(SpecError::RootNotAllowed(name.to_owned()));
+        let max_pids = spec.max_pids.unwrap_or(self.settings.max_pids);
+        if max_pids > crate::isolation::MAX_PIDS_LIMIT {
+            return Err(SpecError::PidsLimit(max_pids));
         }
-        let agent_uid = nix::unistd::geteuid();
-        if !agent_uid.is_root() && user.uid != agent_uid {
-            return Err(SpecError::CannotSwitchUser {
-                user: name.to_owned(),
-                uid: user.uid.as_raw(),
-                agent_uid: agent_uid.as_raw(),
-            });
-        }
-        let groups = CString::new(name)
-            .ok()
-            .and_then(|c| nix::unistd::getgrouplist(&c, user.gid).ok())
-            .unwrap_or_else(|| vec![user.gid]);
-
+        let user = self.identity(spec)?;
         let id = spec.key();
         if self.is_known(id) || self.control_dir(id).exists() {
             return Err(SpecError::AlreadyExists(id));
         }
 
         let gpu_list = spec.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        let container_dir = self.container_dir(id);
+        let home = user.home.clone().unwrap_or_else(|| container_dir.clone());
         let mut env: Vec<(String, String)> = vec![
             ("PATH".into(), DEFAULT_PATH.into()),
-            ("HOME".into(), user.dir.to_string_lossy().into_owned()),
+            ("HOME".into(), home.to_string_lossy().into_owned()),
             ("USER".into(), user.name.clone()),
             ("LOGNAME".into(), user.name.clone()),
         ];
@@ -639,7 +652,7 @@ impl Executor {
             ("CUDA_VISIBLE_DEVICES".into(), gpu_list.clone()),
             ("NVIDIA_VISIBLE_DEVICES".into(), if gpu_list.is_empty() { "void".into() } else { gpu_list }),
         ]);
-        let container_dir = self.container_dir(id);
+        let privileged = nix::unistd::geteuid().is_root();
         Ok(ShimSpec {
             container_id: id.id,
             cluster: id.cluster,
@@ -650,13 +663,72 @@ impl Executor {
             stdout: container_dir.join(stdout),
             stderr: container_dir.join(stderr),
             container_dir,
+            uid: user.uid,
+            gid: user.gid,
+            groups: user.groups,
+            cgroup: None,
+            limits: Limits { memory_bytes: spec.memory_bytes, cpu_millis: spec.cpu_millis, max_pids },
+            rlimit_as_bytes: None,
+            rlimit_nproc: None,
+            // A mount namespace and the bounding set need privileges a non-root agent lacks.
+            private_tmp: (self.settings.private_tmp && privileged)
+                .then(|| self.control_dir(id).join(crate::sandbox::PRIVATE_DIR).join("tmp")),
+            shm_bytes: if spec.memory_bytes == 0 {
+                crate::sandbox::DEFAULT_SHM_BYTES
+            } else {
+                spec.memory_bytes
+            },
+            no_new_privileges: !self.settings.allow_privilege_escalation,
+            drop_bounding_set: !self.settings.allow_privilege_escalation && privileged,
+            gpus: spec.gpus.clone(),
+        })
+    }
+
+    /// Who a container runs as: the account its user is mapped to (`spec.user`), else the
+    /// configured `container_user`, else a uid of the submitting user's own from the dynamic
+    /// range — or, for an agent that is not root and cannot switch users, the agent's own uid.
+    fn identity(&self, spec: &LaunchSpec) -> Result<crate::isolation::Identity, SpecError> {
+        let agent_uid = nix::unistd::geteuid();
+        let account =
+            spec.user.as_deref().filter(|u| !u.is_empty()).or(self.settings.default_user.as_deref());
+        let Some(name) = account else {
+            if !agent_uid.is_root() {
+                return crate::isolation::Identity::of_uid(agent_uid.as_raw())
+                    .map_err(|message| SpecError::UserLookup { user: format!("uid {agent_uid}"), message });
+            }
+            no_nul("submitter", &spec.submitter)?;
+            let uid = self.uids.uid_for(&spec.submitter).map_err(|e| SpecError::NoDynamicUid {
+                user: spec.submitter.clone(),
+                message: e.to_string(),
+            })?;
+            return Ok(crate::isolation::Identity::dynamic(uid, &spec.submitter));
+        };
+        no_nul("user", name)?;
+        let user = match nix::unistd::User::from_name(name) {
+            Ok(Some(u)) if !name.is_empty() => u,
+            Ok(_) => return Err(SpecError::UnknownUser(name.to_owned())),
+            Err(e) => return Err(SpecError::UserLookup { user: name.to_owned(), message: e.to_string() }),
+        };
+        if user.uid.is_root() && !self.settings.allow_root {
+            return Err(SpecError::RootNotAllowed(name.to_owned()));
+        }
+        if !agent_uid.is_root() && user.uid != agent_uid {
+            return Err(SpecError::CannotSwitchUser {
+                user: name.to_owned(),
+                uid: user.uid.as_raw(),
+                agent_uid: agent_uid.as_raw(),
+            });
+        }
+        let groups = CString::new(name)
+            .ok()
+            .and_then(|c| nix::unistd::getgrouplist(&c, user.gid).ok())
+            .unwrap_or_else(|| vec![user.gid]);
+        Ok(crate::isolation::Identity {
             uid: user.uid.as_raw(),
             gid: user.gid.as_raw(),
             groups: groups.iter().map(|g| g.as_raw()).collect(),
-            cgroup: None,
-            limits: Limits { memory_bytes: spec.memory_bytes, cpu_millis: spec.cpu_millis },
-            rlimit_as_bytes: None,
-            gpus: spec.gpus.clone(),
+            name: user.name.clone(),
+            home: Some(user.dir.clone()),
         })
     }
 
@@ -687,7 +759,8 @@ impl Executor {
             }
         }
         let control = self.control_dir(id);
-        let created = std::fs::DirBuilder::new().mode(0o755).create(&control);
+        // Traversable, not listable: the container reaches `work/` through it and sees nothing else.
+        let created = std::fs::DirBuilder::new().mode(0o711).create(&control);
         let result = match created {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(SpecError::AlreadyExists(id).into()),
             Err(e) => Err(ExecError::Io { what: "create", path: control.clone(), source: e }),
@@ -745,10 +818,14 @@ impl Executor {
         cgroup: Option<&ContainerCgroup>,
     ) -> Result<(Child, PidRecord, OwnedFd), ExecError> {
         let id = spec.key();
+        // The container's own: no other uid may read it, its logs included.
         std::fs::DirBuilder::new()
-            .mode(0o750)
+            .mode(0o700)
             .create(&spec.container_dir)
             .map_err(io_err("create", &spec.container_dir))?;
+        if let Some(tmp) = &spec.private_tmp {
+            crate::sandbox::make_private_tmp(tmp).map_err(io_err("create", tmp))?;
+        }
         if nix::unistd::geteuid().is_root() {
             nix::unistd::chown(
                 &spec.container_dir,
@@ -765,6 +842,11 @@ impl Executor {
             cg.create(spec.limits)?;
         } else if spec.limits.memory_bytes > 0 {
             spec.rlimit_as_bytes = Some(spec.limits.memory_bytes);
+        }
+        // Without a pids controller the process limit falls back to RLIMIT_NPROC, which counts
+        // every process of the uid (the user's other containers on this node too).
+        if spec.limits.max_pids != 0 && !cgroup.is_some_and(ContainerCgroup::limits_pids) {
+            spec.rlimit_nproc = Some(spec.limits.max_pids);
         }
         spec.cgroup = cgroup.cloned();
         shim::write_json(&control.join(SPEC_FILE), &spec)?;
@@ -930,7 +1012,7 @@ impl Executor {
             return Ok(());
         }
         let path = control.join(KILL_REASON_FILE);
-        match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&path) {
+        match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
             Ok(mut f) => {
                 f.write_all(reason.as_str().as_bytes()).map_err(io_err("write", &path))?;
                 f.sync_all().map_err(io_err("sync", &path))

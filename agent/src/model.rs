@@ -81,7 +81,7 @@ pub mod cluster_serde {
 
 /// A container launch as the scheduler asks for it. Paths are relative to the container's own
 /// directory under the agent's work root; nothing may point outside it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct LaunchSpec {
     /// Container id (from the scheduler; unique per cluster).
     pub container_id: u64,
@@ -96,8 +96,16 @@ pub struct LaunchSpec {
     pub env: Vec<(String, String)>,
     /// Working directory relative to the container directory (default: the container directory).
     pub workdir: Option<String>,
-    /// Account to run as (default: the agent's configured container user).
+    /// Account to run as (default: the agent's configured container user, else a uid of the
+    /// submitter's own).
     pub user: Option<String>,
+    /// The user who submitted the application (who a dynamic uid is for); empty from schedulers
+    /// older than isolation.
+    #[serde(default)]
+    pub submitter: String,
+    /// Most processes and threads at once; `None`: the node's `[isolation] max_pids`, 0: none.
+    #[serde(default)]
+    pub max_pids: Option<u64>,
     /// CPU limit in millicores (CFS quota); 0 = no limit.
     pub cpu_millis: u64,
     /// Memory limit in bytes; 0 = no limit.

@@ -99,6 +99,22 @@ pub struct ShimSpec {
     pub limits: Limits,
     /// `RLIMIT_AS` for the command where no cgroup enforces the memory limit.
     pub rlimit_as_bytes: Option<u64>,
+    /// `RLIMIT_NPROC` for the command where no cgroup enforces the process limit.
+    #[serde(default)]
+    pub rlimit_nproc: Option<u64>,
+    /// The directory mounted on `/tmp` in a mount namespace of the container's own (with a fresh
+    /// `/dev/shm`); `None`: the host's (specs written before isolation, or a non-root agent).
+    #[serde(default)]
+    pub private_tmp: Option<PathBuf>,
+    /// Size of the private `/dev/shm`, bytes.
+    #[serde(default)]
+    pub shm_bytes: u64,
+    /// Set no_new_privs before exec.
+    #[serde(default)]
+    pub no_new_privileges: bool,
+    /// Empty the capability bounding set before dropping to the user.
+    #[serde(default)]
+    pub drop_bounding_set: bool,
     /// GPU indexes handed over (already in the environment; kept for the record).
     pub gpus: Vec<u32>,
 }
@@ -197,6 +213,8 @@ fn sys(what: &'static str) -> impl FnOnce(Errno) -> ShimError {
 
 /// Writes a file so that readers see either the old or the complete new content, even if the
 /// writer dies midway: a temporary file, then rename(2), which replaces the name atomically.
+/// The file is readable by its owner only (the agent): control files hold the container's
+/// environment, secrets included.
 ///
 /// Deliberately not fsync'd. These files describe processes, and processes do not survive the
 /// machine: after a crash of the operating system every container is gone, the scheduler has
@@ -210,7 +228,7 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&tmp)?;
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
         f.write_all(data)?;
     }
     std::fs::rename(&tmp, path)
@@ -370,6 +388,7 @@ fn supervise(dir: &Path, notify: Option<NotifyFd>) -> Result<(), Failure> {
     let status = wait_for(child).map_err(Failure::Running)?;
     let finished_at_ms = now_ms();
     clean_up(&spec, me);
+    crate::sandbox::remove_private_tmp(&spec);
     let oom_kills = spec.cgroup.as_ref().and_then(|cg| cg.oom_kills().ok()).unwrap_or(0);
     write_json(&dir.join(EXIT_FILE), &ExitRecord { status, finished_at_ms, oom_kills })
         .map_err(Failure::Running)
@@ -494,6 +513,12 @@ impl Prepared {
             nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_AS, bytes, bytes)
                 .map_err(|e| fail("setrlimit(RLIMIT_AS)", &e))?;
         }
+        if let Some(n) = spec.rlimit_nproc {
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NPROC, n, n)
+                .map_err(|e| fail("setrlimit(RLIMIT_NPROC)", &e))?;
+        }
+        crate::sandbox::enter(spec).map_err(ChildError::Setup)?;
+        crate::sandbox::drop_bounding_set(spec).map_err(ChildError::Setup)?;
         let uid = Uid::from_raw(spec.uid);
         let gid = Gid::from_raw(spec.gid);
         if nix::unistd::geteuid() != uid || nix::unistd::getegid() != gid {
@@ -504,7 +529,7 @@ impl Prepared {
         }
         // From here on as the container's user.
         let mut dirs = std::fs::DirBuilder::new();
-        dirs.recursive(true).mode(0o750);
+        dirs.recursive(true).mode(0o700);
         for d in
             [Some(spec.workdir.as_path()), spec.stdout.parent(), spec.stderr.parent()].into_iter().flatten()
         {
@@ -514,7 +539,7 @@ impl Prepared {
             std::fs::OpenOptions::new()
                 .append(true)
                 .create(true)
-                .mode(0o640)
+                .mode(0o600)
                 .open(p)
                 .map_err(|e| fail(&format!("opening {}", p.display()), &e))
         };
@@ -525,6 +550,7 @@ impl Prepared {
         nix::unistd::dup2_stdout(&out).map_err(|e| fail("dup2(stdout)", &e))?;
         nix::unistd::dup2_stderr(&err).map_err(|e| fail("dup2(stderr)", &e))?;
         drop((out, err));
+        crate::sandbox::confine(spec).map_err(ChildError::Setup)?;
 
         let mut errno = Errno::ENOENT;
         let mut denied = false;
@@ -642,6 +668,11 @@ mod tests {
             cgroup: None,
             limits: Limits::default(),
             rlimit_as_bytes: None,
+            rlimit_nproc: None,
+            private_tmp: None,
+            shm_bytes: 0,
+            no_new_privileges: false,
+            drop_bounding_set: false,
             gpus: vec![],
         };
         let p = Prepared::new(&spec).expect("prepared");

@@ -138,6 +138,8 @@ fn good_launch(container_id: u64) -> v1::Launch {
         stdout: String::new(),
         stderr: "logs/err".into(),
         cluster_id: String::new(),
+        submitter: "alice".into(),
+        max_pids: 64,
     }
 }
 
@@ -194,6 +196,8 @@ async fn registers_first_then_relays_commands_and_events_both_ways() {
         env: vec![("A".into(), "1".into()), ("B".into(), "x=y".into())],
         workdir: Some("work".into()),
         user: None,
+        submitter: "alice".into(),
+        max_pids: Some(64),
         cpu_millis: 500,
         memory_bytes: 64 << 20,
         gpus: vec![0],

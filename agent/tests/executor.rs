@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 /// Upper bound for anything to happen (correctness bound, not a timing assertion).
 const PATIENCE: Duration = Duration::from_secs(60);
-const NOBODY_UID: u32 = 65534;
 
 /// A work root and parent cgroup for one test; dropping it kills and removes everything left.
 struct Env {
@@ -26,13 +25,21 @@ struct Env {
 impl Env {
     fn new(tag: &str, cgroups: CgroupMode, gpu_count: u32) -> Env {
         let root =
-            tempfile::Builder::new().prefix(&format!("gantry-exec-{tag}-")).tempdir().expect("tempdir");
-        // Containers run as nobody, who must be able to reach their directories.
+            // Not under /tmp: containers see a /tmp of their own, and some tests hand them files.
+            tempfile::Builder::new()
+                .prefix(&format!("gantry-exec-{tag}-"))
+                .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+                .expect("tempdir");
+        // Containers run as unprivileged uids, which must be able to reach their directories.
         std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o711))
             .expect("chmod work root");
         let settings = ExecutorSettings {
             containers_dir: root.path().join("containers"),
-            default_user: "nobody".into(),
+            default_user: None,
+            dynamic_uids: gantry_agent::isolation::UidRange::SYSTEMD,
+            max_pids: gantry_agent::isolation::DEFAULT_MAX_PIDS,
+            private_tmp: true,
+            allow_privilege_escalation: false,
             allow_root: false,
             kill_grace: Duration::from_secs(10),
             cgroup_name: format!("gantry-test-{}-{tag}", std::process::id()),
@@ -84,13 +91,8 @@ fn spec_in(cluster: ClusterId, id: u64, argv: &[&str]) -> LaunchSpec {
         app_id: 77,
         argv: argv.iter().map(|s| s.to_string()).collect(),
         env: vec![],
-        workdir: None,
-        user: None,
-        cpu_millis: 0,
-        memory_bytes: 0,
-        gpus: vec![],
-        stdout: None,
-        stderr: None,
+        submitter: "tester".into(),
+        ..LaunchSpec::default()
     }
 }
 
@@ -481,7 +483,7 @@ fn exit_codes_signals_and_exec_failures_are_reported() {
 }
 
 #[tokio::test]
-async fn containers_run_as_nobody_with_their_logs_and_environment() {
+async fn containers_run_as_their_users_own_uid_with_their_logs_and_environment() {
     let env = Env::new("env", CgroupMode::Auto, 4);
     let exec = env.executor();
     let mut s = spec(
@@ -502,12 +504,12 @@ async fn containers_run_as_nobody_with_their_logs_and_environment() {
     wait_for("stderr", || {
         std::fs::read_to_string(h.container_dir.join("stderr")).is_ok_and(|s| s == "oops\n")
     });
-    assert_eq!(uid_of(h.pid), NOBODY_UID, "runs as nobody");
-    assert_eq!(
-        std::fs::metadata(&out).expect("stdout").uid(),
-        NOBODY_UID,
-        "log files belong to the container"
-    );
+    let uid = uid_of(h.pid);
+    let range = gantry_agent::isolation::UidRange::SYSTEMD;
+    assert!((range.first..=range.last).contains(&uid), "runs as a dynamic uid of its user's own, not {uid}");
+    let log = std::fs::metadata(&out).expect("stdout");
+    assert_eq!(log.uid(), uid, "log files belong to the container");
+    assert_eq!(log.mode() & 0o777, 0o600, "and only to it");
     exec.kill(k(1), Duration::from_secs(5)).await.expect("kill");
 
     let mut s = spec(

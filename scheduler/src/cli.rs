@@ -210,6 +210,10 @@ pub struct SubmitArgs {
     /// Expected run time elsewhere [default: the same as `--expected`].
     #[arg(long, value_parser = parse_duration_ms, value_name = "DURATION", requires = "expected")]
     pub slow: Option<u64>,
+    /// Most processes and threads each container may have at once [default: the node's
+    /// `[isolation] max_pids`].
+    #[arg(long, value_name = "N")]
+    pub max_pids: Option<u64>,
     /// Priority among the queue's applications (higher first).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i32,
@@ -251,6 +255,7 @@ impl SubmitArgs {
                 slow_ms: self.slow.unwrap_or(0),
                 command: self.command.clone(),
                 env: self.env.iter().cloned().collect(),
+                max_pids: self.max_pids,
             }],
         }
     }

@@ -763,6 +763,7 @@ async fn submit_load(
             slow_ms: 0,
             command: vec!["true".into()],
             env: Default::default(),
+            max_pids: None,
         }],
     };
     let mut figures = SubmitFigures::default();

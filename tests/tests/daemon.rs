@@ -54,11 +54,8 @@ fn app(name: &str, argv: &[&str], count: u32, gang: bool, cpu_millis: u64) -> (A
         }],
         ..Default::default()
     };
-    let t = LaunchTemplate {
-        argv: argv.iter().map(|s| (*s).to_owned()).collect(),
-        env: Vec::new(),
-        account: None,
-    };
+    let t =
+        LaunchTemplate { argv: argv.iter().map(|s| (*s).to_owned()).collect(), ..LaunchTemplate::default() };
     (spec, vec![t])
 }
 

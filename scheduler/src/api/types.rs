@@ -1181,7 +1181,15 @@ pub struct ContainerRequest {
     /// Extra environment variables.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Most processes and threads each container may have at once (default: the node's
+    /// `[isolation] max_pids`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pids: Option<u64>,
 }
+
+/// The largest per-container process limit a submission may ask for (the kernel's `pid_max`
+/// ceiling).
+pub const MAX_PIDS_PER_CONTAINER: u64 = 1 << 22;
 
 fn one() -> u32 {
     1
@@ -1286,6 +1294,14 @@ impl ContainerRequest {
                 return Err(invalid(
                     format!("{field}.{name}"),
                     format!("{v} ms is more than a year ({MAX_EXPECTED_MS} ms)"),
+                ));
+            }
+        }
+        if let Some(n) = self.max_pids {
+            if !(1..=MAX_PIDS_PER_CONTAINER).contains(&n) {
+                return Err(invalid(
+                    format!("{field}.maxPids"),
+                    format!("{n} is outside 1..={MAX_PIDS_PER_CONTAINER}"),
                 ));
             }
         }

@@ -605,6 +605,8 @@ impl Backend for DaemonBackend {
                 argv: c.command.clone(),
                 env: c.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                 account: account.clone(),
+                submitter: spec.user.clone(),
+                max_pids: c.max_pids,
             })
             .collect();
         let id = self
@@ -757,7 +759,13 @@ mod tests {
             }],
             ..Default::default()
         };
-        let template = LaunchTemplate { argv: vec!["true".into()], env: Vec::new(), account: None };
+        let template = LaunchTemplate {
+            argv: vec!["true".into()],
+            env: Vec::new(),
+            account: None,
+            submitter: String::new(),
+            max_pids: None,
+        };
         handle.submit(spec, vec![template]).await.expect("core").expect("accepted");
         let container = match next_down(&mut rx).await {
             Down::Launch(l) => l.container_id,

@@ -44,7 +44,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 pub const LOG_READS_PER_NODE: usize = 2;
 
 /// What runs in a container: the program and its environment (per request of an application).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LaunchTemplate {
     /// Program and arguments.
     pub argv: Vec<String>,
@@ -54,6 +54,14 @@ pub struct LaunchTemplate {
     /// `container_user`. Absent in templates stored before accounts existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
+    /// The submitting user (the app's), for whom an agent without an account to use runs the
+    /// containers under a uid of their own. Absent in templates stored before isolation: such
+    /// launches carry the app's user from the engine instead.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub submitter: String,
+    /// Most processes per container; `None`: the node's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pids: Option<u64>,
 }
 
 /// Messages to the core.
@@ -1310,6 +1318,11 @@ impl Core {
         self.history.remember_end(app.0, ended);
     }
 
+    /// The user an app was submitted by, as the engine has it.
+    fn app_user(&self, app: AppId) -> String {
+        self.submissions.get(&app.0).map(|s| s.spec.user.clone()).unwrap_or_default()
+    }
+
     fn node_name(&self, node: u32) -> String {
         let st = self.engine.state();
         st.nodes().get(node as usize).map(|n| st.str(n.name).to_owned()).unwrap_or_default()
@@ -1334,6 +1347,8 @@ impl Core {
                         argv: t.argv,
                         env: t.env.into_iter().collect(),
                         user: t.account.unwrap_or_default(),
+                        submitter: if t.submitter.is_empty() { self.app_user(app) } else { t.submitter },
+                        max_pids: t.max_pids.unwrap_or(0),
                         cpu_millis: i64::try_from(resources.cpu_millis).unwrap_or(i64::MAX),
                         memory_bytes: i64::try_from(resources.memory_bytes).unwrap_or(i64::MAX),
                         gpus,
