@@ -373,6 +373,14 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_configuration_loads_with_its_documented_defaults() {
+        let text = include_str!("../../deploy/config/agent.toml");
+        let c = AgentConfig::from_str_at(text, Path::new("deploy/config/agent.toml")).expect("loads");
+        assert_eq!(c.isolation, crate::isolation::IsolationConfig::default());
+        assert!(c.container_user.is_empty(), "the example keeps a uid per user");
+    }
+
+    #[test]
     fn bad_files_are_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("agent.toml");
@@ -387,6 +395,9 @@ mod tests {
             ("rack = \"r\\u0007\"\n", "rack"),
             ("labels = { \"\" = \"x\" }\n", "labels"),
             ("labels = { gpu = \"a\\nb\" }\n", "labels"),
+            ("[isolation]\ndynamic_uids = \"0-100\"\n", "below 1000"),
+            ("[isolation]\nmax_pids = 99999999\n", "max_pids"),
+            ("[isolation]\nprivate_tmp = 1\n", "private_tmp"),
             // Bidirectional and zero-width characters, as the scheduler refuses them.
             ("node_name = \"n\\u202E1\"\n", "U+202E (RIGHT-TO-LEFT OVERRIDE)"),
             ("rack = \"r\\u200B1\"\n", "U+200B (ZERO WIDTH SPACE)"),

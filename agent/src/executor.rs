@@ -1225,6 +1225,7 @@ impl Executor {
                 continue;
             }
             let control = self.control_dir(id);
+            crate::isolation::restrict_control_dir(&control);
             let spec = shim::read_json::<ShimSpec>(&control.join(SPEC_FILE));
             let cgroup = match &spec {
                 Ok(s) => s.cgroup.clone(),

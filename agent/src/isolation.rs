@@ -265,6 +265,28 @@ impl UidTable {
     }
 }
 
+/// Gives a control directory written by an agent older than isolation (0755, files 0644) the
+/// modes this one writes (0711, files 0600), so an upgraded node stops showing one container's
+/// environment to the others. Failures are logged; the directory keeps working.
+pub fn restrict_control_dir(control: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let set = |p: &Path, mode: u32| {
+        if let Err(e) = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)) {
+            if e.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(path = %p.display(), "cannot restrict: {e}");
+            }
+        }
+    };
+    set(control, 0o711);
+    let Ok(entries) = std::fs::read_dir(control) else { return };
+    for entry in entries.flatten() {
+        // Only the agent's own regular files: `work/` and `private/` keep theirs.
+        if entry.file_type().is_ok_and(|t| t.is_file()) {
+            set(&entry.path(), 0o600);
+        }
+    }
+}
+
 /// Whether a uid (or the gid of the same number, which a dynamic user also takes) belongs to an
 /// account or group of this machine.
 fn in_system_databases(uid: u32) -> bool {

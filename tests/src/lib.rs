@@ -621,16 +621,41 @@ pub fn tick(e: &mut Engine, t: u64) -> Vec<gantry_engine::Command> {
     commands
 }
 
-/// A directory under `dir` that containers, which run as `nobody`, can reach and write in (for
-/// tests that have them record what ran), and `dir` opened just enough to reach it.
-pub fn container_writable_dir(dir: &Path, name: &str) -> PathBuf {
+/// A directory that containers, which run as unprivileged uids of their own, can reach and write
+/// in (for tests that have them record what ran), removed when dropped. It is not under `dir`
+/// when that is under `/tmp`: a container sees a `/tmp` of its own, so it lies in the target
+/// directory instead.
+pub fn container_writable_dir(dir: &Path, name: &str) -> SharedDir {
     use std::os::unix::fs::PermissionsExt;
     let mode = |p: &Path, m| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
-    mode(dir, 0o711).expect("chmod");
-    let out = dir.join(name);
+    let base = if dir.starts_with("/tmp") { target_dir().join("container-shared") } else { dir.to_owned() };
+    std::fs::create_dir_all(&base).expect("base of the shared directory");
+    mode(&base, 0o711).expect("chmod");
+    let holder = tempfile::Builder::new().prefix("shared-").tempdir_in(&base).expect("shared directory");
+    mode(holder.path(), 0o711).expect("chmod");
+    let out = holder.path().join(name);
     std::fs::create_dir(&out).expect("output directory");
     mode(&out, 0o777).expect("chmod");
-    out
+    SharedDir { path: out, _holder: holder }
+}
+
+/// A directory from [`container_writable_dir`]; derefs to its path.
+pub struct SharedDir {
+    path: PathBuf,
+    _holder: tempfile::TempDir,
+}
+
+impl std::ops::Deref for SharedDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for SharedDir {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
 }
 
 /// A tmpfs mounted for a test (needs root, as the cgroup tests do), unmounted when dropped: a

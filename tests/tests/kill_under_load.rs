@@ -84,7 +84,8 @@ async fn submit_all(client: Client, next: Arc<AtomicUsize>, outcomes: Arc<Mutex<
 #[test]
 fn kill_9_of_the_scheduler_under_load_loses_no_acknowledged_app_and_runs_none_twice() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = gantry_tests::container_writable_dir(dir.path(), "out").join("runs");
+    let shared = gantry_tests::container_writable_dir(dir.path(), "out");
+    let out = shared.join("runs");
 
     let files =
         gantry_tests::scheduler_config(dir.path(), "node_timeout_ms = 5000\ncycle_interval_ms = 50", "");

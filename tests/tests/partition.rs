@@ -177,7 +177,8 @@ fn a_partitioned_agent_fences_its_copy_the_scheduler_reruns_it_and_they_reconcil
     ip(&["-n", &agent_ns.0, "link", "set", &veth_agent, "up"]);
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let out_file = gantry_tests::container_writable_dir(dir.path(), "out").join("copies");
+    let shared = gantry_tests::container_writable_dir(dir.path(), "out");
+    let out_file = shared.join("copies");
 
     // The agent endpoint listens beyond loopback (on the veth), so agents join with a token.
     std::fs::write(dir.path().join("join"), "partition-test-join-token\n").expect("join token");

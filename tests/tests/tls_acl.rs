@@ -188,20 +188,19 @@ fn queue_acls_and_accounts_decide_who_may_do_what_and_as_whom() {
     };
 
     // Submit rights: the leaf's ACL, a group, administering the queue; never root's "no one".
-    let alice_prod = id(&submit(ALICE, "prod", &["sh", "-c", "id -un; sleep 600"]));
+    let alice_prod = id(&submit(ALICE, "prod", &["sh", "-c", "id -u; sleep 600"]));
     refused(&submit(ALICE, "dev", &["true"]), "alice is not in dev's ACL");
-    let mia_dev = id(&submit(MIA, "dev", &["sh", "-c", "id -un; sleep 600"]));
+    let mia_dev = id(&submit(MIA, "dev", &["sh", "-c", "id -u; sleep 600"]));
     refused(&submit(MIA, "prod", &["true"]), "the ml group may not use prod");
-    let bob_prod = id(&submit(BOB, "prod", &["sh", "-c", "id -un; sleep 600"]));
+    let bob_prod = id(&submit(BOB, "prod", &["sh", "-c", "id -u; sleep 600"]));
     refused(&submit(BOB, "dev", &["true"]), "administering prod gives nothing in dev");
     refused(&submit(BOB, "root.default", &["true"]), "root admits no one");
     id(&submit(OPS, "dev", &["true"]));
 
-    // Containers run as the mapped account: alice's as `daemon`, the unmapped as the agent's
-    // container_user (`nobody`).
-    for (token, app, account) in
-        [(ALICE, alice_prod, "daemon"), (MIA, mia_dev, "nobody"), (BOB, bob_prod, "nobody")]
-    {
+    // Containers run as the mapped account: alice's as `daemon`; the unmapped each as a uid of
+    // their own from the agent's dynamic range, never one they share.
+    let mut uids = Vec::new();
+    for (token, app) in [(ALICE, alice_prod), (MIA, mia_dev), (BOB, bob_prod)] {
         let c = as_user(token);
         let container = wait_until("the container to start", GUARD, || {
             let v = rt.block_on(c.get_value(&format!("/ws/v1/cluster/apps/{app}"))).ok()?;
@@ -212,8 +211,15 @@ fn queue_acls_and_accounts_decide_who_may_do_what_and_as_whom() {
             let text = String::from_utf8_lossy(&body).trim().to_owned();
             (!text.is_empty()).then_some(text)
         });
-        assert_eq!(who, account, "app {app}");
+        uids.push(who.parse::<u32>().unwrap_or_else(|_| panic!("app {app}: {who:?} is not a uid")));
     }
+    let daemon = std::process::Command::new("id").args(["-u", "daemon"]).output().expect("id -u daemon");
+    assert_eq!(uids[0].to_string(), String::from_utf8_lossy(&daemon.stdout).trim(), "alice's account");
+    let dynamic = gantry_agent::isolation::UidRange::SYSTEMD;
+    for uid in &uids[1..] {
+        assert!((dynamic.first..=dynamic.last).contains(uid), "{uids:?}: an unmapped user's uid is dynamic");
+    }
+    assert_ne!(uids[1], uids[2], "mia and bob never share a uid");
 
     // Administering: bob administers prod, so he may kill alice's app there, not mia's in dev.
     fn status<T>(r: Result<T, ClientError>) -> u16 {
