@@ -3,7 +3,8 @@
 //! run. Both are scraped once a second on `/metrics`, as a Prometheus with a 1 s interval would.
 //!
 //! Run (as root, cgroups writable): `cargo bench -p gantry-agent --bench footprint`
-//! Optional: `FOOTPRINT_SECONDS=60` (length of each measured phase, default 30).
+//! Optional: `FOOTPRINT_SECONDS=60` (length of each measured phase, default 30),
+//! `AGENT_ISOLATION=off` (the agent before isolation, to measure what it costs).
 //! Figures go to BENCHMARKS.md.
 
 #[path = "../tests/common/mod.rs"]
@@ -152,9 +153,15 @@ fn main() {
         &config,
         format!(
             "node_name = \"bench\"\nwork_root = {:?}\nmetrics_listen = \"127.0.0.1:{agent_port}\"\n\
-             cgroup_name = \"gantry-bench-{}\"\nsample_interval_ms = 1000\nkill_grace_ms = 1000\n",
+             cgroup_name = \"gantry-bench-{}\"\nsample_interval_ms = 1000\nkill_grace_ms = 1000\n{}",
             dir.path().join("work").display().to_string(),
-            std::process::id()
+            std::process::id(),
+            // AGENT_ISOLATION=off: the agent before isolation, to measure what it costs.
+            if std::env::var("AGENT_ISOLATION").is_ok_and(|v| v == "off") {
+                gantry_agent::isolation::BEFORE_ISOLATION_TOML
+            } else {
+                ""
+            }
         ),
     )
     .expect("config");

@@ -381,6 +381,16 @@ mod tests {
     }
 
     #[test]
+    fn the_settings_before_isolation_load() {
+        let c = AgentConfig::from_str_at(crate::isolation::BEFORE_ISOLATION_TOML, Path::new("<before>"))
+            .expect("loads");
+        assert_eq!(c.container_user, "nobody");
+        assert!(
+            !c.isolation.private_tmp && c.isolation.allow_privilege_escalation && c.isolation.max_pids == 0
+        );
+    }
+
+    #[test]
     fn bad_files_are_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("agent.toml");

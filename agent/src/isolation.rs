@@ -27,6 +27,13 @@ pub const DEFAULT_MAX_PIDS: u64 = 4096;
 /// The file recording which uid each user was given (root only).
 pub const UIDS_FILE: &str = "uids.json";
 
+/// Agent configuration that turns isolation off, as agents ran before it (every container as
+/// `nobody`, the host's `/tmp` and `/dev/shm`, no process limit, privileges kept): top-level
+/// keys and the `[isolation]` table, so it goes before any other table. For benchmarks that
+/// measure what isolation costs, and for operators who must have the old behaviour back.
+pub const BEFORE_ISOLATION_TOML: &str = "container_user = \"nobody\"\n[isolation]\nmax_pids = 0\n\
+                                          private_tmp = false\nallow_privilege_escalation = true\n";
+
 /// `[isolation]` in the agent's configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]

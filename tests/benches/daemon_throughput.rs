@@ -7,7 +7,9 @@
 //! Run (as root): `cargo bench -p gantry-tests --bench daemon_throughput`
 //! Optional: `LATENCY_SAMPLES` (default 200), `THROUGHPUT_APPS` (default 1000),
 //! `THROUGHPUT_CLIENTS` (default 16), `AGENT_LAUNCH_SLOTS` (the agent's
-//! `max_concurrent_launches`, default 0 = its default), `AGENT_WORK_BASE` (where the agent's
+//! `max_concurrent_launches`, default 0 = its default), `AGENT_ISOLATION=off` (containers as
+//! `nobody` on the host's `/tmp`, no process limit, privileges kept: the agent before issue 19,
+//! to measure what isolation costs), `AGENT_WORK_BASE` (where the agent's
 //! work root goes, default the temp dir).
 
 use gantry_scheduler::api::client::Client;
@@ -100,9 +102,10 @@ fn main() {
     std::fs::write(
         &agent_cfg,
         format!(
-            "cgroup_name = \"{cgroup}\"\nsample_interval_ms = 1000\nmax_concurrent_launches = {}\n\
+            "cgroup_name = \"{cgroup}\"\nsample_interval_ms = 1000\nmax_concurrent_launches = {}\n{}\
              [reserve]\ncpu_millis = 0\nmemory_bytes = 0\n",
-            env_or("AGENT_LAUNCH_SLOTS", 0)
+            env_or("AGENT_LAUNCH_SLOTS", 0),
+            gantry_tests::agent_isolation_from_env()
         ),
     )
     .expect("agent config");

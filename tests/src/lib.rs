@@ -621,6 +621,18 @@ pub fn tick(e: &mut Engine, t: u64) -> Vec<gantry_engine::Command> {
     commands
 }
 
+/// Agent configuration lines (top-level keys and an `[isolation]` table, so they go before any
+/// other table) for benchmarks: with `AGENT_ISOLATION=off`, the agent as it was before
+/// isolation (every container as `nobody`, the host's `/tmp`, no process limit, privileges
+/// kept), to measure in one run what isolation costs; otherwise nothing (the defaults).
+pub fn agent_isolation_from_env() -> &'static str {
+    if std::env::var("AGENT_ISOLATION").is_ok_and(|v| v == "off") {
+        gantry_agent::isolation::BEFORE_ISOLATION_TOML
+    } else {
+        ""
+    }
+}
+
 /// A directory that containers, which run as unprivileged uids of their own, can reach and write
 /// in (for tests that have them record what ran), removed when dropped. It is not under `dir`
 /// when that is under `/tmp`: a container sees a `/tmp` of its own, so it lies in the target
