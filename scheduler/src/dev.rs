@@ -159,7 +159,10 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
         println!("  REST API   http://{api}/ws/v1/cluster   (metrics: http://{api}/metrics)");
         println!("  state      {}", data_dir.display());
         println!("  containers {}", work_root.display());
-        println!("  token      {} (yours only; the CLI reads it by itself from the directory", secrets.cli_token.display());
+        println!(
+            "  token      {} (yours only; the CLI reads it by itself from the directory",
+            secrets.cli_token.display()
+        );
         println!("             gantry dev was started in, elsewhere set GANTRY_TOKEN_FILE)");
         println!();
         println!("In another terminal:");

@@ -50,8 +50,7 @@ pub fn dev_default_in(base: &Path, scheduler: &str) -> Option<PathBuf> {
     let url = if scheduler.contains("://") { scheduler.to_owned() } else { format!("http://{scheduler}") };
     let uri: hyper::Uri = url.trim().parse().ok()?;
     let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
-    let loopback =
-        host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
     let path = base.join(DEV_DATA_DIR).join(CLI_TOKEN);
     (loopback && path.is_file()).then_some(path)
 }

@@ -26,17 +26,29 @@ fn gantry_in(dir: &Path, api: &str, args: &[&str]) -> std::process::Output {
 /// Starts `gantry dev` in `dir` (its state in `dir/gantry-dev`, the default) and waits until its
 /// agent has registered.
 fn start_dev(dir: &Path, api: &str) -> Dev {
-    let dev = Dev(Command::new(gantry_bin().expect("gantry binary"))
+    use std::io::BufRead;
+    let mut child = Command::new(gantry_bin().expect("gantry binary"))
         .current_dir(dir)
         .args(["dev", "--listen", api])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
-        .expect("start gantry dev"));
+        .expect("start gantry dev");
+    let out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut dev = Dev { child, containers: String::new(), out };
     let start = Instant::now();
     while std::net::TcpStream::connect(api).is_err() {
         assert!(start.elapsed() < GUARD, "guard: gantry dev never listened");
         std::thread::sleep(Duration::from_millis(50));
+    }
+    // The banner names the container directory (a failure guard: the banner is printed at once).
+    let mut line = String::new();
+    while dev.containers.is_empty() {
+        line.clear();
+        assert!(dev.out.read_line(&mut line).expect("banner") > 0, "gantry dev ended before its banner");
+        if let Some(path) = line.trim().strip_prefix("containers") {
+            dev.containers = path.trim().to_owned();
+        }
     }
     // Wait for the agent to register before submitting.
     while !String::from_utf8_lossy(&gantry_in(dir, api, &["nodes"]).stdout).contains("RUNNING") {
@@ -94,13 +106,19 @@ fn processes_with(arg: &str) -> Vec<u32> {
 }
 
 /// `gantry dev`, interrupted (so it cleans up) if the test fails half-way.
-struct Dev(std::process::Child);
+struct Dev {
+    child: std::process::Child,
+    /// Where its agent keeps containers (from its banner): this cluster's shims name it.
+    containers: String,
+    /// Its standard output, kept open so that it can still print when it stops.
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
 
 impl Drop for Dev {
     fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = Command::new("kill").args(["-INT", &self.0.id().to_string()]).status();
-            let _ = self.0.wait();
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
+            let _ = self.child.wait();
         }
     }
 }
@@ -194,11 +212,11 @@ fn gantry_dev_runs_submitted_work_and_stops_cleanly() {
     wait_state(d, &api, 2, "RUNNING");
     assert_eq!(processes_with(marker).len(), 1, "the container runs");
 
-    let pid = dev.0.id().to_string();
+    let pid = dev.child.id().to_string();
     assert!(Command::new("kill").args(["-INT", &pid]).status().expect("kill").success());
     let deadline = Instant::now() + GUARD;
     let status = loop {
-        if let Some(s) = dev.0.try_wait().expect("wait") {
+        if let Some(s) = dev.child.try_wait().expect("wait") {
             break s;
         }
         assert!(Instant::now() < deadline, "guard: gantry dev did not stop on Ctrl-C");
@@ -206,9 +224,11 @@ fn gantry_dev_runs_submitted_work_and_stops_cleanly() {
     };
     assert!(status.success(), "Ctrl-C stops gantry dev cleanly: {status:?}");
     assert_eq!(processes_with(marker), Vec::<u32>::new(), "no container left behind");
+    // No supervisor of this cluster's containers is left (other tests' clusters may run on).
+    assert!(!dev.containers.is_empty());
     assert!(processes_with("shim").iter().all(|p| {
         std::fs::read(format!("/proc/{p}/cmdline"))
-            .is_ok_and(|c| !String::from_utf8_lossy(&c).contains("gantry-dev"))
+            .is_ok_and(|c| !String::from_utf8_lossy(&c).contains(&dev.containers))
     }));
 }
 
@@ -230,7 +250,7 @@ fn a_container_under_gantry_dev_cannot_drive_the_rest_api() {
     let mode = std::fs::metadata(&token_file).expect("token file").permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the dev token is private");
     let submit = |args: &[&str]| -> u64 {
-        let mut all = vec!["submit", "--json"];
+        let mut all = vec!["submit", "--json", "--cpu", "10m", "--mem", "16M"];
         all.extend_from_slice(args);
         let out = gantry_in(d, &api, &all);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

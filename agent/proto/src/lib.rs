@@ -173,7 +173,13 @@ mod tests {
     fn instance_ids_are_32_lowercase_hex_digits_or_empty() {
         assert!(super::is_instance_id(""));
         assert!(super::is_instance_id("0123456789abcdef0011223344556677"));
-        for bad in ["0123456789ABCDEF0011223344556677", "0123456789abcdef001122334455667", "00000000000000000000000000000000", " 0123456789abcdef001122334455667", "node-a"] {
+        for bad in [
+            "0123456789ABCDEF0011223344556677",
+            "0123456789abcdef001122334455667",
+            "00000000000000000000000000000000",
+            " 0123456789abcdef001122334455667",
+            "node-a",
+        ] {
             assert!(!super::is_instance_id(bad), "{bad}");
         }
     }
