@@ -1107,7 +1107,7 @@ mod tests {
     }
 
     /// Every family of the classic exposition, with its type.
-    const FAMILIES: [(&str, &str); 45] = [
+    const FAMILIES: [(&str, &str); 46] = [
         ("gantry_scheduler_pending_requests", "gauge"),
         ("gantry_scheduler_pending_containers", "gauge"),
         ("gantry_scheduler_allocations_total", "counter"),
@@ -1148,6 +1148,7 @@ mod tests {
         ("gantry_apps", "gauge"),
         ("gantry_containers", "gauge"),
         ("gantry_agent_streams", "gauge"),
+        ("gantry_scheduler_registrations_refused_total", "counter"),
         ("gantry_store_commit_duration_seconds", "histogram"),
         ("gantry_store_batch_size", "histogram"),
         ("gantry_store_pruned_apps_total", "counter"),
