@@ -7,7 +7,9 @@
 //! the agent core's [`AgentEvent`]s up and delivers the scheduler's commands to the core as
 //! [`Command`]s; pings are answered here. Any stream error or end leads to a reconnect after an
 //! exponential backoff with full jitter ([`Backoff`]), until the shutdown future completes or the
-//! core drops its end of a channel.
+//! core drops its end of a channel. A registration the scheduler refuses because another live
+//! agent holds this node's name (`ALREADY_EXISTS`; every `Register` carries this agent's instance
+//! id, [`crate::instance`]) is retried only after the backoff ceiling, and said once a minute.
 //!
 //! Nothing here blocks on the core or on the network in a way that stops the rest: outgoing
 //! messages wait in a queue while the stream is busy, the event channel is drained even while
@@ -201,6 +203,9 @@ pub struct ClientOptions {
     pub join_token: Option<String>,
     /// TLS to the scheduler (an `https://` endpoint); `None` for plain `http://`.
     pub tls: Option<ClientTls>,
+    /// This agent's instance id, sent in every `Register` ([`crate::instance`]); empty sends
+    /// none, as agents before instance ids did.
+    pub instance_id: String,
 }
 
 /// The agent's TLS material, as PEM: the cluster CA and, for mutual TLS, this node's
@@ -234,6 +239,7 @@ impl ClientOptions {
             agent_started_at_ms: now_ms(),
             join_token: None,
             tls: None,
+            instance_id: String::new(),
         }
     }
 
@@ -418,6 +424,7 @@ impl Client {
             in_flight: VecDeque::new(),
             seq: 0,
             attempt: 0,
+            refusals: crate::instance::Refusals::default(),
         };
         runner.run().await;
         Ok(())
@@ -496,6 +503,7 @@ impl Client {
             agent_version: env!("CARGO_PKG_VERSION").into(),
             agent_started_at_ms: self.options.agent_started_at_ms,
             reports_cluster_ids: true,
+            instance_id: self.options.instance_id.clone(),
         };
         up(Up::Register(register))
     }
@@ -504,6 +512,8 @@ impl Client {
 /// How a session or a pause ended.
 enum Flow {
     Reconnect,
+    /// The scheduler refused the registration: another live agent holds the node name.
+    Refused(String),
     Stop,
 }
 
@@ -527,15 +537,21 @@ struct Runner<'a> {
     seq: u64,
     /// Failed attempts since the last successful registration.
     attempt: u32,
+    /// Registrations refused since the last accepted one.
+    refusals: crate::instance::Refusals,
 }
 
 impl Runner<'_> {
     async fn run(&mut self) {
         loop {
-            if let Flow::Stop = self.session().await {
-                return;
-            }
-            let delay = self.client.options.backoff.delay(self.attempt, &mut self.rng);
+            let delay = match self.session().await {
+                Flow::Stop => return,
+                // Another agent holds the name, maybe for good: no quick retries.
+                Flow::Refused(message) => {
+                    self.refusals.refused(&message, self.client.options.backoff.cap, &mut self.rng)
+                }
+                Flow::Reconnect => self.client.options.backoff.delay(self.attempt, &mut self.rng),
+            };
             self.attempt = self.attempt.saturating_add(1);
             debug!(attempt = self.attempt, ?delay, "reconnecting to the scheduler after a pause");
             if let Flow::Stop = self.pause(delay).await {
@@ -600,6 +616,9 @@ impl Runner<'_> {
                 }
                 opened = &mut opening, if inbound.is_none() => match opened {
                     Ok(response) => inbound = Some(response.into_inner()),
+                    Err(status) if status.code() == tonic::Code::AlreadyExists => {
+                        break Flow::Refused(status.message().to_owned());
+                    }
                     Err(status) => {
                         warn!(
                             endpoint = %self.client.options.endpoint,
@@ -793,6 +812,7 @@ impl Runner<'_> {
                     "registered with the scheduler"
                 );
                 self.attempt = 0;
+                self.refusals.accepted();
                 let heartbeat_interval =
                     (r.heartbeat_interval_ms > 0).then(|| Duration::from_millis(r.heartbeat_interval_ms));
                 self.to_core.push_back(Command::Registered { heartbeat_interval });

@@ -50,6 +50,9 @@ pub enum DaemonError {
     /// The join token could not be read.
     #[error("{0}")]
     Config(#[from] crate::config::ConfigError),
+    /// The agent's instance id could not be read or made.
+    #[error("instance id: {0}")]
+    Instance(#[from] crate::instance::InstanceError),
 }
 
 fn now_ms() -> u64 {
@@ -84,6 +87,9 @@ pub async fn run_with(
     // The containers' control directories are the agent's whole state across restarts.
     let dir = config.containers_dir();
     std::fs::create_dir_all(&dir).map_err(|source| DaemonError::WorkRoot { path: dir.clone(), source })?;
+    // Who this agent is to the scheduler, across restarts: read before anything is adopted, so a
+    // damaged file stops the agent before it touches a container.
+    let instance_id = crate::instance::load_or_create(&config.work_root)?;
     // NVML is initialised once; its devices decide how many GPU indexes a launch may name.
     let mut gpus = GpuProbe::new();
     let gpu_count = gpus.sample(|_| None).gpus.len() as u32;
@@ -149,6 +155,7 @@ pub async fn run_with(
     let mut client_options = ClientOptions::from_config(&config);
     client_options.join_token = config.join_token()?;
     client_options.tls = config.client_tls()?;
+    client_options.instance_id = instance_id;
     let mut fence = Fence::new(config.fencing_timeout_ms);
     if let Some(timeout) = fence.timeout() {
         // Reconnect often enough that a scheduler back from a short restart hears from this

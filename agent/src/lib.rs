@@ -15,6 +15,7 @@ pub mod config;
 pub mod daemon;
 pub mod executor;
 pub mod fencing;
+pub mod instance;
 pub mod isolation;
 pub mod metrics;
 pub mod model;

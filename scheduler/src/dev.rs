@@ -1,6 +1,11 @@
 //! `gantry dev`: an all-in-one local cluster — the scheduler (REST API, agent endpoint, built-in
 //! policies) and one agent for this machine, in one process. Ctrl-C stops both and kills every
 //! container it started, leaving nothing behind.
+//!
+//! Both endpoints listen on loopback only, and neither is open: everything on this machine can
+//! reach loopback, the containers it runs included, so the REST API wants the token kept in
+//! `<data dir>/cli-token` (0600, the starting user's; the CLI finds it by itself, see
+//! [`crate::token_file`]) and the agent endpoint a join token only the in-process agent has.
 
 use crate::config::SchedulerConfig;
 use crate::server::serve;
@@ -27,6 +32,51 @@ fn traversable_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("making {} traversable", dir.display()))
 }
 
+/// The credentials of a dev cluster, in its data directory: the CLI's token (kept across runs,
+/// so an exported token stays good), the scheduler's tokens file naming it (an admin: the person
+/// who started the cluster may do anything in it), and the agent's join token.
+struct Secrets {
+    cli_token: PathBuf,
+    tokens_file: PathBuf,
+    join_token_file: PathBuf,
+}
+
+impl Secrets {
+    fn prepare(data_dir: &Path) -> anyhow::Result<Secrets> {
+        use crate::token_file::{CLI_TOKEN, random_token, read, write_private};
+        let cli_token = data_dir.join(CLI_TOKEN);
+        let token = read(&cli_token).unwrap_or_else(|_| random_token());
+        let (owner, user) = starting_user();
+        write_private(&cli_token, &format!("{token}\n"), owner)
+            .with_context(|| format!("writing {}", cli_token.display()))?;
+        let tokens_file = data_dir.join("tokens");
+        write_private(&tokens_file, &format!("{token} {user} admin\n"), None)
+            .with_context(|| format!("writing {}", tokens_file.display()))?;
+        let join_token_file = data_dir.join("join-token");
+        write_private(&join_token_file, &format!("{}\n", random_token()), None)
+            .with_context(|| format!("writing {}", join_token_file.display()))?;
+        Ok(Secrets { cli_token, tokens_file, join_token_file })
+    }
+}
+
+/// Who started `gantry dev`: under sudo the invoking user (who runs the CLI in the other
+/// terminal), so the token file is made theirs; and the user name the token stands for (the one
+/// the CLI submits as by default, `$USER`), or `dev` where that is no usable name.
+fn starting_user() -> (Option<(u32, u32)>, String) {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let usable = |name: &String| {
+        name.len() <= 32 && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    };
+    let sudo = nix::unistd::getuid().is_root().then(|| {
+        let uid = var("SUDO_UID")?.parse().ok()?;
+        let gid = var("SUDO_GID")?.parse().ok()?;
+        Some((uid, gid))
+    });
+    let owner = sudo.flatten();
+    let name = if owner.is_some() { var("SUDO_USER") } else { var("USER") };
+    (owner, name.filter(usable).unwrap_or_else(|| "dev".to_owned()))
+}
+
 /// Runs the local cluster until Ctrl-C or SIGTERM.
 pub fn run(args: DevArgs) -> anyhow::Result<()> {
     let data_dir = std::path::absolute(&args.data_dir).context("resolving --data-dir")?;
@@ -35,6 +85,12 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
         "[server]\nlisten = {:?}\nagent_listen = \"127.0.0.1:0\"\ndata_dir = {:?}\n",
         args.listen,
         data_dir.join("scheduler").display().to_string()
+    );
+    let secrets = Secrets::prepare(&data_dir)?;
+    let text = format!(
+        "{text}[security]\ntokens_file = {:?}\njoin_token_file = {:?}\n",
+        secrets.tokens_file.display().to_string(),
+        secrets.join_token_file.display().to_string()
     );
     let config = SchedulerConfig::from_str_at(&text, Path::new("<gantry dev>"), data_dir.clone())?;
     // Containers run as `nobody`, who must reach their directories: the agent's work root lives
@@ -88,6 +144,7 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
             work_root: work_root.clone(),
             metrics_listen: "127.0.0.1:0".into(),
             cgroup_name: format!("gantry-dev-{}", std::process::id()),
+            join_token_file: Some(secrets.join_token_file.clone()),
             ..AgentConfig::default()
         };
         agent_config.validate()?;
@@ -102,9 +159,15 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
         println!("  REST API   http://{api}/ws/v1/cluster   (metrics: http://{api}/metrics)");
         println!("  state      {}", data_dir.display());
         println!("  containers {}", work_root.display());
+        println!(
+            "  token      {} (yours only; the CLI reads it by itself from the directory",
+            secrets.cli_token.display()
+        );
+        println!("             gantry dev was started in, elsewhere set GANTRY_TOKEN_FILE)");
         println!();
         println!("In another terminal:");
         println!("  export GANTRY_SCHEDULER=http://{api}");
+        println!("  export GANTRY_TOKEN_FILE={}", secrets.cli_token.display());
         println!("  gantry submit -- echo hello");
         println!("  gantry apps; gantry logs 1");
         println!();

@@ -20,6 +20,7 @@ pub mod server;
 pub mod sim_cli;
 pub mod store;
 pub mod tls;
+pub mod token_file;
 
 use config::SchedulerConfig;
 use gantry_engine::{Engine, EngineError, Policy, Profile};

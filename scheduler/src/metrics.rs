@@ -144,6 +144,12 @@ struct NodeLabels {
     node: String,
 }
 
+/// Label of counters by a fixed reason.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
 /// Labels of rejected decisions.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RejectLabels {
@@ -246,6 +252,7 @@ pub struct SchedulerMetrics {
     apps: Family<StateLabels, IntGauge>,
     containers: Family<StateLabels, IntGauge>,
     agent_streams: IntGauge,
+    registrations_refused: Family<ReasonLabels, Counter>,
 
     store_commit_duration: Histogram,
     store_batch_size: Histogram,
@@ -324,6 +331,7 @@ impl SchedulerMetrics {
             apps: Family::default(),
             containers: Family::default(),
             agent_streams: IntGauge::default(),
+            registrations_refused: Family::default(),
             // Group commits wait for one fsync: from a fraction of a millisecond on NVMe to tens
             // of milliseconds on spinning disks; 100 µs to about 3.3 s.
             store_commit_duration: Histogram::new(exponential_buckets(0.000_1, 2.0, 16)),
@@ -490,6 +498,11 @@ impl SchedulerMetrics {
             "Agents with an open stream to the scheduler",
             m.agent_streams.clone(),
         );
+        r.register(
+            "gantry_scheduler_registrations_refused",
+            "Agent registrations refused because another live agent holds the node name, by reason",
+            m.registrations_refused.clone(),
+        );
         r.register_with_unit(
             "gantry_store_commit_duration",
             "Time one group commit to the store takes, fsync included",
@@ -524,6 +537,9 @@ impl SchedulerMetrics {
                 plugin: BUILTIN_PLUGIN.into(),
                 reason: reason.as_str().into(),
             });
+        }
+        for conflict in crate::server::node_claim::Conflict::ALL {
+            let _ = m.registrations_refused.get_or_create(&ReasonLabels { reason: conflict.as_str() });
         }
         m.set_nodes_by_state(&NODE_STATES.map(|(_, name)| (name, 0)));
         m.set_apps_by_state(&APP_STATES.map(|(_, name)| (name, 0)));
@@ -579,6 +595,12 @@ impl SchedulerMetrics {
     /// How many agents have an open stream.
     pub fn set_agent_streams(&self, connected: u64) {
         self.agent_streams.set(connected);
+    }
+
+    /// Counts an agent registration refused because another live agent holds its node name
+    /// (`reason`: a [`crate::server::node_claim::Conflict`] label).
+    pub fn count_registration_refused(&self, reason: &'static str) {
+        self.registrations_refused.get_or_create(&ReasonLabels { reason }).inc();
     }
 
     // ----- what the engine knows, as plain values ------------------------------------------
@@ -1085,7 +1107,7 @@ mod tests {
     }
 
     /// Every family of the classic exposition, with its type.
-    const FAMILIES: [(&str, &str); 45] = [
+    const FAMILIES: [(&str, &str); 46] = [
         ("gantry_scheduler_pending_requests", "gauge"),
         ("gantry_scheduler_pending_containers", "gauge"),
         ("gantry_scheduler_allocations_total", "counter"),
@@ -1126,6 +1148,7 @@ mod tests {
         ("gantry_apps", "gauge"),
         ("gantry_containers", "gauge"),
         ("gantry_agent_streams", "gauge"),
+        ("gantry_scheduler_registrations_refused_total", "counter"),
         ("gantry_store_commit_duration_seconds", "histogram"),
         ("gantry_store_batch_size", "histogram"),
         ("gantry_store_pruned_apps_total", "counter"),

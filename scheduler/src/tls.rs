@@ -281,16 +281,42 @@ impl ServerTls {
     }
 }
 
-/// Checks that the client certificate a stream came with names `node` (as a DNS name in its
-/// subject alternative names). The handshake has already checked it chains to the cluster CA.
+/// Checks that the client certificate a stream came with names `node` (as a DNS name, or an IP
+/// address, in its subject alternative names). The handshake has already checked it chains to
+/// the cluster CA. Names are compared exactly, case included: node names are case-sensitive
+/// everywhere else (`node-a` and `NODE-A` are two nodes), so DNS's case-insensitive matching
+/// would let one node's certificate register a second node; and no wildcard matches either, so
+/// a certificate names exactly the nodes it lists.
 pub fn certificate_names_node(peer: Option<&[CertificateDer<'static>]>, node: &str) -> Result<(), String> {
+    use x509_parser::extensions::GeneralName;
     let leaf = peer.and_then(|c| c.first()).ok_or("the stream has no client certificate")?;
-    let parsed = rustls::server::ParsedCertificate::try_from(leaf)
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref())
         .map_err(|e| format!("the client certificate cannot be read: {e}"))?;
-    let name = ServerName::try_from(node.to_owned())
-        .map_err(|_| format!("node name `{node}` is not a host name a certificate can carry"))?;
-    rustls::client::verify_server_name(&parsed, &name)
-        .map_err(|_| format!("the client certificate does not name node `{node}`"))
+    let sans = cert
+        .subject_alternative_name()
+        .map_err(|e| format!("the client certificate's subject alternative names cannot be read: {e}"))?
+        .ok_or("the client certificate names no node (it has no subject alternative names)")?;
+    let names: Vec<String> = sans
+        .value
+        .general_names
+        .iter()
+        .filter_map(|n| match n {
+            GeneralName::DNSName(d) => Some((*d).to_owned()),
+            GeneralName::IPAddress(b) => match b.len() {
+                4 => <[u8; 4]>::try_from(*b).ok().map(|o| std::net::IpAddr::from(o).to_string()),
+                16 => <[u8; 16]>::try_from(*b).ok().map(|o| std::net::IpAddr::from(o).to_string()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    if names.iter().any(|n| n == node) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the client certificate names {names:?}, not node `{node}` (node names are compared exactly, case included)"
+        ))
+    }
 }
 
 /// A TLS listener for axum: a task accepts TCP connections and runs each handshake in its own
@@ -407,6 +433,10 @@ mod tests {
         assert!(certificate_names_node(Some(&chain), "node-7").is_ok());
         let other = certificate_names_node(Some(&chain), "node-8").expect_err("another node");
         assert!(other.contains("node-8"), "{other}");
+        // Node names are case-sensitive: `NODE-7` is another node, which this certificate does
+        // not name (DNS matching would say it does).
+        let upper = certificate_names_node(Some(&chain), "NODE-7").expect_err("another node by case");
+        assert!(upper.contains("NODE-7") && upper.contains("case"), "{upper}");
         assert!(certificate_names_node(None, "node-7").is_err());
         assert!(private_key(&key).is_ok());
         assert!(matches!(issue(&ca, Role::Node, &["node-7".into()], 30, &out), Err(TlsError::Exists(_))));

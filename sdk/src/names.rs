@@ -18,6 +18,12 @@
 //!
 //! Variation selectors (U+FE00–U+FE0F, U+E0100–U+E01EF) and Mongolian free variation selectors
 //! stay allowed: they only choose a glyph of the character before them (`❤️` is `❤` + U+FE0F).
+//!
+//! Names are checked, never normalised: nothing trims, case-folds or Unicode-normalises them, and
+//! two names are the same only when their bytes are. `node-a` and `NODE-A` are two nodes, also
+//! where a client certificate carries the name (the scheduler compares a certificate's names
+//! exactly, not case-insensitively as DNS does); a name that only looks like another is refused
+//! here rather than made equal to it.
 
 use core::fmt;
 

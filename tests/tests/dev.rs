@@ -1,26 +1,73 @@
-//! The README's first command: `gantry dev`, then `gantry submit -- echo hello`, on the real
-//! binaries. Ctrl-C stops the cluster with no process left behind. Timeouts are failure guards.
+//! The README's first command: `gantry dev`, then `gantry submit -- echo hello` from the same
+//! directory, on the real binaries — the CLI finds the token `gantry dev` made by itself. Ctrl-C
+//! stops the cluster with no process left behind. A container cannot use the REST API (issue 19,
+//! item 7). Timeouts are failure guards.
 
 use gantry_tests::gantry_bin;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const GUARD: Duration = Duration::from_secs(60);
 
-fn gantry(api: &str, args: &[&str]) -> std::process::Output {
-    gantry_tests::gantry_cli(api, args)
+/// The real CLI against `api`, run in `dir` (where `gantry dev` was started) with no token in
+/// its environment.
+fn gantry_in(dir: &Path, api: &str, args: &[&str]) -> std::process::Output {
+    Command::new(gantry_bin().expect("gantry binary"))
+        .current_dir(dir)
+        .args(args)
+        .env("GANTRY_SCHEDULER", format!("http://{api}"))
+        .env_remove("GANTRY_TOKEN")
+        .env_remove("GANTRY_TOKEN_FILE")
+        .output()
+        .expect("run gantry")
 }
 
-fn app_json(api: &str, id: u64) -> serde_json::Value {
-    let out = gantry(api, &["app", &id.to_string(), "--json"]);
+/// Starts `gantry dev` in `dir` (its state in `dir/gantry-dev`, the default) and waits until its
+/// agent has registered.
+fn start_dev(dir: &Path, api: &str) -> Dev {
+    use std::io::BufRead;
+    let mut child = Command::new(gantry_bin().expect("gantry binary"))
+        .current_dir(dir)
+        .args(["dev", "--listen", api])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start gantry dev");
+    let out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut dev = Dev { child, containers: String::new(), out };
+    let start = Instant::now();
+    while std::net::TcpStream::connect(api).is_err() {
+        assert!(start.elapsed() < GUARD, "guard: gantry dev never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The banner names the container directory (a failure guard: the banner is printed at once).
+    let mut line = String::new();
+    while dev.containers.is_empty() {
+        line.clear();
+        assert!(dev.out.read_line(&mut line).expect("banner") > 0, "gantry dev ended before its banner");
+        if let Some(path) = line.trim().strip_prefix("containers") {
+            dev.containers = path.trim().to_owned();
+        }
+    }
+    // Wait for the agent to register before submitting.
+    while !String::from_utf8_lossy(&gantry_in(dir, api, &["nodes"]).stdout).contains("RUNNING") {
+        assert!(start.elapsed() < GUARD, "guard: the dev agent never registered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    dev
+}
+
+fn app_json(dir: &Path, api: &str, id: u64) -> serde_json::Value {
+    let out = gantry_in(dir, api, &["app", &id.to_string(), "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
-fn wait_state(api: &str, id: u64, want: &str) -> serde_json::Value {
+fn wait_state(dir: &Path, api: &str, id: u64, want: &str) -> serde_json::Value {
     let start = Instant::now();
     loop {
-        let v = app_json(api, id);
+        let v = app_json(dir, api, id);
         if v["app"]["state"] == want {
             return v;
         }
@@ -29,13 +76,13 @@ fn wait_state(api: &str, id: u64, want: &str) -> serde_json::Value {
     }
 }
 
-/// POSTs a JSON body over a plain HTTP/1.1 connection; returns the whole reply.
-fn post(api: &str, path: &str, body: &str) -> String {
+/// POSTs a JSON body with `token` over a plain HTTP/1.1 connection; returns the whole reply.
+fn post(api: &str, token: &str, path: &str, body: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(api).expect("connect");
     s.set_read_timeout(Some(GUARD)).expect("timeout");
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {api}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: {api}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     // The server may answer (413) and close before reading the whole body: ignore write errors.
@@ -59,13 +106,19 @@ fn processes_with(arg: &str) -> Vec<u32> {
 }
 
 /// `gantry dev`, interrupted (so it cleans up) if the test fails half-way.
-struct Dev(std::process::Child);
+struct Dev {
+    child: std::process::Child,
+    /// Where its agent keeps containers (from its banner): this cluster's shims name it.
+    containers: String,
+    /// Its standard output, kept open so that it can still print when it stops.
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
 
 impl Drop for Dev {
     fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = Command::new("kill").args(["-INT", &self.0.id().to_string()]).status();
-            let _ = self.0.wait();
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
+            let _ = self.child.wait();
         }
     }
 }
@@ -73,30 +126,18 @@ impl Drop for Dev {
 #[test]
 fn gantry_dev_runs_submitted_work_and_stops_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
     let port = gantry_tests::free_port();
     let api = format!("127.0.0.1:{port}");
-    let mut dev = Dev(Command::new(gantry_bin().expect("gantry binary"))
-        .args(["dev", "--listen", &api, "--data-dir"])
-        .arg(dir.path().join("data"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start gantry dev"));
-    let start = Instant::now();
-    while std::net::TcpStream::connect(&api).is_err() {
-        assert!(start.elapsed() < GUARD, "guard: gantry dev never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // Wait for the agent to register before submitting.
-    while !String::from_utf8_lossy(&gantry(&api, &["nodes"]).stdout).contains("RUNNING") {
-        assert!(start.elapsed() < GUARD, "guard: the dev agent never registered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut dev = start_dev(d, &api);
+    let gantry = |api: &str, args: &[&str]| gantry_in(d, api, args);
+    let token = std::fs::read_to_string(d.join("gantry-dev/cli-token")).expect("the dev token");
+    let token = token.trim();
 
     let out = gantry(&api, &["submit", "--", "echo", "hello"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("application 1 accepted"));
-    let done = wait_state(&api, 1, "FINISHED");
+    let done = wait_state(d, &api, 1, "FINISHED");
     assert_eq!(done["app"]["finalStatus"], "SUCCEEDED");
     let logs = gantry(&api, &["logs", "1"]);
     assert!(logs.status.success(), "{}", String::from_utf8_lossy(&logs.stderr));
@@ -114,7 +155,7 @@ fn gantry_dev_runs_submitted_work_and_stops_cleanly() {
         (r#"{"containers": [], "bogus": 1}"#.to_owned(), "4"),
         (format!(r#"{{"application-name": "{}", "containers": []}}"#, "x".repeat(2 << 20)), "413"),
     ] {
-        let reply = post(&api, "/ws/v1/cluster/apps", &body);
+        let reply = post(&api, token, "/ws/v1/cluster/apps", &body);
         let status = reply.split_whitespace().nth(1).unwrap_or_default().to_owned();
         assert!(status.starts_with(want), "{status} for {:.60}: {reply:.300}", body);
         if status != "413" {
@@ -128,7 +169,8 @@ fn gantry_dev_runs_submitted_work_and_stops_cleanly() {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(&api).expect("connect");
         s.set_read_timeout(Some(GUARD)).expect("timeout");
-        write!(s, "GET /metrics HTTP/1.1\r\nHost: {api}\r\nConnection: close\r\n\r\n").expect("write");
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: {api}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n")
+            .expect("write");
         let mut out = String::new();
         s.read_to_string(&mut out).expect("read");
         out.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
@@ -167,14 +209,14 @@ fn gantry_dev_runs_submitted_work_and_stops_cleanly() {
     let marker = "3017"; // an argument no other process has
     let out = gantry(&api, &["submit", "--", "sleep", marker]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    wait_state(&api, 2, "RUNNING");
+    wait_state(d, &api, 2, "RUNNING");
     assert_eq!(processes_with(marker).len(), 1, "the container runs");
 
-    let pid = dev.0.id().to_string();
+    let pid = dev.child.id().to_string();
     assert!(Command::new("kill").args(["-INT", &pid]).status().expect("kill").success());
     let deadline = Instant::now() + GUARD;
     let status = loop {
-        if let Some(s) = dev.0.try_wait().expect("wait") {
+        if let Some(s) = dev.child.try_wait().expect("wait") {
             break s;
         }
         assert!(Instant::now() < deadline, "guard: gantry dev did not stop on Ctrl-C");
@@ -182,8 +224,78 @@ fn gantry_dev_runs_submitted_work_and_stops_cleanly() {
     };
     assert!(status.success(), "Ctrl-C stops gantry dev cleanly: {status:?}");
     assert_eq!(processes_with(marker), Vec::<u32>::new(), "no container left behind");
+    // No supervisor of this cluster's containers is left (other tests' clusters may run on).
+    assert!(!dev.containers.is_empty());
     assert!(processes_with("shim").iter().all(|p| {
         std::fs::read(format!("/proc/{p}/cmdline"))
-            .is_ok_and(|c| !String::from_utf8_lossy(&c).contains("gantry-dev"))
+            .is_ok_and(|c| !String::from_utf8_lossy(&c).contains(&dev.containers))
     }));
+}
+
+/// Issue 19, item 7: under `gantry dev` a container used curl on the loopback REST API to kill
+/// another user's application. Now the API wants the token `gantry dev` keeps in its data
+/// directory (0600, readable by the person who started it, not by a container's user): the
+/// container's raw request gets 401 and the other application runs on.
+#[test]
+fn a_container_under_gantry_dev_cannot_drive_the_rest_api() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    // Traversable by everyone, so that only the token file's own mode keeps the token private.
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let port = gantry_tests::free_port();
+    let api = format!("127.0.0.1:{port}");
+    let _dev = start_dev(d, &api);
+    let token_file = d.join("gantry-dev/cli-token");
+    let mode = std::fs::metadata(&token_file).expect("token file").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the dev token is private");
+    let submit = |args: &[&str]| -> u64 {
+        let mut all = vec!["submit", "--json", "--cpu", "10m", "--mem", "16M"];
+        all.extend_from_slice(args);
+        let out = gantry_in(d, &api, &all);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json")["application-id"]
+            .as_u64()
+            .expect("id")
+    };
+    let victim = submit(&["--user", "victim", "--", "sleep", "3121"]);
+    wait_state(d, &api, victim, "RUNNING");
+
+    // Another user's container: can it read the token, and does the API obey it without one?
+    let script = format!(
+        r#"if [ -r {token} ]; then echo token-readable; else echo token-unreadable; fi
+exec 3<>/dev/tcp/127.0.0.1/{port} || exit 3
+printf 'PUT /ws/v1/cluster/apps/{victim}/state HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 18\r\nConnection: close\r\n\r\n{{"state":"KILLED"}}' >&3
+read -r status <&3
+echo "answer: $status""#,
+        token = token_file.display()
+    );
+    let attacker = submit(&["--user", "mallory", "--", "/bin/bash", "-c", &script]);
+    gantry_tests::wait_until("the attacker to end", GUARD, || {
+        let state = app_json(d, &api, attacker)["app"]["state"].as_str().map(str::to_owned)?;
+        (state == "FINISHED" || state == "FAILED").then_some(())
+    });
+    let logs = gantry_in(d, &api, &["logs", &attacker.to_string()]);
+    let said = String::from_utf8_lossy(&logs.stdout).into_owned();
+    assert!(said.contains("token-unreadable"), "{said}");
+    assert!(said.contains("answer: HTTP/1.1 401"), "the container's request is refused: {said}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(app_json(d, &api, victim)["app"]["state"], "RUNNING", "the other app runs on");
+
+    // The person who started it: the CLI in another directory finds no token and says what to
+    // do; GANTRY_TOKEN_FILE points it at the token from anywhere.
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let out = gantry_in(elsewhere.path(), &api, &["apps"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("GANTRY_TOKEN_FILE"), "{err}");
+    let out = Command::new(gantry_bin().expect("gantry binary"))
+        .current_dir(elsewhere.path())
+        .args(["kill", &victim.to_string()])
+        .env("GANTRY_SCHEDULER", format!("http://{api}"))
+        .env("GANTRY_TOKEN_FILE", &token_file)
+        .env_remove("GANTRY_TOKEN")
+        .output()
+        .expect("run gantry");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_state(d, &api, victim, "KILLED");
 }

@@ -80,6 +80,16 @@ impl std::fmt::Display for ClusterId {
     }
 }
 
+/// Whether `text` can be an agent's `Register.instance_id`: 32 lowercase hex digits (128 random
+/// bits, one spelling, not all zeros), or empty (an agent older than instance ids). The agent
+/// makes one and keeps it in its work root; the scheduler refuses anything else.
+pub fn is_instance_id(text: &str) -> bool {
+    text.is_empty()
+        || (text.len() == 32
+            && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            && text.bytes().any(|b| b != b'0'))
+}
+
 /// Package `gantry.agent.v1`: messages, [`v1::agent_service_client`] (the agent's side) and
 /// [`v1::agent_service_server`] (the scheduler's side).
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
@@ -156,6 +166,21 @@ mod tests {
             "0123456789abcdef001122334455667g",
         ] {
             assert!(ClusterId::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn instance_ids_are_32_lowercase_hex_digits_or_empty() {
+        assert!(super::is_instance_id(""));
+        assert!(super::is_instance_id("0123456789abcdef0011223344556677"));
+        for bad in [
+            "0123456789ABCDEF0011223344556677",
+            "0123456789abcdef001122334455667",
+            "00000000000000000000000000000000",
+            " 0123456789abcdef001122334455667",
+            "node-a",
+        ] {
+            assert!(!super::is_instance_id(bad), "{bad}");
         }
     }
 

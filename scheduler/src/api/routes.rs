@@ -370,7 +370,7 @@ pub async fn require_token(
         None => {
             let mut answer = ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "a valid bearer token is required (Authorization: Bearer TOKEN; the CLI reads --token or GANTRY_TOKEN)",
+                "a valid bearer token is required (Authorization: Bearer TOKEN; the CLI reads --token, GANTRY_TOKEN, --token-file or GANTRY_TOKEN_FILE, and by itself the token of a `gantry dev` started in its directory, ./gantry-dev/cli-token)",
             )
             .into_response();
             answer

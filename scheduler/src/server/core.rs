@@ -157,7 +157,7 @@ pub enum Request {
         /// Identifies this stream (a reconnect gets a new one).
         stream: u64,
         /// Accepted, or why not.
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<(), super::node_claim::Refused>>,
     },
     /// A message on an agent's stream.
     AgentMessage {
@@ -480,6 +480,9 @@ pub struct AgentLink {
     /// It names containers by cluster id too (`Register.reports_cluster_ids`); an older agent
     /// reports none, and means the containers this scheduler addressed.
     reports_cluster_ids: bool,
+    /// Its instance id (`Register.instance_id`; empty from an older agent): who holds the name
+    /// ([`super::node_claim`]).
+    instance: String,
 }
 
 impl AgentLink {
@@ -561,6 +564,9 @@ pub struct Core {
     log_slots: HashMap<String, Arc<Semaphore>>,
     /// Where cycle durations and acknowledged submissions are counted, if anywhere.
     metrics: Option<Arc<crate::metrics::SchedulerMetrics>>,
+    /// How long a node's agent may be silent before the node is lost; until then it holds its
+    /// name against other agent instances ([`super::node_claim`]). Set by [`spawn`].
+    node_timeout: Duration,
     /// Nodes an operator drained (stored): applied again whenever such a node (re-)registers,
     /// since a lost node comes back RUNNING in the engine.
     drained: HashSet<String>,
@@ -664,6 +670,8 @@ impl Core {
             last_log_request: now_ms() << 16,
             log_slots: HashMap::new(),
             metrics: None,
+            // The configuration's default; `spawn` sets the configured one.
+            node_timeout: Duration::from_secs(10),
             drained: HashSet::new(),
             drain_seq: 0,
             drain_applied: HashMap::new(),
@@ -1565,7 +1573,8 @@ impl Core {
         r: v1::Register,
         tx: mpsc::Sender<Result<v1::SchedulerMessage, tonic::Status>>,
         stream: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), super::node_claim::Refused> {
+        self.claim_node(&r)?;
         let res = r.allocatable.unwrap_or_default();
         let spec = NodeSpec {
             name: r.node_name.clone(),
@@ -1585,7 +1594,8 @@ impl Core {
                 Vec::new()
             },
         };
-        self.event(Event::NodeRegistered(spec)).map_err(|e| e.to_string())?;
+        self.event(Event::NodeRegistered(spec))
+            .map_err(|e| super::node_claim::Refused::Invalid(e.to_string()))?;
         let node = r.node_name.clone();
         if self.drained.contains(&node) {
             let drain = Event::NodeStateChanged { node: node.clone(), state: NodeCondition::Draining };
@@ -1617,6 +1627,7 @@ impl Core {
                 last_seen: Instant::now(),
                 last_status: None,
                 reports_cluster_ids: r.reports_cluster_ids,
+                instance: r.instance_id.clone(),
             },
         );
         // Reads sent down an earlier stream of this node are answered on that stream or never.
@@ -1690,6 +1701,28 @@ impl Core {
         }
         self.dirty = true;
         Ok(())
+    }
+
+    /// Whether this registration may take its node name ([`super::node_claim`]); a refusal is
+    /// logged and counted, and changes nothing.
+    fn claim_node(&self, r: &v1::Register) -> Result<(), super::node_claim::Refused> {
+        use super::node_claim::{Holder, Refused, check, check_instance_id};
+        check_instance_id(&r.instance_id)?;
+        let holder = self
+            .agents
+            .get(&r.node_name)
+            .map(|l| Holder { instance: &l.instance, silent_for: l.last_seen.elapsed() });
+        let claimed = check(&r.node_name, holder, &r.instance_id, self.node_timeout);
+        if let Err(Refused::Claimed { conflict, .. }) = &claimed {
+            // A short prefix: enough to tell instances apart in the log, not enough to pose as one.
+            let prefix = |id: &str| id.chars().take(8).collect::<String>();
+            let held_by = holder.map(|h| prefix(h.instance)).unwrap_or_default();
+            tracing::warn!(node = %r.node_name, held_by, refused = prefix(&r.instance_id), reason = conflict.as_str(), "registration refused: another live agent holds the node name");
+            if let Some(m) = &self.metrics {
+                m.count_registration_refused(conflict.as_str());
+            }
+        }
+        claimed
     }
 
     /// A container ended; `words` says how (after "container N "), for its diagnostics.
@@ -1858,13 +1891,14 @@ impl Core {
 
 /// Starts the core task; returns its handle and the task.
 pub fn spawn(
-    core: Core,
+    mut core: Core,
     cycle_interval: Duration,
     node_timeout: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> (CoreHandle, tokio::task::JoinHandle<Core>) {
     let (tx, rx) = mpsc::channel(4096);
     let metrics = core.metrics.clone();
+    core.node_timeout = node_timeout;
     let task = tokio::spawn(run(core, rx, cycle_interval, node_timeout, shutdown));
     (CoreHandle { tx, metrics }, task)
 }

@@ -7,6 +7,7 @@ pub mod backend;
 pub mod core;
 pub mod exit_words;
 pub mod handed_out;
+pub mod node_claim;
 mod pruner;
 
 use crate::config::SchedulerConfig;
