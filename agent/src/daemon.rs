@@ -88,6 +88,8 @@ pub async fn run_with(
     let mut gpus = GpuProbe::new();
     let gpu_count = gpus.sample(|_| None).gpus.len() as u32;
     let executor = Arc::new(Executor::new(ExecutorSettings::from_config(&config, gpu_count, shim_program))?);
+    finish_interrupted_kills(&executor, &config.cgroup_name);
+    let lease = crate::lease::start_lease(&config);
     let adopted = executor.adopt()?;
     tracing::info!(
         running = adopted.running.len(),
@@ -160,7 +162,10 @@ pub async fn run_with(
         .on_heartbeat_latency(move |d| latency_metrics.observe_heartbeat(d))
         .on_scheduler_message({
             let contact = contact.clone();
-            move || contact.touch()
+            move || {
+                contact.touch();
+                crate::lease::renew(lease.as_ref());
+            }
         });
     let client_task = tokio::spawn(client.run(events_rx, commands_tx, stopped(stop_rx.clone())));
 
@@ -255,9 +260,27 @@ pub async fn run_with(
         for c in executor.list() {
             let _ = executor.forget(c.key);
         }
-        let _ = executor.remove_parent_cgroup();
+    }
+    // Nothing left behind: the parent cgroup goes when no container keeps it (containers that
+    // run on keep it, and a restarted agent adopts them under it).
+    match executor.layout().remove_parent_if_empty(&config.cgroup_name) {
+        Ok(true) => tracing::info!(cgroup = %config.cgroup_name, "removed the empty parent cgroup"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot remove the parent cgroup"),
     }
     Ok(())
+}
+
+/// Finishes the kills a previous agent run left half done (cgroups left frozen), before
+/// adoption looks at its containers: see [`crate::cgroup::Layout::finish_interrupted_kills`].
+fn finish_interrupted_kills(executor: &Executor, parent: &str) {
+    let (finished, errors) = executor.layout().finish_interrupted_kills(parent);
+    if !finished.is_empty() {
+        tracing::warn!(cgroups = ?finished, "finished kills interrupted by the previous agent run (cgroups left frozen)");
+    }
+    for e in errors {
+        tracing::warn!(error = %e, "cannot finish an interrupted kill");
+    }
 }
 
 /// Kills every container, running or being launched, once the scheduler has been silent for the
