@@ -33,9 +33,11 @@ fn freezer_available() -> bool {
     ok
 }
 
-/// The agent's cgroups, named `cgroup`: on drop every process left in them is killed (thawed
-/// first) and every directory removed, so a failing test leaves nothing frozen or behind.
-struct CgroupGuard(String);
+/// The agent's cgroups, named `.0`, and its work root `.1`: on drop the containers' supervisors
+/// are killed (a test may leave one stopped), every process left in the cgroups is killed (the
+/// freezer thawed first, or frozen processes could not die) and every directory removed, so a
+/// failing test leaves nothing frozen or behind.
+struct CgroupGuard(String, PathBuf);
 
 impl CgroupGuard {
     fn parents(&self) -> Vec<PathBuf> {
@@ -49,23 +51,41 @@ impl CgroupGuard {
     fn freezer(&self, leaf: &str) -> PathBuf {
         Path::new(CGROUP_ROOT).join("freezer").join(&self.0).join(leaf)
     }
+
+    fn children(&self) -> Vec<PathBuf> {
+        let dirs =
+            self.parents().into_iter().flat_map(|p| std::fs::read_dir(p).into_iter().flatten().flatten());
+        dirs.map(|e| e.path()).filter(|p| p.is_dir()).collect()
+    }
 }
 
 impl Drop for CgroupGuard {
     fn drop(&mut self) {
-        for parent in self.parents() {
-            let children = std::fs::read_dir(&parent).into_iter().flatten().flatten().map(|e| e.path());
-            for child in children.filter(|p| p.is_dir()) {
-                let _ = std::fs::write(child.join("freezer.state"), "THAWED");
-                let procs = std::fs::read_to_string(child.join("cgroup.procs")).unwrap_or_default();
-                for pid in procs.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
-                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-                }
-                let start = Instant::now();
-                while std::fs::remove_dir(&child).is_err() && start.elapsed() < Duration::from_secs(5) {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
+        let controls = std::fs::read_dir(self.1.join("containers")).into_iter().flatten().flatten();
+        for control in controls {
+            let text = std::fs::read_to_string(control.path().join("pid")).unwrap_or_default();
+            if let Some(shim) =
+                serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["shim_pid"].as_i64())
+            {
+                let _ = kill(Pid::from_raw(shim as i32), Signal::SIGKILL);
             }
+        }
+        for child in self.children() {
+            let _ = std::fs::write(child.join("freezer.state"), "THAWED");
+        }
+        for child in self.children() {
+            let procs = std::fs::read_to_string(child.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+        for child in self.children() {
+            let start = Instant::now();
+            while std::fs::remove_dir(&child).is_err() && start.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        for parent in self.parents() {
             let _ = std::fs::remove_dir(&parent);
         }
     }
@@ -209,9 +229,9 @@ async fn a_restarted_agent_finishes_a_kill_its_predecessor_left_frozen() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let guard = CgroupGuard(format!("gantry-frozen-restart-{}", std::process::id()));
+    let guard = CgroupGuard(format!("gantry-frozen-restart-{}", std::process::id()), dir.path().join("work"));
     let config = config(dir.path(), &guard.0);
-    let work = dir.path().join("work");
+    let work = guard.1.clone();
     let mut server = Server::start(false).await;
     let mut agent = AgentProcess::start(&config, server.addr);
     let (mut s, _) = server.handshake().await;
@@ -253,9 +273,9 @@ async fn the_supervisor_alone_finishes_a_kill_left_frozen() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let guard = CgroupGuard(format!("gantry-frozen-shim-{}", std::process::id()));
+    let guard = CgroupGuard(format!("gantry-frozen-shim-{}", std::process::id()), dir.path().join("work"));
     let config = config(dir.path(), &guard.0);
-    let work = dir.path().join("work");
+    let work = guard.1.clone();
     let mut server = Server::start(false).await;
     let mut agent = AgentProcess::start(&config, server.addr);
     let (mut s, _) = server.handshake().await;
@@ -298,7 +318,7 @@ async fn a_clean_stop_leaves_no_cgroup_directory_behind() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let guard = CgroupGuard(format!("gantry-clean-stop-{}", std::process::id()));
+    let guard = CgroupGuard(format!("gantry-clean-stop-{}", std::process::id()), dir.path().join("work"));
     let config = config(dir.path(), &guard.0);
     let mut server = Server::start(false).await;
     let mut agent = AgentProcess::start(&config, server.addr);
