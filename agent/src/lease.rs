@@ -10,13 +10,15 @@
 //!   fencing timeout, in `CLOCK_BOOTTIME` milliseconds. Boot time is the same for every process
 //!   of the machine, never jumps with the wall clock, and keeps counting through a suspend (a
 //!   machine that slept through its lease must not wake up with live containers). The agent
-//!   renews it on messages from the scheduler, at most once per [`RENEW_EVERY`], with an atomic
-//!   rename, so a reader sees a whole record or the previous one ([`Lease`]).
+//!   renews it on messages from the scheduler, at most once per [`RENEW_EVERY`] (or a quarter
+//!   of the timeout, if that is shorter), with an atomic rename, so a reader sees a whole
+//!   record or the previous one ([`Lease`]).
 //! - Each shim holds the deadline it last read and reads the file again only when that deadline
 //!   passes ([`LeaseWatch`]); if the deadline has not moved, the lease has run out and the shim
 //!   kills its container with kill reason `fenced` (reported as LOST, like the agent's own
-//!   fencing). A renewal lags the contact by at most [`RENEW_EVERY`], so a shim fences no later
-//!   than the agent would, and before the scheduler's node timeout.
+//!   fencing; SIGTERM, then SIGKILL cgroup-wide after [`crate::fencing::MAX_GRACE`]: see
+//!   [`crate::shim_wait`]). A renewal lags the contact by at most the renewal period, so a shim
+//!   fences no later than the agent would, and before the scheduler's node timeout.
 //!
 //! The rules for a missing lease: **no lease file means no fencing by shims.** An agent with
 //! `fencing_timeout_ms = 0` removes the file at start; an agent too old to know leases never
@@ -36,7 +38,7 @@ use thiserror::Error;
 
 /// The lease file's name in the agent's containers directory.
 pub const LEASE_FILE: &str = "lease";
-/// The agent writes its lease at most this often.
+/// The agent writes its lease at most this often (and at most four times per fencing timeout).
 pub const RENEW_EVERY: Duration = Duration::from_secs(1);
 /// How often a shim without a lease file looks for one.
 pub const ABSENT_RECHECK: Duration = Duration::from_secs(5);
@@ -126,6 +128,8 @@ fn write(path: &Path, deadline_boottime_ms: u64) -> Result<(), LeaseError> {
 pub struct Lease {
     path: PathBuf,
     timeout: Duration,
+    /// The least time between two writes.
+    every: Duration,
     /// When the lease was last written (boot time ms); `None` before the first write.
     written_at: Mutex<Option<u64>>,
 }
@@ -146,13 +150,14 @@ impl Lease {
             };
         }
         let timeout = Duration::from_millis(timeout_ms);
+        let every = RENEW_EVERY.min(timeout / 4);
         let latest = boottime_ms().saturating_add(timeout_ms);
         if let LeaseRead::Until(deadline) = read(&path) {
             if deadline > latest {
                 write(&path, latest)?;
             }
         }
-        Ok(Some(Lease { path, timeout, written_at: Mutex::new(None) }))
+        Ok(Some(Lease { path, timeout, every, written_at: Mutex::new(None) }))
     }
 
     /// The lease file.
@@ -161,15 +166,16 @@ impl Lease {
     }
 
     /// Records a contact with the scheduler now: the lease runs until now plus the fencing
-    /// timeout. Writes at most once per [`RENEW_EVERY`] (a skipped renewal leaves a deadline at
-    /// most that much short). Returns whether it wrote.
+    /// timeout. Writes at most once per [`RENEW_EVERY`], or a quarter of the timeout if that is
+    /// shorter (a skipped renewal leaves a deadline at most that much short). Returns whether it
+    /// wrote.
     pub fn renew(&self) -> Result<bool, LeaseError> {
         self.renew_at(boottime_ms())
     }
 
     fn renew_at(&self, now: u64) -> Result<bool, LeaseError> {
         let mut written_at = self.written_at.lock().unwrap_or_else(PoisonError::into_inner);
-        let every = u64::try_from(RENEW_EVERY.as_millis()).unwrap_or(u64::MAX);
+        let every = u64::try_from(self.every.as_millis()).unwrap_or(u64::MAX);
         if written_at.is_some_and(|at| now < at.saturating_add(every)) {
             return Ok(false);
         }
@@ -315,6 +321,9 @@ mod tests {
             LeaseRead::Until(d) => assert!(d <= boottime_ms() + 8_000, "clamped to the timeout: {d}"),
             other => panic!("{other:?}"),
         }
+        let short = Lease::start(dir.path(), 2_000).expect("start").expect("fencing on");
+        assert!(short.renew_at(10_000).expect("renew"));
+        assert!(short.renew_at(10_500).expect("renew"), "a 2 s timeout is renewed every 500 ms");
         assert!(Lease::start(dir.path(), 0).expect("start").is_none(), "0: fencing off");
         assert_eq!(read(&path), LeaseRead::Absent, "fencing off removes the lease");
     }
