@@ -89,7 +89,7 @@ pub async fn run_with(
     let gpu_count = gpus.sample(|_| None).gpus.len() as u32;
     let executor = Arc::new(Executor::new(ExecutorSettings::from_config(&config, gpu_count, shim_program))?);
     finish_interrupted_kills(&executor, &config.cgroup_name);
-    let lease = crate::lease::start_lease(&config);
+    let lease = crate::lease::start_lease(&config).map(Arc::new);
     let adopted = executor.adopt()?;
     tracing::info!(
         running = adopted.running.len(),
@@ -162,9 +162,12 @@ pub async fn run_with(
         .on_heartbeat_latency(move |d| latency_metrics.observe_heartbeat(d))
         .on_scheduler_message({
             let contact = contact.clone();
+            let lease = lease.clone();
             move || {
                 contact.touch();
-                crate::lease::renew(lease.as_ref());
+                if let Some(lease) = &lease {
+                    lease.contact();
+                }
             }
         });
     let client_task = tokio::spawn(client.run(events_rx, commands_tx, stopped(stop_rx.clone())));
@@ -176,10 +179,15 @@ pub async fn run_with(
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let default_grace = Duration::from_millis(config.kill_grace_ms);
+    // The fencing lease is written here, in the main loop, so that a stuck loop stops renewing it.
+    let mut lease_tick =
+        tokio::time::interval(lease.as_ref().map_or(Duration::from_secs(3600), |l| l.period()));
+    lease_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
+            _ = lease_tick.tick(), if lease.is_some() => crate::lease::renew(lease.as_deref()),
             _ = tick.tick() => {
                 match monitor.sample() {
                     Ok(sample) => {
@@ -204,7 +212,11 @@ pub async fn run_with(
             cmd = commands.recv() => {
                 let Some(cmd) = cmd else { break };
                 match cmd {
-                    Command::Launch(spec) => launcher.launch(spec),
+                    Command::Launch(spec) => {
+                        // The launch came with a contact: its container starts under a live lease.
+                        crate::lease::renew(lease.as_deref());
+                        launcher.launch(spec);
+                    }
                     Command::Kill { key, grace, reason } => {
                         let grace = grace.unwrap_or(default_grace);
                         if launcher.kill_when_launched(key, grace, KillReason::Request) {

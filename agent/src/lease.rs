@@ -9,10 +9,11 @@
 //!   instant until which its containers may run, last contact with the scheduler plus the
 //!   fencing timeout, in `CLOCK_BOOTTIME` milliseconds. Boot time is the same for every process
 //!   of the machine, never jumps with the wall clock, and keeps counting through a suspend (a
-//!   machine that slept through its lease must not wake up with live containers). The agent
-//!   renews it on messages from the scheduler, at most once per [`RENEW_EVERY`] (or a quarter
-//!   of the timeout, if that is shorter), with an atomic rename, so a reader sees a whole
-//!   record or the previous one ([`Lease`]).
+//!   machine that slept through its lease must not wake up with live containers). The stream's
+//!   task records each message from the scheduler; the agent's main loop writes the lease from
+//!   it at most once per [`RENEW_EVERY`] (or a quarter of the timeout, if that is shorter), and
+//!   before each launch, with an atomic rename, so a reader sees a whole record or the previous
+//!   one ([`Lease`]). A main loop that hangs stops renewing as surely as a dead agent.
 //! - Each shim holds the deadline it last read and reads the file again only when that deadline
 //!   passes ([`LeaseWatch`]); if the deadline has not moved, the lease has run out and the shim
 //!   kills its container with kill reason `fenced` (reported as LOST, like the agent's own
@@ -24,14 +25,14 @@
 //! `fencing_timeout_ms = 0` removes the file at start; an agent too old to know leases never
 //! writes one. A shim that finds no file looks again every [`ABSENT_RECHECK`] (an agent
 //! restarted with fencing on writes one on its first contact), and one whose lease disappears
-//! stops fencing. An agent with fencing on writes the file on every first contact after a
-//! silence, before it handles the message, so a container it launches always starts under a
-//! valid lease. A lease file that cannot be read or parsed is no renewal: the deadline already
+//! stops fencing. An agent with fencing on renews the lease before it starts a launch (which
+//! came with a contact), so a container it launches always starts under a valid lease. A lease file that cannot be read or parsed is no renewal: the deadline already
 //! known stands. A restarted agent never extends the lease at start (only contact does): its
 //! predecessor's containers are fenced on the old deadline if the scheduler stays silent.
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use thiserror::Error;
@@ -122,16 +123,21 @@ fn write(path: &Path, deadline_boottime_ms: u64) -> Result<(), LeaseError> {
     })
 }
 
-/// The agent's side: renews the lease on contact with the scheduler. Shared with the stream's
-/// task (`&self` methods).
+/// The agent's side. The scheduler stream's task records each contact ([`Lease::contact`], an
+/// atomic store); the agent's main loop writes the lease ([`Lease::renew`]) on a timer and
+/// before each launch. Both must work for the lease to move: an agent whose stream task still
+/// hears the scheduler but whose main loop is stuck sends no more statuses, so the scheduler
+/// will declare the node lost, and its containers must be fenced too.
 #[derive(Debug)]
 pub struct Lease {
     path: PathBuf,
-    timeout: Duration,
-    /// The least time between two writes.
-    every: Duration,
-    /// When the lease was last written (boot time ms); `None` before the first write.
-    written_at: Mutex<Option<u64>>,
+    timeout_ms: u64,
+    /// The least time between two writes, ms.
+    every_ms: u64,
+    /// The last contact with the scheduler, boot time ms (0: none yet in this run).
+    contact_ms: AtomicU64,
+    /// The last write: when (boot time ms) and the deadline written.
+    written: Mutex<Option<(u64, u64)>>,
 }
 
 impl Lease {
@@ -149,15 +155,20 @@ impl Lease {
                 _ => Ok(None),
             };
         }
-        let timeout = Duration::from_millis(timeout_ms);
-        let every = RENEW_EVERY.min(timeout / 4);
+        let every_ms = u64::try_from(RENEW_EVERY.as_millis()).unwrap_or(u64::MAX).min(timeout_ms / 4).max(1);
         let latest = boottime_ms().saturating_add(timeout_ms);
         if let LeaseRead::Until(deadline) = read(&path) {
             if deadline > latest {
                 write(&path, latest)?;
             }
         }
-        Ok(Some(Lease { path, timeout, every, written_at: Mutex::new(None) }))
+        Ok(Some(Lease {
+            path,
+            timeout_ms,
+            every_ms,
+            contact_ms: AtomicU64::new(0),
+            written: Mutex::new(None),
+        }))
     }
 
     /// The lease file.
@@ -165,25 +176,43 @@ impl Lease {
         &self.path
     }
 
-    /// Records a contact with the scheduler now: the lease runs until now plus the fencing
-    /// timeout. Writes at most once per [`RENEW_EVERY`], or a quarter of the timeout if that is
-    /// shorter (a skipped renewal leaves a deadline at most that much short). Returns whether it
-    /// wrote.
+    /// How often the main loop should call [`Lease::renew`].
+    pub fn period(&self) -> Duration {
+        Duration::from_millis(self.every_ms)
+    }
+
+    /// Records a contact with the scheduler now (cheap: called on every message).
+    pub fn contact(&self) {
+        self.contact_at(boottime_ms());
+    }
+
+    fn contact_at(&self, now: u64) {
+        self.contact_ms.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Writes the lease — the last contact plus the fencing timeout — if that moved it, at most
+    /// once per [`Lease::period`] (so the deadline written trails the last contact by at most
+    /// that). Returns whether it wrote.
     pub fn renew(&self) -> Result<bool, LeaseError> {
         self.renew_at(boottime_ms())
     }
 
     fn renew_at(&self, now: u64) -> Result<bool, LeaseError> {
-        let mut written_at = self.written_at.lock().unwrap_or_else(PoisonError::into_inner);
-        let every = u64::try_from(self.every.as_millis()).unwrap_or(u64::MAX);
-        if written_at.is_some_and(|at| now < at.saturating_add(every)) {
+        let contact = self.contact_ms.load(Ordering::Relaxed);
+        if contact == 0 {
             return Ok(false);
         }
+        let deadline = contact.saturating_add(self.timeout_ms);
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, last)) = *written {
+            if deadline <= last || now < at.saturating_add(self.every_ms) {
+                return Ok(false);
+            }
+        }
         // Counted as written even if it fails, so a failing disk is retried (and logged) once per
-        // period, not on every message.
-        *written_at = Some(now);
-        let timeout = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
-        write(&self.path, now.saturating_add(timeout)).map(|()| true)
+        // period, not in a tight loop.
+        *written = Some((now, deadline));
+        write(&self.path, deadline).map(|()| true)
     }
 }
 
@@ -292,16 +321,22 @@ mod tests {
     }
 
     #[test]
-    fn renewals_are_rate_limited_and_readable() {
+    fn renewals_follow_contact_and_are_rate_limited() {
         let dir = tempfile::tempdir().expect("tempdir");
         let lease = Lease::start(dir.path(), 8_000).expect("start").expect("fencing on");
+        assert!(!lease.renew_at(100_000).expect("renew"), "no contact yet: nothing to write");
         assert_eq!(read(lease.path()), LeaseRead::Absent, "starting writes nothing");
+        lease.contact_at(100_000);
         assert!(lease.renew_at(100_000).expect("renew"));
         assert_eq!(read(lease.path()), LeaseRead::Until(108_000));
+        lease.contact_at(100_500);
         assert!(!lease.renew_at(100_999).expect("renew"), "within a second of the last write");
-        assert_eq!(read(lease.path()), LeaseRead::Until(108_000));
         assert!(lease.renew_at(101_000).expect("renew"));
-        assert_eq!(read(lease.path()), LeaseRead::Until(109_000));
+        assert_eq!(read(lease.path()), LeaseRead::Until(108_500), "the last contact, not the write");
+        assert!(!lease.renew_at(105_000).expect("renew"), "no contact since: the deadline stands");
+        assert_eq!(read(lease.path()), LeaseRead::Until(108_500));
+        lease.contact_at(100_200);
+        assert!(!lease.renew_at(106_000).expect("renew"), "a contact recorded late never goes back");
         let names: Vec<_> =
             std::fs::read_dir(dir.path()).expect("list").map(|e| e.expect("entry").file_name()).collect();
         assert_eq!(names, [LEASE_FILE], "no temporary file is left behind");
@@ -322,8 +357,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let short = Lease::start(dir.path(), 2_000).expect("start").expect("fencing on");
-        assert!(short.renew_at(10_000).expect("renew"));
-        assert!(short.renew_at(10_500).expect("renew"), "a 2 s timeout is renewed every 500 ms");
+        assert_eq!(short.period(), Duration::from_millis(500), "a 2 s timeout is renewed every 500 ms");
         assert!(Lease::start(dir.path(), 0).expect("start").is_none(), "0: fencing off");
         assert_eq!(read(&path), LeaseRead::Absent, "fencing off removes the lease");
     }

@@ -12,7 +12,9 @@
 //!    kill), applies rlimits where there is no cgroup, drops to the container's user, opens its
 //!    log files *as that user* (a planted symlink cannot make root write anywhere), and execs,
 //! 4. records `<dir>/pid` ([`PidRecord`]: pids and start times, for adoption after an agent
-//!    restart), waits for the command, kills whatever is left of the container, and
+//!    restart), waits for the command (fencing it if the agent's lease runs out, and finishing
+//!    a kill the agent left frozen: [`crate::shim_wait`]), kills whatever is left of the
+//!    container, and
 //! 5. records `<dir>/exit.json` ([`ExitRecord`]) and exits 0.
 //!
 //! A setup failure before the command runs is written to `<dir>/launch-error` and the shim exits
