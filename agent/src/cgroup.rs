@@ -195,29 +195,89 @@ impl Layout {
         Ok(())
     }
 
-    /// Removes the parent cgroup if it is empty (for uninstalling and for tests).
+    /// Removes the parent cgroup if it is empty (for uninstalling and for tests), in every
+    /// controller: one that fails does not keep the others; the first error is returned.
     pub fn remove_parent(&self, parent: &str) -> Result<(), CgroupError> {
+        let mut first = Ok(());
         for dir in self.parent_dirs(parent) {
-            rmdir_retry(&dir)?;
+            if let Err(e) = rmdir_retry(&dir) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
         }
-        Ok(())
+        first
+    }
+
+    /// Removes the parent cgroup if no container cgroup is left under it in any controller
+    /// (what an agent does on a clean stop); true if it is gone. A parent still holding
+    /// containers is left alone at once, without the retries of [`Layout::remove_parent`].
+    pub fn remove_parent_if_empty(&self, parent: &str) -> Result<bool, CgroupError> {
+        let dirs = self.parent_dirs(parent);
+        let has_children = |d: &PathBuf| {
+            std::fs::read_dir(d)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        };
+        if dirs.iter().any(has_children) {
+            return Ok(false);
+        }
+        self.remove_parent(parent).map(|()| true)
     }
 
     /// The cgroup a container gets under `parent` (paths only; see [`ContainerCgroup::create`]):
     /// `c<key>`, so containers of the same id from different clusters never share one.
     pub fn container(&self, parent: &str, key: ContainerKey) -> Option<ContainerCgroup> {
-        let leaf = format!("c{key}");
+        self.child(parent, &format!("c{key}"))
+    }
+
+    /// The cgroup `leaf` under `parent`, in every controller used.
+    fn child(&self, parent: &str, leaf: &str) -> Option<ContainerCgroup> {
         match self {
             Layout::V2 { root } => Some(ContainerCgroup::V2 { dir: root.join(parent).join(leaf) }),
             Layout::V1(m) => Some(ContainerCgroup::V1 {
-                memory: m.memory.join(parent).join(&leaf),
-                cpu: m.cpu.join(parent).join(&leaf),
-                cpuacct: m.cpuacct.join(parent).join(&leaf),
-                freezer: m.freezer.join(parent).join(&leaf),
-                pids: m.pids.as_ref().map(|p| p.join(parent).join(&leaf)),
+                memory: m.memory.join(parent).join(leaf),
+                cpu: m.cpu.join(parent).join(leaf),
+                cpuacct: m.cpuacct.join(parent).join(leaf),
+                freezer: m.freezer.join(parent).join(leaf),
+                pids: m.pids.as_ref().map(|p| p.join(parent).join(leaf)),
             }),
             Layout::None => None,
         }
+    }
+
+    /// Finishes the kills an earlier agent left half done: every container cgroup under `parent`
+    /// that is frozen (or freezing) has all its members SIGKILLed and is thawed. Gantry freezes a
+    /// cgroup only to kill it (v1, and v2 kernels without `cgroup.kill`), so a frozen one found at
+    /// start-up is an agent that died between the freeze and the thaw, and its processes would
+    /// otherwise stay frozen for good. Returns the cgroups finished, and why any could not be.
+    pub fn finish_interrupted_kills(&self, parent: &str) -> (Vec<String>, Vec<CgroupError>) {
+        let base = match self {
+            Layout::V2 { root } => root.join(parent),
+            Layout::V1(m) => m.freezer.join(parent),
+            Layout::None => return (Vec::new(), Vec::new()),
+        };
+        let (mut finished, mut errors) = (Vec::new(), Vec::new());
+        let leaves = std::fs::read_dir(&base)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok());
+        for leaf in leaves {
+            let Some(cg) = self.child(parent, &leaf) else { continue };
+            match cg.freeze_requested() {
+                Ok(false) => {}
+                Ok(true) => match cg.kill_all() {
+                    Ok(()) => finished.push(leaf),
+                    Err(e) => errors.push(e),
+                },
+                Err(e) => errors.push(e),
+            }
+        }
+        (finished, errors)
     }
 }
 
@@ -498,6 +558,11 @@ impl ContainerCgroup {
         loop {
             let pids = self.pids()?;
             if pids.is_empty() {
+                // An empty cgroup left frozen (a kill interrupted after the last member died)
+                // is thawed too: nothing gantry kills stays frozen.
+                if self.freeze_requested().unwrap_or(false) {
+                    self.thaw()?;
+                }
                 return Ok(());
             }
             if start.elapsed() > KILL_DEADLINE {
@@ -532,6 +597,33 @@ impl ContainerCgroup {
         // Thaw even when listing failed: a frozen cgroup must never be left behind.
         write_value(&state_file, thawed)?;
         killed
+    }
+
+    fn freeze_file(&self) -> (PathBuf, &'static str) {
+        match self {
+            ContainerCgroup::V2 { dir } => (dir.join("cgroup.freeze"), "0"),
+            ContainerCgroup::V1 { freezer, .. } => (freezer.join("freezer.state"), "THAWED"),
+        }
+    }
+
+    /// Whether the cgroup is frozen or being frozen (v1 `freezer.state` FROZEN or FREEZING, v2
+    /// `cgroup.freeze` 1; false where the kernel has no v2 freezer). Gantry freezes only to kill,
+    /// so a cgroup that stays so is a kill that was interrupted.
+    pub fn freeze_requested(&self) -> Result<bool, CgroupError> {
+        let (path, thawed) = self.freeze_file();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(text.trim() != thawed),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && matches!(self, ContainerCgroup::V2 { .. }) => {
+                Ok(false)
+            }
+            Err(e) => Err(CgroupError::Io { op: "read", path, source: e }),
+        }
+    }
+
+    /// Thaws the cgroup.
+    pub fn thaw(&self) -> Result<(), CgroupError> {
+        let (path, thawed) = self.freeze_file();
+        write_value(&path, thawed)
     }
 
     fn is_frozen(&self) -> Result<bool, CgroupError> {

@@ -128,7 +128,9 @@ pub struct AgentConfig {
     /// every container it runs (exit reason `fenced`), because the scheduler declares a silent
     /// node lost after its `node_timeout_ms` and reruns the work elsewhere. Keep it below the
     /// scheduler's `node_timeout_ms` by at least a second of kill grace (default 8000 against
-    /// 10000) so the old copy is dead before the new one starts; 0 = never fence.
+    /// 10000) so the old copy is dead before the new one starts; 0 = never fence. The
+    /// containers' supervisors enforce it too, through a lease the agent renews
+    /// ([`crate::lease`]), so a dead or stopped agent's containers are fenced as well.
     pub fencing_timeout_ms: u64,
     /// What keeps containers apart (`[isolation]`).
     pub isolation: crate::isolation::IsolationConfig,

@@ -94,6 +94,8 @@ pub async fn run_with(
     let mut gpus = GpuProbe::new();
     let gpu_count = gpus.sample(|_| None).gpus.len() as u32;
     let executor = Arc::new(Executor::new(ExecutorSettings::from_config(&config, gpu_count, shim_program))?);
+    finish_interrupted_kills(&executor, &config.cgroup_name);
+    let lease = crate::lease::start_lease(&config).map(Arc::new);
     let adopted = executor.adopt()?;
     tracing::info!(
         running = adopted.running.len(),
@@ -167,7 +169,13 @@ pub async fn run_with(
         .on_heartbeat_latency(move |d| latency_metrics.observe_heartbeat(d))
         .on_scheduler_message({
             let contact = contact.clone();
-            move || contact.touch()
+            let lease = lease.clone();
+            move || {
+                contact.touch();
+                if let Some(lease) = &lease {
+                    lease.contact();
+                }
+            }
         });
     let client_task = tokio::spawn(client.run(events_rx, commands_tx, stopped(stop_rx.clone())));
 
@@ -178,10 +186,15 @@ pub async fn run_with(
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let default_grace = Duration::from_millis(config.kill_grace_ms);
+    // The fencing lease is written here, in the main loop, so that a stuck loop stops renewing it.
+    let mut lease_tick =
+        tokio::time::interval(lease.as_ref().map_or(Duration::from_secs(3600), |l| l.period()));
+    lease_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             () = &mut shutdown => break,
+            _ = lease_tick.tick(), if lease.is_some() => crate::lease::renew(lease.as_deref()),
             _ = tick.tick() => {
                 match monitor.sample() {
                     Ok(sample) => {
@@ -206,7 +219,11 @@ pub async fn run_with(
             cmd = commands.recv() => {
                 let Some(cmd) = cmd else { break };
                 match cmd {
-                    Command::Launch(spec) => launcher.launch(spec),
+                    Command::Launch(spec) => {
+                        // The launch came with a contact: its container starts under a live lease.
+                        crate::lease::renew(lease.as_deref());
+                        launcher.launch(spec);
+                    }
                     Command::Kill { key, grace, reason } => {
                         let grace = grace.unwrap_or(default_grace);
                         if launcher.kill_when_launched(key, grace, KillReason::Request) {
@@ -262,9 +279,27 @@ pub async fn run_with(
         for c in executor.list() {
             let _ = executor.forget(c.key);
         }
-        let _ = executor.remove_parent_cgroup();
+    }
+    // Nothing left behind: the parent cgroup goes when no container keeps it (containers that
+    // run on keep it, and a restarted agent adopts them under it).
+    match executor.layout().remove_parent_if_empty(&config.cgroup_name) {
+        Ok(true) => tracing::info!(cgroup = %config.cgroup_name, "removed the empty parent cgroup"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot remove the parent cgroup"),
     }
     Ok(())
+}
+
+/// Finishes the kills a previous agent run left half done (cgroups left frozen), before
+/// adoption looks at its containers: see [`crate::cgroup::Layout::finish_interrupted_kills`].
+fn finish_interrupted_kills(executor: &Executor, parent: &str) {
+    let (finished, errors) = executor.layout().finish_interrupted_kills(parent);
+    if !finished.is_empty() {
+        tracing::warn!(cgroups = ?finished, "finished kills interrupted by the previous agent run (cgroups left frozen)");
+    }
+    for e in errors {
+        tracing::warn!(error = %e, "cannot finish an interrupted kill");
+    }
 }
 
 /// Kills every container, running or being launched, once the scheduler has been silent for the

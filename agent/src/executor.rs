@@ -391,7 +391,8 @@ pub enum KillReason {
 }
 
 impl KillReason {
-    fn as_str(self) -> &'static str {
+    /// The word recorded in the kill-reason file.
+    pub fn as_str(self) -> &'static str {
         match self {
             KillReason::Request => "request",
             KillReason::MemoryLimit => "memory-limit",

@@ -6,7 +6,9 @@
 //! usage ([`monitor`]), remembers its containers across its own restarts (the executor's
 //! per-container control directories), exposes `/metrics` ([`metrics`]) and talks to the
 //! scheduler over one gRPC stream ([`client`]); [`daemon`] ties them together, and kills the
-//! containers of an agent cut off from its scheduler ([`fencing`]). [`procfs`] is the one reader
+//! containers of an agent cut off from its scheduler ([`fencing`]; the containers' supervisors
+//! do it too, through a lease the agent renews, when the agent itself is dead or stopped:
+//! [`lease`], [`shim_wait`]). [`procfs`] is the one reader
 //! of `/proc` process tables.
 
 pub mod cgroup;
@@ -17,6 +19,7 @@ pub mod executor;
 pub mod fencing;
 pub mod instance;
 pub mod isolation;
+pub mod lease;
 pub mod metrics;
 pub mod model;
 pub mod monitor;
@@ -24,3 +27,4 @@ pub mod probe;
 pub mod procfs;
 pub mod sandbox;
 pub mod shim;
+pub mod shim_wait;

@@ -12,7 +12,9 @@
 //!    kill), applies rlimits where there is no cgroup, drops to the container's user, opens its
 //!    log files *as that user* (a planted symlink cannot make root write anywhere), and execs,
 //! 4. records `<dir>/pid` ([`PidRecord`]: pids and start times, for adoption after an agent
-//!    restart), waits for the command, kills whatever is left of the container, and
+//!    restart), waits for the command (fencing it if the agent's lease runs out, and finishing
+//!    a kill the agent left frozen: [`crate::shim_wait`]), kills whatever is left of the
+//!    container, and
 //! 5. records `<dir>/exit.json` ([`ExitRecord`]) and exits 0.
 //!
 //! A setup failure before the command runs is written to `<dir>/launch-error` and the shim exits
@@ -336,6 +338,8 @@ fn supervise(dir: &Path, notify: Option<NotifyFd>) -> Result<(), Failure> {
         .map_err(Failure::Setup)?;
 
     let prepared = Prepared::new(&spec).map_err(Failure::Setup)?;
+    // Before the fork, so no child's end is missed; the command's setup resets the mask.
+    crate::shim_wait::block_sigchld().map_err(Failure::Setup)?;
     let (read_end, write_end) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(sys("pipe2")).map_err(Failure::Setup)?;
     // SAFETY: the process is single-threaded (checked above), so the child may run any code,
@@ -385,7 +389,7 @@ fn supervise(dir: &Path, notify: Option<NotifyFd>) -> Result<(), Failure> {
         n.running();
     }
 
-    let status = wait_for(child).map_err(Failure::Running)?;
+    let status = crate::shim_wait::wait_for(child, &spec, dir).map_err(Failure::Running)?;
     let finished_at_ms = now_ms();
     clean_up(&spec, me);
     crate::sandbox::remove_private_tmp(&spec);
@@ -401,26 +405,18 @@ fn thread_count() -> usize {
         .unwrap_or(1)
 }
 
-/// Waits for the command, reaping re-parented orphans along the way.
-fn wait_for(child: Pid) -> Result<ExitStatus, ShimError> {
-    loop {
-        match waitpid(None::<Pid>, None) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == child => return Ok(ExitStatus::Exited { code }),
-            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == child => {
-                return Ok(ExitStatus::Signaled { signal: signal as i32 });
-            }
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(errno) => return Err(ShimError::Sys { what: "waitpid", errno }),
-        }
-    }
-}
-
 /// Kills everything left of the container — cgroup-wide, and every descendant of the shim
 /// (daemonised processes were re-parented to it) — and reaps it all, within a deadline.
 fn clean_up(spec: &ShimSpec, me: u32) {
     // The shim is a subreaper: every process left of the container is its child or a child's
-    // descendant. With no child left there is nothing to kill, and no need to scan /proc.
+    // descendant. With no child left there is nothing to kill, and no need to scan /proc; but a
+    // cgroup a kill left frozen is thawed all the same (nothing stays frozen).
     if no_children_left() {
+        if let Some(cg) = spec.cgroup.as_ref().filter(|cg| cg.freeze_requested().unwrap_or(false)) {
+            if let Err(e) = cg.thaw() {
+                eprintln!("gantry-shim: {e}");
+            }
+        }
         return;
     }
     let start = Instant::now();

@@ -339,6 +339,14 @@ async fn quick_exits_follow_their_start_and_a_kill_during_launch_is_carried_out(
     )
     .expect("pid JSON");
     assert!(!pid_alive(rec["pid"].as_i64().expect("pid") as i32), "the killed command is gone");
+    // Acknowledged, so the agent removes its cgroup (and then its parent when it stops).
+    s.send(Down::AckExit(v1::AckExit { container_id: 50, ..Default::default() })).await;
+    let c50 = Path::new("/sys/fs/cgroup/memory").join(&cgroup).join("c50");
+    let start = Instant::now();
+    while c50.exists() {
+        assert!(start.elapsed() < GUARD, "guard: the acknowledged container's cgroup stays");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let status = agent.terminate();
     assert!(status.success(), "{status:?}");

@@ -103,14 +103,45 @@ pub fn kill_leftover_containers(work_root: &Path, cgroup_name: &str) {
             }
         }
     }
-    for controller in ["memory", "cpu", "cpuacct", "pids", "freezer", "unified"] {
-        let parent = Path::new("/sys/fs/cgroup").join(controller).join(cgroup_name);
-        for child in std::fs::read_dir(&parent).into_iter().flatten().flatten() {
-            if child.path().is_dir() {
-                let _ = std::fs::remove_dir(child.path());
-            }
+    remove_cgroups(cgroup_name);
+}
+
+/// Removes an agent's parent cgroup `cgroup_name` and its containers' cgroups in every v1
+/// controller (and the v2 mount): frozen ones are thawed first (a process killed while frozen
+/// cannot die, and a kill interrupted between freeze and thaw leaves one frozen), what is left
+/// in them is SIGKILLed, and removal is retried while the kernel tears the processes down.
+pub fn remove_cgroups(cgroup_name: &str) {
+    let parents: Vec<PathBuf> = ["memory", "cpu", "cpuacct", "pids", "freezer", "unified"]
+        .iter()
+        .map(|c| Path::new("/sys/fs/cgroup").join(c).join(cgroup_name))
+        .filter(|p| p.is_dir())
+        .collect();
+    let children = || -> Vec<PathBuf> {
+        parents
+            .iter()
+            .flat_map(|p| std::fs::read_dir(p).into_iter().flatten().flatten())
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect()
+    };
+    for child in children() {
+        let _ = std::fs::write(child.join("freezer.state"), "THAWED");
+        let _ = std::fs::write(child.join("cgroup.freeze"), "0");
+    }
+    for child in children() {
+        let procs = std::fs::read_to_string(child.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.split_whitespace().filter(|p| p.parse::<u32>().is_ok_and(|p| p > 1)) {
+            let _ = Command::new("kill").args(["-KILL", pid]).output();
         }
-        let _ = std::fs::remove_dir(&parent);
+    }
+    for child in children() {
+        let start = std::time::Instant::now();
+        while std::fs::remove_dir(&child).is_err() && start.elapsed() < std::time::Duration::from_secs(2) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    for parent in &parents {
+        let _ = std::fs::remove_dir(parent);
     }
 }
 
@@ -306,6 +337,11 @@ impl TestAgent {
     pub fn restart(&mut self, scheduler: std::net::SocketAddr) {
         self.child =
             Self::spawn(self.netns.as_deref(), &self.config, &format!("{}://{scheduler}", self.scheme));
+    }
+
+    /// The agent's process id (to stop and continue it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGKILLs the agent (its containers keep running).

@@ -230,6 +230,15 @@ fn gantry_dev_runs_submitted_work_and_stops_cleanly() {
         std::fs::read(format!("/proc/{p}/cmdline"))
             .is_ok_and(|c| !String::from_utf8_lossy(&c).contains(&dev.containers))
     }));
+    // Nor any cgroup: the containers' and the agent's parent, in every controller (issue 19).
+    let cgroup = format!("gantry-dev-{pid}");
+    let left: Vec<_> = ["memory", "cpu", "cpuacct", "pids", "freezer", "unified"]
+        .iter()
+        .map(|c| std::path::Path::new("/sys/fs/cgroup").join(c).join(&cgroup))
+        .filter(|p| p.exists())
+        .collect();
+    gantry_tests::remove_cgroups(&cgroup);
+    assert!(left.is_empty(), "gantry dev left cgroups behind: {left:?}");
 }
 
 /// Issue 19, item 7: under `gantry dev` a container used curl on the loopback REST API to kill
