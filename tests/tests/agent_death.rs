@@ -85,7 +85,8 @@ fn the_old_copy_ends_before_the_rerun_starts(death: Death) {
     let dir = tempfile::tempdir().expect("tempdir");
     // Containers run as nobody, who must reach their directories under the agents' work roots.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
-    let out_file = gantry_tests::container_writable_dir(dir.path(), "out").join("copies");
+    let shared = gantry_tests::container_writable_dir(dir.path(), "out");
+    let out_file = shared.join("copies");
     let files = scheduler_config(
         dir.path(),
         &format!("node_timeout_ms = {NODE_TIMEOUT_MS}\ncycle_interval_ms = 100"),
