@@ -10,11 +10,15 @@
 //! of `/proc` process tables.
 
 pub mod cgroup;
+pub mod cleanup;
 pub mod client;
+pub mod conditions;
 pub mod config;
 pub mod daemon;
+pub mod disk;
 pub mod executor;
 pub mod fencing;
+pub mod housekeeping;
 pub mod metrics;
 pub mod model;
 pub mod monitor;

@@ -120,7 +120,7 @@ fn spec(counts: &[u32]) -> AppSpec {
 }
 
 fn template() -> LaunchTemplate {
-    LaunchTemplate { argv: vec!["true".into()], env: Vec::new(), account: None }
+    LaunchTemplate { argv: vec!["true".into()], env: Vec::new(), account: None, disk_bytes: None }
 }
 
 /// Lets the core work, then plays the agent: starts what it launches (checking nothing runs

@@ -58,6 +58,7 @@ fn app(name: &str, argv: &[&str], count: u32, gang: bool, cpu_millis: u64) -> (A
         argv: argv.iter().map(|s| (*s).to_owned()).collect(),
         env: Vec::new(),
         account: None,
+        disk_bytes: None,
     };
     (spec, vec![t])
 }
