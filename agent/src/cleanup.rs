@@ -85,9 +85,11 @@ fn ended(containers_dir: &Path, is_live: &dyn Fn(ContainerKey) -> bool) -> Vec<E
 
 /// Whether a control directory still holds a directory other than `logs/`.
 fn has_files(control: &Path) -> bool {
-    std::fs::read_dir(control).into_iter().flatten().flatten().any(|e| {
-        e.file_name() != LOGS_DIR && e.file_type().is_ok_and(|t| t.is_dir())
-    })
+    std::fs::read_dir(control)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name() != LOGS_DIR && e.file_type().is_ok_and(|t| t.is_dir()))
 }
 
 /// One round: removes what is past its retention, then — while `under_pressure()` says so —
@@ -136,7 +138,9 @@ fn remove_whole(control: &Path, done: &mut Cleaned) {
             tracing::info!(dir = %control.display(), "ended container's directory and logs removed");
             done.whole += 1;
         }
-        Err(e) => tracing::warn!(dir = %control.display(), error = %e, "cannot remove an ended container's directory"),
+        Err(e) => {
+            tracing::warn!(dir = %control.display(), error = %e, "cannot remove an ended container's directory")
+        }
     }
 }
 
@@ -146,7 +150,9 @@ fn clean_files(control: &Path, done: &mut Cleaned) {
             tracing::info!(dir = %control.display(), "ended container's files removed; its logs are kept");
             done.work += 1;
         }
-        Err(e) => tracing::warn!(dir = %control.display(), error = %e, "cannot remove an ended container's files"),
+        Err(e) => {
+            tracing::warn!(dir = %control.display(), error = %e, "cannot remove an ended container's files")
+        }
     }
 }
 

@@ -456,7 +456,10 @@ mod tests {
             ("disk_check_interval_ms = 10\n", "disk_check_interval_ms"),
             ("work_retention_ms = 10\nlog_retention_ms = 5\n", "outlive the work directory"),
             ("disk_pressure_free_percent = 100\n", "disk_pressure_free_percent"),
-            ("disk_pressure_free_percent = 20\ndisk_pressure_clear_percent = 10\n", "at least disk_pressure_free_percent"),
+            (
+                "disk_pressure_free_percent = 20\ndisk_pressure_clear_percent = 10\n",
+                "at least disk_pressure_free_percent",
+            ),
             ("container_disk_bytes = -1\n", "container_disk_bytes"),
         ] {
             std::fs::write(&p, text).expect("write");

@@ -5,7 +5,9 @@
 
 use gantry_agent::cgroup::{ContainerCgroup, Layout};
 use gantry_agent::executor::{CgroupMode, ExecError, Executor, ExecutorSettings, SpecError};
-use gantry_agent::model::{ClusterId, ContainerExit, ContainerKey, ExitReason, LaunchSpec, MemorySeen};
+use gantry_agent::model::{
+    ClusterId, ContainerExit, ContainerKey, DiskSeen, ExitReason, LaunchSpec, MemorySeen,
+};
 use gantry_agent::procfs::{ProcStat, live_start_time};
 use gantry_agent::shim::now_ms;
 use std::collections::HashMap;
@@ -39,6 +41,7 @@ impl Env {
             gpu_count,
             shim_program: PathBuf::from(env!("CARGO_BIN_EXE_gantry-agent")),
             cgroups,
+            default_disk_bytes: 0,
         };
         Env { _root: root, settings }
     }
@@ -91,6 +94,7 @@ fn spec_in(cluster: ClusterId, id: u64, argv: &[&str]) -> LaunchSpec {
         gpus: vec![],
         stdout: None,
         stderr: None,
+        disk_bytes: 0,
     }
 }
 
@@ -292,6 +296,24 @@ fn the_monitor_can_kill_for_memory() {
     assert_eq!(exit.reason, ExitReason::MemoryLimit);
     assert_eq!(exit.reason.exit_code(), 137);
     assert_eq!(exit.memory, Some(MemorySeen { used_bytes: 70 << 20, limit_bytes: 64 << 20 }));
+}
+
+#[test]
+fn the_disk_round_can_kill_for_disk_and_the_exit_says_how_much() {
+    let env = Env::new("diskkill", CgroupMode::Auto, 0);
+    let exec = env.executor();
+    let mut s = spec(1, &["sleep", "60"]);
+    s.disk_bytes = 8 << 20;
+    exec.launch(&s).expect("launch");
+    let limited = exec.disk_limited();
+    assert_eq!(limited.len(), 1);
+    assert_eq!((limited[0].0, limited[0].3), (k(1), 8 << 20), "the launch's allowance");
+    let seen = DiskSeen { used_bytes: 9 << 20, limit_bytes: 8 << 20 };
+    exec.kill_for_disk(k(1), seen).expect("kill for disk");
+    let exit = wait_exit(&exec, k(1));
+    assert_eq!((exit.reason, exit.reason.exit_code()), (ExitReason::DiskLimit, 137));
+    assert_eq!(exit.disk, Some(seen));
+    assert!(exec.disk_limited().is_empty(), "an ended container is not measured");
 }
 
 #[test]

@@ -997,12 +997,19 @@ mod tests {
         let m = SchedulerMetrics::new();
         let disk = "gantry_node_condition{node=\"n1\",condition=\"DiskPressure\"}";
         let launches = "gantry_node_condition{node=\"n2\",condition=\"LaunchFailures\"}";
-        m.set_node_conditions(&[("n1".into(), "DiskPressure".into()), ("n2".into(), "LaunchFailures".into())]);
+        m.set_node_conditions(&[
+            ("n1".into(), "DiskPressure".into()),
+            ("n2".into(), "LaunchFailures".into()),
+        ]);
         let t = m.encode();
         assert_eq!((value(&t, disk), value(&t, launches)), (1.0, 1.0));
         m.set_node_conditions(&[("n2".into(), "LaunchFailures".into())]);
         let t = m.encode();
-        assert_eq!((sample(&t, disk), sample(&t, launches)), (None, Some(1.0)), "a cleared condition has no series");
+        assert_eq!(
+            (sample(&t, disk), sample(&t, launches)),
+            (None, Some(1.0)),
+            "a cleared condition has no series"
+        );
     }
 
     /// `root.prod` (60 % guaranteed) and `root.dev` (40 %, at most 50 %).

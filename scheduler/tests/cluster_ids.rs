@@ -71,7 +71,8 @@ async fn submit(core: &CoreHandle) -> AppId {
         }],
         ..Default::default()
     };
-    let template = LaunchTemplate { argv: vec!["true".into()], env: Vec::new(), account: None, disk_bytes: None };
+    let template =
+        LaunchTemplate { argv: vec!["true".into()], env: Vec::new(), account: None, disk_bytes: None };
     core.submit(spec, vec![template]).await.expect("core").expect("accepted")
 }
 

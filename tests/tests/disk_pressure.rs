@@ -36,9 +36,15 @@ fn scheduler(
     gantry_tests::start_daemon(rt, &toml)
 }
 
-/// `gantry submit --json ARGS`, returning the new application's id.
+/// `gantry submit --json ARGS` of a small container, returning the new application's id.
 fn submit(api: &str, args: &[&str]) -> u64 {
-    let out = gantry_cli(api, &[&["submit", "--json", "--cpu", "10m", "--mem", "16M"], args].concat());
+    submit_with_memory(api, "16M", args)
+}
+
+/// [`submit`] with `memory` (tmpfs pages are charged to the writer's memory cgroup: a container
+/// that writes 20 MiB there needs more than that of memory).
+fn submit_with_memory(api: &str, memory: &str, args: &[&str]) -> u64 {
+    let out = gantry_cli(api, &[&["submit", "--json", "--cpu", "10m", "--mem", memory], args].concat());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("json")["application-id"]
         .as_u64()
@@ -93,14 +99,26 @@ fn a_container_that_fills_the_disk_or_passes_its_allowance_fails_as_itself_and_i
     // 1. It fills the whole work filesystem (its allowance, 10 GiB by default, is larger) and
     //    exits 3 when its write fails. Before: the supervisor could not record the exit on the
     //    full disk, so the container was reported LOST and run again.
-    let filler = submit(
+    let filler = submit_with_memory(
         &api,
-        &["--max-attempts", "1", "--", "sh", "-c", "dd if=/dev/zero of=fill bs=1M count=200 2>/dev/null; exit 3"],
+        "256M",
+        &[
+            "--max-attempts",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=fill bs=1M count=200 2>/dev/null; exit 3",
+        ],
     );
     let app = ended(&rt, &client, filler);
     assert_eq!(app.containers.len(), 1, "run once, not rerun: {:?}", app.containers);
     let c = &app.containers[0];
-    assert_eq!((app.state, c.state, c.exit_code), (AppState::Failed, ContainerState::Failed, Some(3)), "{app:?}");
+    assert_eq!(
+        (app.state, c.state, c.exit_code),
+        (AppState::Failed, ContainerState::Failed, Some(3)),
+        "{app:?}"
+    );
     assert!(c.diagnostics.contains("exited with status 3"), "{}", c.diagnostics);
     // The full disk is pressure; the agent cleans up after the ended container (its exit is
     // reported) without waiting for its retention, and the node takes work again.
@@ -113,8 +131,9 @@ fn a_container_that_fills_the_disk_or_passes_its_allowance_fails_as_itself_and_i
 
     // 2. Over its allowance (8 MiB, asked for with `--disk`): killed with the reason disk-limit,
     //    and told how much it used of how much.
-    let hog = submit(
+    let hog = submit_with_memory(
         &api,
+        "256M",
         &[
             "--max-attempts",
             "1",
@@ -130,15 +149,19 @@ fn a_container_that_fills_the_disk_or_passes_its_allowance_fails_as_itself_and_i
     assert_eq!(app.containers.len(), 1, "not rerun: {:?}", app.containers);
     let c = &app.containers[0];
     assert_eq!((app.state, c.state, c.exit_code), (AppState::Failed, ContainerState::Failed, Some(137)));
+    // Measured while it wrote: somewhere past 8 MiB, at most its 20.
     assert!(
-        c.diagnostics.contains("was killed for writing beyond its disk allowance: it used 20"),
+        c.diagnostics.contains("was killed for writing beyond its disk allowance: it used "),
         "{}",
         c.diagnostics
     );
     assert!(c.diagnostics.contains("of its 8Mi disk allowance (exit status 137)"), "{}", c.diagnostics);
     assert!(app.diagnostics.contains("disk allowance"), "{}", app.diagnostics);
     let metrics = gantry_tests::scrape(agent.metrics.parse().expect("address"));
-    assert_eq!(gantry_tests::sample(&metrics, "gantry_container_kills_total{reason=\"disk-limit\"}"), Some(1.0));
+    assert_eq!(
+        gantry_tests::sample(&metrics, "gantry_container_kills_total{reason=\"disk-limit\"}"),
+        Some(1.0)
+    );
 }
 
 #[test]
@@ -149,7 +172,8 @@ fn a_node_under_disk_pressure_takes_no_new_work_says_why_and_comes_back() {
     let _fs = Tmpfs::mount(&fs, "32m");
     let (bound, _stop) = scheduler(&rt, dir.path());
     let extra = "disk_check_interval_ms = 200\n";
-    let _full = TestAgent::start_with(dir.path(), "full", "r1", &[("disk", "small")], bound.agent_addr, extra);
+    let _full =
+        TestAgent::start_with(dir.path(), "full", "r1", &[("disk", "small")], bound.agent_addr, extra);
     let _healthy = TestAgent::start_with(dir.path(), "healthy", "r1", &[], bound.agent_addr, extra);
     let api = bound.api_addr.to_string();
     let client = Client::new(&api).expect("client");
@@ -169,8 +193,9 @@ fn a_node_under_disk_pressure_takes_no_new_work_says_why_and_comes_back() {
     );
 
     // Ten applications, one attempt each: all run on the healthy node.
-    let apps: Vec<u64> =
-        (0..10).map(|i| submit(&api, &["--max-attempts", "1", "--", "sh", "-c", &format!("echo {i}")])).collect();
+    let apps: Vec<u64> = (0..10)
+        .map(|i| submit(&api, &["--max-attempts", "1", "--", "sh", "-c", &format!("echo {i}")]))
+        .collect();
     for id in apps {
         let app = ended(&rt, &client, id);
         assert_eq!(app.state, AppState::Finished, "{app:?}");
@@ -186,7 +211,10 @@ fn a_node_under_disk_pressure_takes_no_new_work_says_why_and_comes_back() {
     });
     assert_eq!(node.state, NodeState::Decommissioning, "the drain is not undone: {node:?}");
     let metrics = gantry_tests::scrape(bound.api_addr);
-    assert_eq!(gantry_tests::sample(&metrics, "gantry_node_condition{node=\"full\",condition=\"DiskPressure\"}"), None);
+    assert_eq!(
+        gantry_tests::sample(&metrics, "gantry_node_condition{node=\"full\",condition=\"DiskPressure\"}"),
+        None
+    );
     let out = gantry_cli(&api, &["node", "undrain", "full"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(nodes_line(&api, "full").contains("RUNNING"), "{}", nodes_line(&api, "full"));
@@ -252,7 +280,10 @@ fn an_ended_containers_work_is_cleaned_after_retention_and_its_logs_still_read()
     wait_running(&rt, &client, &["tidy"]);
 
     let live = submit(&api, &["--", "sh", "-c", "head -c 100000 /dev/zero > data; echo live; sleep 120"]);
-    let done = submit(&api, &["--", "sh", "-c", "echo hello out; echo hello err >&2; head -c 100000 /dev/zero > data"]);
+    let done = submit(
+        &api,
+        &["--", "sh", "-c", "echo hello out; echo hello err >&2; head -c 100000 /dev/zero > data"],
+    );
     let app = ended(&rt, &client, done);
     assert_eq!(app.state, AppState::Finished, "{app:?}");
     let control = container_control_dir(&agent.work, app.containers[0].id).expect("control directory");
@@ -262,7 +293,12 @@ fn an_ended_containers_work_is_cleaned_after_retention_and_its_logs_still_read()
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hello out\n");
     let out = gantry_cli(&api, &["logs", "--stderr", &done.to_string()]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello err\n", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello err\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // The running container's files stay, however long past the retention it runs.
     let running = wait_until("the long container to run", GUARD, || {

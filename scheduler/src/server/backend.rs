@@ -249,11 +249,19 @@ fn node_info(core: &Core, n: &GantryNode) -> NodeInfo {
         info.conditions = link
             .conditions
             .iter()
-            .map(|c| NodeConditionInfo { kind: c.r#type.clone(), reason: c.reason.clone(), since: c.since_ms })
+            .map(|c| NodeConditionInfo {
+                kind: c.r#type.clone(),
+                reason: c.reason.clone(),
+                since: c.since_ms,
+            })
             .collect();
         // YARN's health report: why the node takes no work, in words.
-        info.health_report =
-            info.conditions.iter().map(|c| format!("{}: {}", c.kind, c.reason)).collect::<Vec<_>>().join("; ");
+        info.health_report = info
+            .conditions
+            .iter()
+            .map(|c| format!("{}: {}", c.kind, c.reason))
+            .collect::<Vec<_>>()
+            .join("; ");
         if let Some(status) = &link.last_status {
             if let Some(host) = &status.host {
                 info.resource_utilization = Some(NodeUtilization {

@@ -33,7 +33,8 @@ impl Core {
             if now.is_empty() {
                 tracing::info!(%node, "node conditions cleared; it takes new work again");
             } else {
-                let why: Vec<String> = conditions.iter().map(|c| format!("{}: {}", c.r#type, c.reason)).collect();
+                let why: Vec<String> =
+                    conditions.iter().map(|c| format!("{}: {}", c.r#type, c.reason)).collect();
                 tracing::warn!(%node, conditions = ?why, "node reports conditions; it takes no new work");
             }
         }
