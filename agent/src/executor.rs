@@ -1365,7 +1365,7 @@ impl Executor {
         // `crate::cleanup`), named by stream (one file when both streams shared one).
         let mut first = std::ffi::OsStr::new(WORK_DIR);
         let kept = crate::cleanup::kept_log_name(spec.as_ref(), stream);
-        if !control.join(WORK_DIR).exists() && control.join(crate::cleanup::LOGS_DIR).is_dir() {
+        if std::fs::symlink_metadata(control.join(crate::cleanup::LOGS_DIR).join(kept)).is_ok() {
             (first, file_name, dirs) = (std::ffi::OsStr::new(crate::cleanup::LOGS_DIR), &kept, &[]);
         }
 

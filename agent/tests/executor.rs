@@ -317,6 +317,23 @@ fn the_disk_round_can_kill_for_disk_and_the_exit_says_how_much() {
 }
 
 #[test]
+fn logs_still_read_once_an_ended_containers_files_are_cleaned_up() {
+    use gantry_agent::executor::LogStream;
+    let env = Env::new("cleanlogs", CgroupMode::Auto, 0);
+    let exec = env.executor();
+    let mut s = spec(1, &["sh", "-c", "echo out; echo err >&2; echo data > data"]);
+    s.stdout = Some("logs/o".into());
+    exec.launch(&s).expect("launch");
+    wait_exit(&exec, k(1));
+    exec.forget(k(1)).expect("forget");
+    let control = exec.control_dir(k(1));
+    gantry_agent::cleanup::remove_files(&control).expect("clean up");
+    assert!(!control.join("work").exists(), "its files are gone");
+    assert_eq!(exec.read_log(k(1), LogStream::Stdout, None).expect("stdout").data, b"out\n");
+    assert_eq!(exec.read_log(k(1), LogStream::Stderr, Some(2)).expect("stderr").data, b"r\n");
+}
+
+#[test]
 fn a_cpu_quota_throttles_a_busy_loop() {
     let env = Env::new("cpu", CgroupMode::Auto, 0);
     let exec = env.executor();
