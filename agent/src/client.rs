@@ -280,6 +280,8 @@ pub struct Snapshot {
     pub node: NodeReport,
     /// Containers alive now, re-adopted ones included.
     pub containers: Vec<LiveContainer>,
+    /// The node's conditions now ([`crate::conditions`]).
+    pub conditions: Vec<crate::conditions::NodeCondition>,
 }
 
 /// One usage report, as the core measured it; the client numbers and timestamps it.
@@ -291,6 +293,8 @@ pub struct StatusReport {
     pub containers: Vec<ContainerUsage>,
     /// Every GPU's usage.
     pub gpus: Vec<GpuInfo>,
+    /// The node's conditions now ([`crate::conditions`]).
+    pub conditions: Vec<crate::conditions::NodeCondition>,
 }
 
 /// What the core tells the scheduler.
@@ -464,7 +468,7 @@ impl Client {
     }
 
     fn register(&self, unacked: &BTreeMap<ContainerKey, ContainerExit>) -> v1::AgentMessage {
-        let Snapshot { node, containers } = (self.snapshot)();
+        let Snapshot { node, containers, conditions } = (self.snapshot)();
         let register = v1::Register {
             node_name: node.name,
             rack: node.rack,
@@ -504,6 +508,7 @@ impl Client {
             agent_started_at_ms: self.options.agent_started_at_ms,
             reports_cluster_ids: true,
             instance_id: self.options.instance_id.clone(),
+            conditions: conditions.iter().map(condition_to_wire).collect(),
         };
         up(Up::Register(register))
     }
@@ -991,6 +996,7 @@ pub fn launch_from_wire(launch: v1::Launch) -> Result<LaunchSpec, LaunchError> {
         cpu_millis,
         memory_bytes,
         gpus: launch.gpus,
+        disk_bytes: launch.disk_bytes,
     })
 }
 
@@ -1024,6 +1030,7 @@ pub fn exit_to_wire(exit: &ContainerExit) -> v1::ContainerExited {
         ExitReason::Signaled { signal } => (v1::ExitReason::Signaled, signal),
         ExitReason::KilledByRequest => (v1::ExitReason::KilledByRequest, 0),
         ExitReason::MemoryLimit => (v1::ExitReason::MemoryLimit, 0),
+        ExitReason::DiskLimit => (v1::ExitReason::DiskLimit, 0),
         // The wire has no fenced reason: LOST is the scheduler's word for a container that
         // ended through no fault of its own and is rerun without counting a failure, which is
         // what a fenced one is (and the scheduler has usually declared it lost already).
@@ -1039,7 +1046,14 @@ pub fn exit_to_wire(exit: &ContainerExit) -> v1::ContainerExited {
         cluster_id: exit.cluster.to_wire(),
         memory_used_bytes: memory.used_bytes,
         memory_limit_bytes: memory.limit_bytes,
+        disk_used_bytes: exit.disk.map_or(0, |d| d.used_bytes),
+        disk_limit_bytes: exit.disk.map_or(0, |d| d.limit_bytes),
     }
+}
+
+/// A node condition in wire form.
+fn condition_to_wire(c: &crate::conditions::NodeCondition) -> v1::NodeCondition {
+    v1::NodeCondition { r#type: c.kind.to_owned(), reason: c.reason.clone(), since_ms: c.since_ms }
 }
 
 fn resources_to_wire(r: crate::model::Resources) -> v1::Resources {
@@ -1081,6 +1095,7 @@ fn status_to_wire(seq: u64, sent_at_ms: u64, report: StatusReport) -> v1::Status
                 container_ids: g.containers,
             })
             .collect(),
+        conditions: report.conditions.iter().map(condition_to_wire).collect(),
     }
 }
 

@@ -15,6 +15,14 @@
 //! fencing_timeout_ms = 8000           # kill every container after this long without the scheduler; 0: never
 //! cgroup_name = "gantry"              # parent cgroup of all containers
 //! max_concurrent_launches = 0         # launches in progress at once; 0: 4 per CPU
+//! container_disk_bytes = 10737418240  # disk allowance per container unless its launch asks; 0: unlimited
+//! disk_check_interval_ms = 10000      # containers' disk use measured, work fs checked, old work cleaned
+//! work_retention_ms = 3600000         # an ended container's work/ is kept this long after its exit is reported
+//! log_retention_ms = 604800000        # its stdout and stderr this long
+//! disk_pressure_free_percent = 10     # DiskPressure below this share of free space or inodes
+//! disk_pressure_clear_percent = 15    # ... until this share is free again
+//! launch_failures_threshold = 3       # LaunchFailures after this many failed launches in a row; 0: never
+//! launch_failures_clear_ms = 300000   # ... until a launch succeeds or this long has passed
 //! [isolation]
 //! dynamic_uids = "61184-65519"        # uids for users without a mapped account, one per user
 //! max_pids = 4096                     # processes per container unless its request says; 0: none
@@ -134,6 +142,32 @@ pub struct AgentConfig {
     pub fencing_timeout_ms: u64,
     /// What keeps containers apart (`[isolation]`).
     pub isolation: crate::isolation::IsolationConfig,
+    /// Disk allowance of a container whose launch names none, bytes: what its files (its
+    /// directory, logs included) may hold before the agent kills it (exit reason `disk-limit`);
+    /// 0 = unlimited.
+    pub container_disk_bytes: u64,
+    /// How often every container's files are measured, the work filesystem's free space and
+    /// inodes checked, and ended containers' files cleaned up, ms.
+    pub disk_check_interval_ms: u64,
+    /// How long an ended container's `work/` is kept after its exit was reported, ms (YARN's
+    /// `delete.debug-delay-sec`); its stdout and stderr are moved aside and kept longer.
+    pub work_retention_ms: u64,
+    /// How long an ended container's stdout and stderr are kept after its exit was reported, ms:
+    /// as long as the scheduler keeps ended applications (`[store] retain_completed_for`), so
+    /// `gantry logs` answers for as long as `gantry app` does.
+    pub log_retention_ms: u64,
+    /// The node reports `DiskPressure` (and takes no new work) while less than this percentage
+    /// of the work filesystem's space or inodes is free; ended containers' files are cleaned up
+    /// earliest first meanwhile, whatever their retention. 0 = never.
+    pub disk_pressure_free_percent: u8,
+    /// ... and clears it once this percentage is free again (hysteresis, so a node at the
+    /// threshold does not flap).
+    pub disk_pressure_clear_percent: u8,
+    /// The node reports `LaunchFailures` after this many launches in a row failed for reasons of
+    /// the node (not of the request); 0 = never.
+    pub launch_failures_threshold: u32,
+    /// ... until a launch succeeds or this long has passed since the last failure, ms.
+    pub launch_failures_clear_ms: u64,
 }
 
 impl Default for AgentConfig {
@@ -158,6 +192,14 @@ impl Default for AgentConfig {
             tls_key_file: None,
             fencing_timeout_ms: 8_000,
             isolation: crate::isolation::IsolationConfig::default(),
+            container_disk_bytes: 10 << 30,
+            disk_check_interval_ms: 10_000,
+            work_retention_ms: 3_600_000,
+            log_retention_ms: 7 * 86_400_000,
+            disk_pressure_free_percent: 10,
+            disk_pressure_clear_percent: 15,
+            launch_failures_threshold: 3,
+            launch_failures_clear_ms: 300_000,
         }
     }
 }
@@ -262,6 +304,38 @@ impl AgentConfig {
         }
         if let Err(message) = self.isolation.validate() {
             return bad("isolation", message);
+        }
+        if !(100..=3_600_000).contains(&self.disk_check_interval_ms) {
+            return bad(
+                "disk_check_interval_ms",
+                format!("{} is not in 100..=3600000", self.disk_check_interval_ms),
+            );
+        }
+        if self.log_retention_ms < self.work_retention_ms {
+            return bad(
+                "log_retention_ms",
+                format!(
+                    "{} is shorter than work_retention_ms ({}): logs outlive the work directory",
+                    self.log_retention_ms, self.work_retention_ms
+                ),
+            );
+        }
+        if self.disk_pressure_free_percent > 99 {
+            return bad(
+                "disk_pressure_free_percent",
+                format!("{} is not in 0..=99", self.disk_pressure_free_percent),
+            );
+        }
+        if self.disk_pressure_free_percent > 0
+            && !(self.disk_pressure_free_percent..=100).contains(&self.disk_pressure_clear_percent)
+        {
+            return bad(
+                "disk_pressure_clear_percent",
+                format!(
+                    "{} is not in {}..=100 (at least disk_pressure_free_percent)",
+                    self.disk_pressure_clear_percent, self.disk_pressure_free_percent
+                ),
+            );
         }
         if !self.work_root.is_absolute() {
             return bad("work_root", format!("{} must be an absolute path", self.work_root.display()));
@@ -415,6 +489,14 @@ mod tests {
             ("rack = \"r\\u200B1\"\n", "U+200B (ZERO WIDTH SPACE)"),
             ("labels = { \"k\\u2066\" = \"x\" }\n", "U+2066 (LEFT-TO-RIGHT ISOLATE)"),
             ("labels = { gpu = \"a\\uFEFF\" }\n", "U+FEFF (ZERO WIDTH NO-BREAK SPACE)"),
+            ("disk_check_interval_ms = 10\n", "disk_check_interval_ms"),
+            ("work_retention_ms = 10\nlog_retention_ms = 5\n", "outlive the work directory"),
+            ("disk_pressure_free_percent = 100\n", "disk_pressure_free_percent"),
+            (
+                "disk_pressure_free_percent = 20\ndisk_pressure_clear_percent = 10\n",
+                "at least disk_pressure_free_percent",
+            ),
+            ("container_disk_bytes = -1\n", "container_disk_bytes"),
         ] {
             std::fs::write(&p, text).expect("write");
             let err = AgentConfig::from_file(&p).expect_err(text).to_string();

@@ -4,6 +4,7 @@
 //! them again, and their supervisors record exits that happen meanwhile.
 
 use crate::client::{AgentEvent, Client, ClientOptions, Command, LiveContainer, LiveState, Snapshot};
+use crate::conditions::{Conditions, Thresholds};
 use crate::config::AgentConfig;
 use crate::executor::{ExecError, Executor, ExecutorSettings, ExitNotice, KillReason, LogStream};
 use crate::fencing::{ContactClock, Fence};
@@ -119,7 +120,20 @@ pub async fn run_with(
 
     let (events, events_rx) = mpsc::channel::<AgentEvent>(1024);
     let (commands_tx, mut commands) = mpsc::channel::<Command>(256);
-    let launcher = Launcher::new(executor.clone(), events.clone(), metrics.clone(), config.launch_slots());
+    // Node conditions, and the disk round that measures allowances, pressure and cleans up.
+    let conditions = Arc::new(Conditions::new(Thresholds::from_config(&config)));
+    let disk_wake = Arc::new(tokio::sync::Notify::new());
+    let housekeeping =
+        Arc::new(crate::housekeeping::Housekeeping::new(&config, executor.clone(), conditions.clone()));
+    let housekeeping_task = tokio::spawn(crate::housekeeping::run(
+        housekeeping,
+        Duration::from_millis(config.disk_check_interval_ms),
+        disk_wake.clone(),
+        |_| {},
+        stopped(stop_rx.clone()),
+    ));
+    let launcher = Launcher::new(executor.clone(), events.clone(), metrics.clone(), config.launch_slots())
+        .with_conditions(conditions.clone(), disk_wake.clone());
 
     // Every (re)connect registers a full snapshot: the node and the live containers (the client
     // adds the exits the scheduler has not acknowledged). A container the Register leaves out is
@@ -133,6 +147,7 @@ pub async fn run_with(
         let report = report.clone();
         let executor = executor.clone();
         let launcher = launcher.clone();
+        let conditions = conditions.clone();
         move || {
             let mut containers: BTreeMap<ContainerKey, LiveContainer> = launcher
                 .in_flight()
@@ -150,6 +165,7 @@ pub async fn run_with(
             Snapshot {
                 node: report.lock().map(|r| r.clone()).unwrap_or_else(|p| p.into_inner().clone()),
                 containers: containers.into_values().collect(),
+                conditions: conditions.current(now_ms()),
             }
         }
     };
@@ -202,6 +218,7 @@ pub async fn run_with(
                             host: sample.report.usage,
                             containers: sample.report.containers.clone(),
                             gpus: sample.report.gpus.clone(),
+                            conditions: conditions.current(now_ms()),
                         };
                         if let Ok(mut r) = report.lock() {
                             *r = sample.report;
@@ -259,6 +276,7 @@ pub async fn run_with(
     let _ = stop_tx.send(true);
     let _ = client_task.await;
     let _ = metrics_task.await;
+    let _ = housekeeping_task.await;
     // Exits from here on are found by scanning (the watchers stop with the runtime).
     executor.unwatch_all();
     if options.kill_containers_on_exit {
@@ -400,6 +418,9 @@ struct Launcher {
     slots: Arc<Semaphore>,
     /// Launches accepted and not finished, by container.
     in_flight: Arc<Mutex<HashMap<ContainerKey, InFlight>>>,
+    /// Where launch outcomes count towards `LaunchFailures`, and the disk round to wake when
+    /// one fails for the node's reasons.
+    conditions: Option<(Arc<Conditions>, Arc<tokio::sync::Notify>)>,
 }
 
 impl Launcher {
@@ -415,7 +436,13 @@ impl Launcher {
             metrics,
             slots: Arc::new(Semaphore::new(slots.max(1))),
             in_flight: Arc::default(),
+            conditions: None,
         }
+    }
+
+    fn with_conditions(mut self, conditions: Arc<Conditions>, disk_wake: Arc<tokio::sync::Notify>) -> Self {
+        self.conditions = Some((conditions, disk_wake));
+        self
     }
 
     fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<ContainerKey, InFlight>> {
@@ -462,6 +489,17 @@ impl Launcher {
         };
         // The executor tracks it now (or it failed), so a later kill finds it there.
         let kill = self.in_flight().remove(&id).and_then(|launch| launch.kill);
+        if let Some((conditions, disk_wake)) = &self.conditions {
+            match &launched {
+                Ok(_) => conditions.launch_succeeded(),
+                // A request's own mistake (unknown user, bad path) says nothing of the node.
+                Err(ExecError::Spec(_)) => {}
+                Err(e) => {
+                    conditions.launch_failed(&e.to_string(), now_ms());
+                    disk_wake.notify_one();
+                }
+            }
+        }
         let notice = match launched {
             Ok((_, notice)) => notice,
             Err(e) => {
@@ -515,7 +553,10 @@ async fn report_exit(events: &mpsc::Sender<AgentEvent>, metrics: &AgentMetrics, 
         code = exit.reason.exit_code(),
         "container ended"
     );
-    if matches!(exit.reason, ExitReason::KilledByRequest | ExitReason::MemoryLimit | ExitReason::Fenced) {
+    if matches!(
+        exit.reason,
+        ExitReason::KilledByRequest | ExitReason::MemoryLimit | ExitReason::Fenced | ExitReason::DiskLimit
+    ) {
         metrics.record_kill(exit.reason);
     }
     // Exits are never dropped: the client keeps them until the scheduler acknowledges them.

@@ -29,7 +29,9 @@
 
 use crate::cgroup::{CgroupError, CgroupUsage, ContainerCgroup, Layout, Limits};
 use crate::config::AgentConfig;
-use crate::model::{ContainerExit, ContainerKey, ContainerUsage, ExitReason, LaunchSpec, MemorySeen};
+use crate::model::{
+    ContainerExit, ContainerKey, ContainerUsage, DiskSeen, ExitReason, LaunchSpec, MemorySeen,
+};
 use crate::procfs::{ProcStat, descendants, live_start_time, tree_usage};
 use crate::shim::{
     self, DEFAULT_PATH, EXIT_FILE, ExitRecord, ExitStatus, LAUNCH_ERROR_FILE, PID_FILE, PidRecord,
@@ -55,6 +57,8 @@ pub const KILL_REASON_FILE: &str = "kill-reason";
 /// What the monitor saw when it killed a container for memory ([`MemorySeen`] as JSON); the
 /// first writer wins, like [`KILL_REASON_FILE`].
 pub const MEMORY_SEEN_FILE: &str = "memory-seen.json";
+/// What the disk round saw when it killed a container for disk ([`DiskSeen`] as JSON).
+pub const DISK_SEEN_FILE: &str = "disk-seen.json";
 /// Written once the container's exit has been reported; adoption skips such directories.
 pub const REPORTED_FILE: &str = "reported";
 /// Largest argv plus environment accepted, bytes (the kernel's own limit is near 2 MiB).
@@ -115,6 +119,8 @@ pub struct ExecutorSettings {
     pub shim_program: PathBuf,
     /// Whether to use cgroups.
     pub cgroups: CgroupMode,
+    /// Disk allowance of a container whose launch names none, bytes; 0 = unlimited.
+    pub default_disk_bytes: u64,
 }
 
 impl ExecutorSettings {
@@ -134,6 +140,7 @@ impl ExecutorSettings {
             gpu_count,
             shim_program,
             cgroups: CgroupMode::Auto,
+            default_disk_bytes: cfg.container_disk_bytes,
         }
     }
 }
@@ -388,6 +395,8 @@ pub enum KillReason {
     MemoryLimit,
     /// The agent fenced itself: no word from the scheduler for its fencing timeout.
     Fenced,
+    /// The disk round found its files over its disk allowance.
+    DiskLimit,
 }
 
 impl KillReason {
@@ -397,6 +406,7 @@ impl KillReason {
             KillReason::Request => "request",
             KillReason::MemoryLimit => "memory-limit",
             KillReason::Fenced => "fenced",
+            KillReason::DiskLimit => "disk-limit",
         }
     }
 
@@ -405,6 +415,7 @@ impl KillReason {
             "request" => Some(KillReason::Request),
             "memory-limit" => Some(KillReason::MemoryLimit),
             "fenced" => Some(KillReason::Fenced),
+            "disk-limit" => Some(KillReason::DiskLimit),
             _ => None,
         }
     }
@@ -418,6 +429,7 @@ pub fn classify_exit(status: ExitStatus, kill: Option<KillReason>, oom_kills: u6
         (Some(KillReason::Request), _) => ExitReason::KilledByRequest,
         (Some(KillReason::MemoryLimit), _) => ExitReason::MemoryLimit,
         (Some(KillReason::Fenced), _) => ExitReason::Fenced,
+        (Some(KillReason::DiskLimit), _) => ExitReason::DiskLimit,
         (None, ExitStatus::Exited { code: 0 }) => ExitReason::Exited { code: 0 },
         (None, _) if oom_kills > 0 => ExitReason::MemoryLimit,
         (None, ExitStatus::Exited { code }) => ExitReason::Exited { code },
@@ -486,6 +498,9 @@ struct Tracked {
     started_at_ms: u64,
     cgroup: Option<ContainerCgroup>,
     memory_limit: u64,
+    /// Its user and disk allowance (0 = unlimited), for the disk round.
+    uid: u32,
+    disk_limit: u64,
     shim: ProcRef,
     cmd: ProcRef,
     /// The shim, when this executor started it (so it must reap it).
@@ -682,6 +697,7 @@ impl Executor {
             no_new_privileges: !self.settings.allow_privilege_escalation,
             drop_bounding_set: !self.settings.allow_privilege_escalation && privileged,
             gpus: spec.gpus.clone(),
+            disk_bytes: if spec.disk_bytes == 0 { self.settings.default_disk_bytes } else { spec.disk_bytes },
         })
     }
 
@@ -752,6 +768,7 @@ impl Executor {
     /// [`Executor::collect_exit`] instead of scanning.
     pub fn launch_watched(&self, spec: &LaunchSpec) -> Result<(ContainerHandle, ExitNotice), ExecError> {
         let shim_spec = self.validate(spec)?;
+        let (uid, disk_limit) = (shim_spec.uid, shim_spec.disk_bytes);
         let id = spec.key();
         {
             let mut inner = self.lock();
@@ -789,6 +806,8 @@ impl Executor {
                 control: control.clone(),
                 cgroup: cgroup.clone(),
                 memory_limit: spec.memory_bytes,
+                uid,
+                disk_limit,
                 shim: ProcRef { pid: rec.shim_pid, start_time: rec.shim_start_time },
                 cmd: ProcRef { pid: rec.pid, start_time: rec.start_time },
                 child: Some(child),
@@ -851,6 +870,8 @@ impl Executor {
         }
         spec.cgroup = cgroup.cloned();
         shim::write_json(&control.join(SPEC_FILE), &spec)?;
+        // Room to record the container's end should it fill the disk (see `crate::disk`).
+        crate::disk::create_reserve(control).map_err(io_err("reserve space in", control))?;
 
         let log_path = control.join(SHIM_LOG_FILE);
         let log = std::fs::OpenOptions::new()
@@ -885,6 +906,11 @@ impl Executor {
         let pid_path = control.join(PID_FILE);
         match wait_for_notice(&notice, LAUNCH_DEADLINE) {
             Notice::Running | Notice::Ended => {}
+            Notice::SetupFailed(message) => {
+                // The shim says why itself (on a full disk, no file could hold it); it exits.
+                let _ = child.wait();
+                return Err(ExecError::Start { id, message });
+            }
             Notice::Failed(e) => {
                 abort_shim(&mut child);
                 return Err(ExecError::Io { what: "wait for", path: program.clone(), source: e });
@@ -1013,13 +1039,19 @@ impl Executor {
             return Ok(());
         }
         let path = control.join(KILL_REASON_FILE);
-        match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
-            Ok(mut f) => {
-                f.write_all(reason.as_str().as_bytes()).map_err(io_err("write", &path))?;
-                f.sync_all().map_err(io_err("sync", &path))
+        let write = || -> io::Result<()> {
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
+            let written = f.write_all(reason.as_str().as_bytes()).and_then(|()| f.sync_all());
+            if written.is_err() {
+                // An empty reason would stand for none: try again from scratch (the reserve).
+                let _ = std::fs::remove_file(&path);
             }
+            written
+        };
+        match crate::disk::with_reserve(control, write) {
+            Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-            Err(e) => Err(ExecError::Io { what: "create", path, source: e }),
+            Err(e) => Err(ExecError::Io { what: "write", path, source: e }),
         }
     }
 
@@ -1060,6 +1092,36 @@ impl Executor {
             shim::write_json(&path, &seen)?;
         }
         self.signal(id, Some(KillReason::MemoryLimit), Signal::SIGKILL)
+    }
+
+    /// Kills a container whose files hold more than its disk allowance; its exit is reported as
+    /// [`ExitReason::DiskLimit`] with `seen`. Returns once SIGKILL is sent.
+    pub fn kill_for_disk(&self, id: ContainerKey, seen: DiskSeen) -> Result<(), ExecError> {
+        let control =
+            self.lock().containers.get(&id).map(|t| t.control.clone()).ok_or(ExecError::Unknown(id))?;
+        let path = control.join(DISK_SEEN_FILE);
+        if !path.exists() {
+            crate::disk::with_reserve(&control, || shim::write_json(&path, &seen))?;
+        }
+        self.signal(id, Some(KillReason::DiskLimit), Signal::SIGKILL)
+    }
+
+    /// The running containers with a disk allowance: key, control directory, user and
+    /// allowance, for the disk round.
+    pub fn disk_limited(&self) -> Vec<(ContainerKey, PathBuf, u32, u64)> {
+        let inner = self.lock();
+        inner
+            .containers
+            .iter()
+            .filter(|(_, t)| !t.ended && t.disk_limit > 0)
+            .map(|(&key, t)| (key, t.control.clone(), t.uid, t.disk_limit))
+            .collect()
+    }
+
+    /// Whether the executor runs or launches this container: its files must stay.
+    pub fn is_live(&self, id: ContainerKey) -> bool {
+        let inner = self.lock();
+        inner.launching.contains(&id) || inner.containers.get(&id).is_some_and(|t| !t.ended)
     }
 
     fn signal(&self, id: ContainerKey, reason: Option<KillReason>, signal: Signal) -> Result<(), ExecError> {
@@ -1246,6 +1308,8 @@ impl Executor {
                 control: control.clone(),
                 cgroup: cgroup.clone(),
                 memory_limit: spec.as_ref().map_or(0, |s| s.limits.memory_bytes),
+                uid: spec.as_ref().map_or(0, |s| s.uid),
+                disk_limit: spec.as_ref().map_or(0, |s| s.disk_bytes),
                 shim: pid.map_or(ProcRef { pid: 0, start_time: 0 }, |r| ProcRef {
                     pid: r.shim_pid,
                     start_time: r.shim_start_time,
@@ -1378,9 +1442,16 @@ impl Executor {
                 _ => Err(refused(format!("path {} is not a plain relative path", relative.display()))),
             })
             .collect::<Result<_, _>>()?;
-        let Some((file_name, dirs)) = parts.split_last() else {
+        let Some((mut file_name, mut dirs)) = parts.split_last() else {
             return Err(refused("path is empty".into()));
         };
+        // Once its files are cleaned up, an ended container's logs are in `logs/` (see
+        // `crate::cleanup`), named by stream (one file when both streams shared one).
+        let mut first = std::ffi::OsStr::new(WORK_DIR);
+        let kept = crate::cleanup::kept_log_name(spec.as_ref(), stream);
+        if std::fs::symlink_metadata(control.join(crate::cleanup::LOGS_DIR).join(kept)).is_ok() {
+            (first, file_name, dirs) = (std::ffi::OsStr::new(crate::cleanup::LOGS_DIR), &kept, &[]);
+        }
 
         let dir_flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let mut dir = match nix::fcntl::open(&control, dir_flags, Mode::empty()) {
@@ -1392,7 +1463,7 @@ impl Executor {
         };
         // `work/` itself belongs to the container's user but sits in the root-owned control
         // directory, so it cannot be swapped; it is checked like the rest all the same.
-        for part in std::iter::once(std::ffi::OsStr::new(WORK_DIR)).chain(dirs.iter().copied()) {
+        for part in std::iter::once(first).chain(dirs.iter().copied()) {
             dir = match openat(&dir, part, dir_flags, Mode::empty()) {
                 Ok(fd) => fd,
                 Err(nix::errno::Errno::ENOENT) => return Err(LogError::NoFile { id, stream }),
@@ -1460,7 +1531,9 @@ fn recorded_exit(
     let oom = cgroup.and_then(|cg| cg.oom_kills().ok()).unwrap_or(0).max(rec.oom_kills);
     let reason = classify_exit(rec.status, kill, oom);
     let memory = (reason == ExitReason::MemoryLimit).then(|| memory_at_exit(control, cgroup, limit));
-    ContainerExit { memory, ..ContainerExit::new(id, reason, rec.finished_at_ms) }
+    let disk = (reason == ExitReason::DiskLimit)
+        .then(|| shim::read_json::<DiskSeen>(&control.join(DISK_SEEN_FILE)).unwrap_or_default());
+    ContainerExit { memory, disk, ..ContainerExit::new(id, reason, rec.finished_at_ms) }
 }
 
 /// What a container ended for its memory limit was seen using: the monitor's measurement when
@@ -1536,6 +1609,8 @@ enum Notice {
     Running,
     /// End of file before that: the shim exited.
     Ended,
+    /// The shim could not set the container up, and said why.
+    SetupFailed(String),
     TimedOut,
     Failed(io::Error),
 }
@@ -1556,9 +1631,16 @@ fn wait_for_notice(pipe: &OwnedFd, limit: Duration) -> Notice {
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Notice::Failed(e.into()),
         }
+        // "R" alone, or "E" and the reason in one write (see `shim::NotifyFd`).
         let mut byte = [0u8; 1];
         return match nix::unistd::read(pipe, &mut byte) {
             Ok(0) => Notice::Ended,
+            Ok(_) if byte[0] == shim::NOTIFY_FAILED => {
+                // Written at once with its first byte: already in the pipe.
+                let mut reason = [0u8; libc::PIPE_BUF];
+                let n = nix::unistd::read(pipe, &mut reason).unwrap_or(0);
+                Notice::SetupFailed(String::from_utf8_lossy(&reason[..n]).trim().to_owned())
+            }
             Ok(_) => Notice::Running,
             Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => continue,
             Err(e) => Notice::Failed(e.into()),

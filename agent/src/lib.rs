@@ -12,11 +12,15 @@
 //! of `/proc` process tables.
 
 pub mod cgroup;
+pub mod cleanup;
 pub mod client;
+pub mod conditions;
 pub mod config;
 pub mod daemon;
+pub mod disk;
 pub mod executor;
 pub mod fencing;
+pub mod housekeeping;
 pub mod instance;
 pub mod isolation;
 pub mod lease;

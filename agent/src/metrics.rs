@@ -259,7 +259,9 @@ impl AgentMetrics {
             env!("CARGO_PKG_VERSION"),
         );
 
-        for reason in [ExitReason::KilledByRequest, ExitReason::MemoryLimit, ExitReason::Fenced] {
+        for reason in
+            [ExitReason::KilledByRequest, ExitReason::MemoryLimit, ExitReason::Fenced, ExitReason::DiskLimit]
+        {
             let _ = m.kills.get_or_create(&ReasonLabels { reason: reason.name().into() });
         }
         m.set_container_states(&[("running", 0)]);

@@ -116,6 +116,10 @@ pub struct LaunchSpec {
     pub stdout: Option<String>,
     /// stderr file relative to the container directory (default `stderr`).
     pub stderr: Option<String>,
+    /// Disk allowance in bytes (what its files may hold); 0 = the node's default
+    /// (`container_disk_bytes`).
+    #[serde(default)]
+    pub disk_bytes: u64,
 }
 
 impl LaunchSpec {
@@ -151,11 +155,13 @@ pub enum ExitReason {
     /// fencing timeout: the scheduler has declared (or is about to declare) the node lost and
     /// reruns the work elsewhere, so this copy must not keep running beside the new one.
     Fenced,
+    /// Killed by the agent because its files held more than its disk allowance.
+    DiskLimit,
 }
 
 impl ExitReason {
     /// A short kebab-case name (`exited`, `signaled`, `killed-by-request`, `memory-limit`, `lost`,
-    /// `fenced`), used in metrics labels and logs.
+    /// `fenced`, `disk-limit`), used in metrics labels and logs.
     pub fn name(&self) -> &'static str {
         match self {
             ExitReason::Exited { .. } => "exited",
@@ -164,6 +170,7 @@ impl ExitReason {
             ExitReason::MemoryLimit => "memory-limit",
             ExitReason::Lost => "lost",
             ExitReason::Fenced => "fenced",
+            ExitReason::DiskLimit => "disk-limit",
         }
     }
 
@@ -172,7 +179,10 @@ impl ExitReason {
         match *self {
             ExitReason::Exited { code } => code,
             ExitReason::Signaled { signal } => 128 + signal,
-            ExitReason::KilledByRequest | ExitReason::MemoryLimit | ExitReason::Fenced => 137,
+            ExitReason::KilledByRequest
+            | ExitReason::MemoryLimit
+            | ExitReason::Fenced
+            | ExitReason::DiskLimit => 137,
             ExitReason::Lost => -1,
         }
     }
@@ -195,6 +205,18 @@ pub struct ContainerExit {
     /// is told how far over it went (as YARN's "1.1 GB of 1 GB physical memory used").
     #[serde(default)]
     pub memory: Option<MemorySeen>,
+    /// For [`ExitReason::DiskLimit`]: the disk it was seen using and its allowance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskSeen>,
+}
+
+/// The disk a container was killed for: what its files held when measured, and its allowance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DiskSeen {
+    /// Bytes its files held (allocated blocks) when the agent measured them.
+    pub used_bytes: u64,
+    /// Its allowance, bytes.
+    pub limit_bytes: u64,
 }
 
 /// The memory a container ended for: what it was seen using, and its limit.
@@ -210,7 +232,14 @@ pub struct MemorySeen {
 impl ContainerExit {
     /// An exit of container `key` with nothing known beyond its reason and time.
     pub fn new(key: ContainerKey, reason: ExitReason, finished_at_ms: u64) -> ContainerExit {
-        ContainerExit { container_id: key.id, cluster: key.cluster, reason, finished_at_ms, memory: None }
+        ContainerExit {
+            container_id: key.id,
+            cluster: key.cluster,
+            reason,
+            finished_at_ms,
+            memory: None,
+            disk: None,
+        }
     }
 
     /// The container that ended.

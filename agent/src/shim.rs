@@ -119,6 +119,10 @@ pub struct ShimSpec {
     pub drop_bounding_set: bool,
     /// GPU indexes handed over (already in the environment; kept for the record).
     pub gpus: Vec<u32>,
+    /// Disk allowance, bytes (the agent measures and enforces it; 0 = unlimited). Absent in
+    /// specs written before disk allowances: unlimited.
+    #[serde(default)]
+    pub disk_bytes: u64,
 }
 
 impl ShimSpec {
@@ -263,10 +267,14 @@ pub fn now_ms() -> u64 {
 /// Entry point of `gantry-agent shim <dir>`; returns the process exit status. Must be called
 /// before the process starts any thread (it forks).
 pub fn run_shim(dir: &Path, notify: Option<NotifyFd>) -> i32 {
-    match supervise(dir, notify) {
+    match supervise(dir, notify.as_ref()) {
         Ok(()) => 0,
         Err(Failure::Setup(e)) => {
             eprintln!("gantry-shim: {e}");
+            // The pipe first: on a full disk neither file below can hold the reason.
+            if let Some(n) = &notify {
+                n.failed(&e.to_string());
+            }
             if let Err(w) = write_atomic(&dir.join(LAUNCH_ERROR_FILE), e.to_string().as_bytes()) {
                 eprintln!("gantry-shim: cannot record the launch error: {w}");
             }
@@ -291,6 +299,9 @@ extern "C" fn ignore_signal(_: libc::c_int) {}
 
 /// The byte a shim writes to its notify pipe once the command runs and its pid is recorded.
 pub const NOTIFY_RUNNING: u8 = b'R';
+/// The byte a shim writes to its notify pipe, followed by the reason as text, when the
+/// container could not be set up (nothing runs).
+pub const NOTIFY_FAILED: u8 = b'E';
 
 /// The argument that tells a shim its standard input is the agent's notification pipe.
 pub const NOTIFY_ON_STDIN: &str = "--notify-on-stdin";
@@ -316,9 +327,17 @@ impl NotifyFd {
         // A gone agent (EPIPE; Rust's runtime ignores SIGPIPE) is fine: the files say the same.
         let _ = nix::unistd::write(&self.0, &[NOTIFY_RUNNING]);
     }
+
+    /// Tells the agent why the container could not be set up: one write, within the pipe's
+    /// atomic size, so the agent reads it whole.
+    fn failed(&self, reason: &str) {
+        let mut message = vec![NOTIFY_FAILED];
+        message.extend(reason.bytes().take(libc::PIPE_BUF - 1));
+        let _ = nix::unistd::write(&self.0, &message);
+    }
 }
 
-fn supervise(dir: &Path, notify: Option<NotifyFd>) -> Result<(), Failure> {
+fn supervise(dir: &Path, notify: Option<&NotifyFd>) -> Result<(), Failure> {
     // A session of its own, so that signals meant for the agent's terminal or process group
     // (Ctrl-C on `gantry dev`) never reach the container. Fails only if it leads one already.
     let _ = nix::unistd::setsid();
@@ -385,7 +404,7 @@ fn supervise(dir: &Path, notify: Option<NotifyFd>) -> Result<(), Failure> {
         clean_up(&spec, me);
         return Err(Failure::Setup(e));
     }
-    if let Some(n) = &notify {
+    if let Some(n) = notify {
         n.running();
     }
 
@@ -394,8 +413,10 @@ fn supervise(dir: &Path, notify: Option<NotifyFd>) -> Result<(), Failure> {
     clean_up(&spec, me);
     crate::sandbox::remove_private_tmp(&spec);
     let oom_kills = spec.cgroup.as_ref().and_then(|cg| cg.oom_kills().ok()).unwrap_or(0);
-    write_json(&dir.join(EXIT_FILE), &ExitRecord { status, finished_at_ms, oom_kills })
-        .map_err(Failure::Running)
+    // A container that filled the disk still gets its end recorded: the control directory's
+    // reserve is given up for it.
+    let record = ExitRecord { status, finished_at_ms, oom_kills };
+    crate::disk::with_reserve(dir, || write_json(&dir.join(EXIT_FILE), &record)).map_err(Failure::Running)
 }
 
 fn thread_count() -> usize {
@@ -670,6 +691,7 @@ mod tests {
             no_new_privileges: false,
             drop_bounding_set: false,
             gpus: vec![],
+            disk_bytes: 0,
         };
         let p = Prepared::new(&spec).expect("prepared");
         let got: Vec<_> = p.program.iter().map(|c| c.to_string_lossy().into_owned()).collect();

@@ -147,7 +147,7 @@ impl Duties<'_> {
 /// (the first wins, as in the executor).
 fn mark_fenced(dir: &Path) {
     let path = dir.join(crate::executor::KILL_REASON_FILE);
-    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&path) {
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
         Ok(mut f) => {
             if let Err(e) = f.write_all(crate::executor::KillReason::Fenced.as_str().as_bytes()) {
                 eprintln!("gantry-shim: cannot record the kill reason in {}: {e}", path.display());

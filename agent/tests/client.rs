@@ -75,6 +75,7 @@ impl Agent {
         let client = Client::new(options, move || Snapshot {
             node: node(),
             containers: snapshot_live.lock().expect("live list").clone(),
+            conditions: Vec::new(),
         })
         .on_heartbeat_latency(move |d| {
             let _ = latency_tx.send(d);
@@ -140,6 +141,7 @@ fn good_launch(container_id: u64) -> v1::Launch {
         cluster_id: String::new(),
         submitter: "alice".into(),
         max_pids: 64,
+        disk_bytes: 5 << 20,
     }
 }
 
@@ -203,6 +205,7 @@ async fn registers_first_then_relays_commands_and_events_both_ways() {
         gpus: vec![0],
         stdout: None,
         stderr: Some("logs/err".into()),
+        disk_bytes: 5 << 20,
     };
     assert_eq!(agent.command().await, Command::Launch(want.clone()));
     // The same id under a cluster id is another container.
@@ -248,6 +251,11 @@ async fn registers_first_then_relays_commands_and_events_both_ways() {
             containers: vec![7],
             ..node().gpus[0].clone()
         }],
+        conditions: vec![gantry_agent::conditions::NodeCondition {
+            kind: gantry_agent::conditions::DISK_PRESSURE,
+            reason: "full".into(),
+            since_ms: 9,
+        }],
     };
     agent.send(AgentEvent::Status(report.clone())).await;
     agent.send(AgentEvent::Status(report)).await;
@@ -266,6 +274,10 @@ async fn registers_first_then_relays_commands_and_events_both_ways() {
             utilization_percent: 42,
             container_ids: vec![7]
         }]
+    );
+    assert_eq!(
+        st.conditions,
+        vec![v1::NodeCondition { r#type: "DiskPressure".into(), reason: "full".into(), since_ms: 9 }]
     );
     let Up::Status(st) = s.recv().await else { panic!("expected Status") };
     assert_eq!(st.seq, 2);

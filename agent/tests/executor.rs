@@ -5,7 +5,9 @@
 
 use gantry_agent::cgroup::{ContainerCgroup, Layout};
 use gantry_agent::executor::{CgroupMode, ExecError, Executor, ExecutorSettings, SpecError};
-use gantry_agent::model::{ClusterId, ContainerExit, ContainerKey, ExitReason, LaunchSpec, MemorySeen};
+use gantry_agent::model::{
+    ClusterId, ContainerExit, ContainerKey, DiskSeen, ExitReason, LaunchSpec, MemorySeen,
+};
 use gantry_agent::procfs::{ProcStat, live_start_time};
 use gantry_agent::shim::now_ms;
 use std::collections::HashMap;
@@ -46,6 +48,7 @@ impl Env {
             gpu_count,
             shim_program: PathBuf::from(env!("CARGO_BIN_EXE_gantry-agent")),
             cgroups,
+            default_disk_bytes: 0,
         };
         Env { _root: root, settings }
     }
@@ -294,6 +297,41 @@ fn the_monitor_can_kill_for_memory() {
     assert_eq!(exit.reason, ExitReason::MemoryLimit);
     assert_eq!(exit.reason.exit_code(), 137);
     assert_eq!(exit.memory, Some(MemorySeen { used_bytes: 70 << 20, limit_bytes: 64 << 20 }));
+}
+
+#[test]
+fn the_disk_round_can_kill_for_disk_and_the_exit_says_how_much() {
+    let env = Env::new("diskkill", CgroupMode::Auto, 0);
+    let exec = env.executor();
+    let mut s = spec(1, &["sleep", "60"]);
+    s.disk_bytes = 8 << 20;
+    exec.launch(&s).expect("launch");
+    let limited = exec.disk_limited();
+    assert_eq!(limited.len(), 1);
+    assert_eq!((limited[0].0, limited[0].3), (k(1), 8 << 20), "the launch's allowance");
+    let seen = DiskSeen { used_bytes: 9 << 20, limit_bytes: 8 << 20 };
+    exec.kill_for_disk(k(1), seen).expect("kill for disk");
+    let exit = wait_exit(&exec, k(1));
+    assert_eq!((exit.reason, exit.reason.exit_code()), (ExitReason::DiskLimit, 137));
+    assert_eq!(exit.disk, Some(seen));
+    assert!(exec.disk_limited().is_empty(), "an ended container is not measured");
+}
+
+#[test]
+fn logs_still_read_once_an_ended_containers_files_are_cleaned_up() {
+    use gantry_agent::executor::LogStream;
+    let env = Env::new("cleanlogs", CgroupMode::Auto, 0);
+    let exec = env.executor();
+    let mut s = spec(1, &["sh", "-c", "echo out; echo err >&2; echo data > data"]);
+    s.stdout = Some("logs/o".into());
+    exec.launch(&s).expect("launch");
+    wait_exit(&exec, k(1));
+    exec.forget(k(1)).expect("forget");
+    let control = exec.control_dir(k(1));
+    gantry_agent::cleanup::remove_files(&control).expect("clean up");
+    assert!(!control.join("work").exists(), "its files are gone");
+    assert_eq!(exec.read_log(k(1), LogStream::Stdout, None).expect("stdout").data, b"out\n");
+    assert_eq!(exec.read_log(k(1), LogStream::Stderr, Some(2)).expect("stderr").data, b"r\n");
 }
 
 #[test]

@@ -43,6 +43,7 @@ impl Node {
             kill_grace: Duration::from_secs(2),
             cgroup_name: format!("gantry-test-{}-iso-{tag}", std::process::id()),
             gpu_count: 0,
+            default_disk_bytes: 0,
             shim_program: PathBuf::from(env!("CARGO_BIN_EXE_gantry-agent")),
             cgroups: CgroupMode::Auto,
         };

@@ -201,6 +201,10 @@ pub struct SubmitArgs {
     /// Memory per container: `512M`, `2G`, `1.5GiB` (binary units; a bare number is MiB).
     #[arg(long, default_value = "512M", value_parser = parse_memory, value_name = "SIZE")]
     pub mem: u64,
+    /// Disk allowance per container: what its files may hold before its agent kills it
+    /// (`10G`, `500M`; a bare number is MiB) [default: the node's].
+    #[arg(long, value_parser = parse_memory, value_name = "SIZE")]
+    pub disk: Option<u64>,
     /// GPUs per container.
     #[arg(long, default_value_t = 0)]
     pub gpus: u32,
@@ -276,6 +280,7 @@ impl SubmitArgs {
                 command: self.command.clone(),
                 env: self.env.iter().cloned().collect(),
                 max_pids: self.max_pids,
+                disk_bytes: self.disk,
             }],
         }
     }
@@ -426,6 +431,7 @@ fn flag_names(e: &ValidationError) -> String {
     let flag = match e.field.rsplit('.').next().unwrap_or(&e.field) {
         "cpuMillis" => "--cpu",
         "memoryBytes" => "--mem",
+        "diskBytes" => "--disk",
         "gpus" => "--gpus",
         "count" => "--count",
         "max-app-attempts" => "--max-attempts",
@@ -623,10 +629,13 @@ async fn nodes(a: ListArgs, out: &mut dyn Write) -> Result<(), CliError> {
                 format!("{}/{}", fmt_bytes(used.memory_bytes), fmt_bytes(total.memory_bytes)),
                 format!("{}/{}", used.gpus, total.gpus),
                 fmt_labels(&n.labels),
+                // Why it takes no new work: its agent's conditions (an operator's drain shows
+                // in STATE).
+                dash(&n.health_report),
             ]
         })
         .collect::<Vec<_>>();
-    let header = ["NODE", "RACK", "STATE", "CONTAINERS", "CPU", "MEM", "GPUS", "LABELS"];
+    let header = ["NODE", "RACK", "STATE", "CONTAINERS", "CPU", "MEM", "GPUS", "LABELS", "WHY"];
     out.write_all(table(&header, &rows).as_bytes())?;
     Ok(())
 }
@@ -754,6 +763,15 @@ async fn logs(a: LogsArgs, out: &mut dyn Write) -> Result<(), CliError> {
                 dash(&c.node_id),
                 c.state.as_str()
             )?;
+        }
+        // A container whose launch failed never ran and has no logs: say why instead (it read
+        // as an empty log with "exit 127" before).
+        if c.state == ContainerState::Failed && c.exit_code.is_none() {
+            if !headers {
+                return Err(CliError::Invalid(format!("no logs: {}", c.diagnostics)));
+            }
+            writeln!(out, "(no logs: {})", c.diagnostics)?;
+            continue;
         }
         let bytes = client.logs(c.id, file, a.tail).await?;
         out.write_all(&bytes)?;

@@ -747,6 +747,7 @@ async fn submit_load(
         priority: 0,
         max_app_attempts: 0,
         containers: vec![ContainerRequest {
+            disk_bytes: None,
             resource: ResourceRequest {
                 cpu_millis: args.container_cpu_millis,
                 memory_bytes: args.container_memory,
@@ -1073,6 +1074,7 @@ impl SimAgent {
                 })
                 .collect(),
             gpus: Vec::new(),
+            conditions: Vec::new(),
         }
     }
 }

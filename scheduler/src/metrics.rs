@@ -150,6 +150,13 @@ struct ReasonLabels {
     reason: &'static str,
 }
 
+/// Labels of `gantry_node_condition`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, EncodeLabelSet)]
+struct ConditionLabels {
+    node: String,
+    condition: String,
+}
+
 /// Labels of rejected decisions.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RejectLabels {
@@ -206,6 +213,7 @@ struct Series {
     nodes: HashSet<String>,
     nodes_idle: HashSet<String>,
     idle_nodes: HashSet<String>,
+    conditions: HashSet<ConditionLabels>,
     apps: HashSet<String>,
     containers: HashSet<String>,
 }
@@ -249,6 +257,7 @@ pub struct SchedulerMetrics {
     nodes: Family<StateLabels, IntGauge>,
     nodes_idle: Family<StateLabels, IntGauge>,
     node_idle_seconds: Family<NodeLabels, FloatGauge>,
+    node_conditions: Family<ConditionLabels, IntGauge>,
     apps: Family<StateLabels, IntGauge>,
     containers: Family<StateLabels, IntGauge>,
     agent_streams: IntGauge,
@@ -328,6 +337,7 @@ impl SchedulerMetrics {
             nodes: Family::default(),
             nodes_idle: Family::default(),
             node_idle_seconds: Family::default(),
+            node_conditions: Family::default(),
             apps: Family::default(),
             containers: Family::default(),
             agent_streams: IntGauge::default(),
@@ -484,6 +494,11 @@ impl SchedulerMetrics {
             m.node_idle_seconds.clone(),
         );
         r.register(
+            "gantry_node_condition",
+            "1 while a node's agent reports the condition (DiskPressure, LaunchFailures): the node takes no new work; no series otherwise",
+            m.node_conditions.clone(),
+        );
+        r.register(
             "gantry_apps",
             "Applications by state; ended states count those the scheduler still remembers",
             m.apps.clone(),
@@ -601,6 +616,23 @@ impl SchedulerMetrics {
     /// (`reason`: a [`crate::server::node_claim::Conflict`] label).
     pub fn count_registration_refused(&self, reason: &'static str) {
         self.registrations_refused.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// The conditions nodes report now, as (node, condition): each gets a series of 1, and
+    /// those no longer reported lose theirs.
+    pub fn set_node_conditions(&self, conditions: &[(String, String)]) {
+        let mut series = self.lock();
+        let now: HashSet<ConditionLabels> = conditions
+            .iter()
+            .map(|(node, condition)| ConditionLabels { node: node.clone(), condition: condition.clone() })
+            .collect();
+        for gone in series.conditions.difference(&now) {
+            self.node_conditions.remove(gone);
+        }
+        for labels in &now {
+            self.node_conditions.get_or_create(labels).set(1);
+        }
+        series.conditions = now;
     }
 
     // ----- what the engine knows, as plain values ------------------------------------------
@@ -982,6 +1014,26 @@ mod tests {
         sample(text, series).unwrap_or_else(|| panic!("no sample {series} in:\n{text}"))
     }
 
+    #[test]
+    fn node_conditions_have_a_series_while_they_hold() {
+        let m = SchedulerMetrics::new();
+        let disk = "gantry_node_condition{node=\"n1\",condition=\"DiskPressure\"}";
+        let launches = "gantry_node_condition{node=\"n2\",condition=\"LaunchFailures\"}";
+        m.set_node_conditions(&[
+            ("n1".into(), "DiskPressure".into()),
+            ("n2".into(), "LaunchFailures".into()),
+        ]);
+        let t = m.encode();
+        assert_eq!((value(&t, disk), value(&t, launches)), (1.0, 1.0));
+        m.set_node_conditions(&[("n2".into(), "LaunchFailures".into())]);
+        let t = m.encode();
+        assert_eq!(
+            (sample(&t, disk), sample(&t, launches)),
+            (None, Some(1.0)),
+            "a cleared condition has no series"
+        );
+    }
+
     /// `root.prod` (60 % guaranteed) and `root.dev` (40 %, at most 50 %).
     fn config() -> EngineConfig {
         EngineConfig {
@@ -1107,7 +1159,7 @@ mod tests {
     }
 
     /// Every family of the classic exposition, with its type.
-    const FAMILIES: [(&str, &str); 46] = [
+    const FAMILIES: [(&str, &str); 47] = [
         ("gantry_scheduler_pending_requests", "gauge"),
         ("gantry_scheduler_pending_containers", "gauge"),
         ("gantry_scheduler_allocations_total", "counter"),
@@ -1145,6 +1197,7 @@ mod tests {
         ("gantry_nodes", "gauge"),
         ("gantry_nodes_idle", "gauge"),
         ("gantry_node_idle_seconds", "gauge"),
+        ("gantry_node_condition", "gauge"),
         ("gantry_apps", "gauge"),
         ("gantry_containers", "gauge"),
         ("gantry_agent_streams", "gauge"),
@@ -1174,6 +1227,7 @@ mod tests {
         drop(engine);
         let metrics = Arc::into_inner(metrics).expect("the engine and its plugin are gone");
         metrics.set_agent_streams(2);
+        metrics.set_node_conditions(&[("n1".into(), "DiskPressure".into())]);
         metrics.record_submissions(3);
         metrics.observe_cycle(Duration::from_micros(300));
         metrics.observe_store_commit(Duration::from_millis(2), 3);

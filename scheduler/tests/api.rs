@@ -1662,9 +1662,9 @@ fn cli_nodes_and_queues_print_tables() {
     let s = blocking_server();
     let out = s.run(&["nodes"]).unwrap();
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines[0], "NODE    RACK  STATE    CONTAINERS  CPU    MEM      GPUS  LABELS");
-    assert_eq!(lines[1], "node-a  r1    RUNNING  1           1.5/4  2Gi/8Gi  0/1   zone=a");
-    assert_eq!(lines[2], "node-b  r2    LOST     0           0/2    0B/4Gi   0/0   -");
+    assert_eq!(lines[0], "NODE    RACK  STATE    CONTAINERS  CPU    MEM      GPUS  LABELS  WHY");
+    assert_eq!(lines[1], "node-a  r1    RUNNING  1           1.5/4  2Gi/8Gi  0/1   zone=a  -");
+    assert_eq!(lines[2], "node-b  r2    LOST     0           0/2    0B/4Gi   0/0   -       -");
 
     let out = s.run(&["queues"]).unwrap();
     let lines: Vec<&str> = out.lines().collect();

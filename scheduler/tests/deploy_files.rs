@@ -124,6 +124,7 @@ fn alerts_cover_the_brief_and_use_only_metrics_the_daemons_expose() {
         "GantryDrainedNodesIdle",
         "GantryPluginCallTimedOut",
         "GantryContainersFenced",
+        "GantryNodeCondition",
     ] {
         assert!(alerts.contains(&format!("- alert: {alert}\n")), "alerts.yml has no {alert}");
     }
@@ -171,6 +172,7 @@ fn alerts_cover_the_brief_and_use_only_metrics_the_daemons_expose() {
     scheduler.update_from_engine(&engine);
     scheduler.observe_hook("packing", "place", Duration::from_micros(20));
     scheduler.count_plugin_call_timeout("packing", "place");
+    scheduler.set_node_conditions(&[("n1".into(), "DiskPressure".into())]);
     let mut exposed = sample_names(&scheduler.encode());
     exposed.extend(sample_names(&AgentMetrics::new().encode()));
     for (file, text) in [("alerts.yml", alerts), ("alerts_test.yml", read("prometheus/alerts_test.yml"))] {

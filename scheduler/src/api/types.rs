@@ -53,6 +53,10 @@ pub const MAX_GPUS: u32 = 256;
 pub const MAX_ARGS_BYTES: usize = 1 << 20;
 /// Longest program name (`argv[0]`), bytes: the kernel's `PATH_MAX`.
 pub const MAX_PROGRAM_LEN: usize = 4096;
+/// Smallest disk allowance a container may ask for, bytes: its logs alone need some.
+pub const MIN_DISK_BYTES: u64 = 1 << 20;
+/// Largest disk allowance a container may ask for, bytes (1 PiB): anything above is a typo.
+pub const MAX_DISK_BYTES: u64 = 1 << 50;
 /// Largest `expectedMs` / `slowMs`: one year. Run-time estimates beyond it are mistakes.
 pub const MAX_EXPECTED_MS: u64 = 366 * 24 * 3600 * 1000;
 
@@ -696,6 +700,25 @@ pub struct NodeInfo {
     /// downscale signal, see `removable-nodes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_since: Option<u64>,
+    /// The conditions its agent reports (gantry, as kubelet's node conditions): while any
+    /// holds, the node is UNHEALTHY and takes no new work; `healthReport` says the same in
+    /// words.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<NodeConditionInfo>,
+}
+
+/// A condition of a node that keeps new work off it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeConditionInfo {
+    /// `DiskPressure` (its work filesystem is short of space or inodes) or `LaunchFailures`
+    /// (launches keep failing there).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Why, as its agent says it.
+    pub reason: String,
+    /// Since when, Unix ms (its agent's clock).
+    pub since: u64,
 }
 
 impl NodeInfo {
@@ -732,6 +755,7 @@ impl NodeInfo {
             gpus: Vec::new(),
             resource_utilization: None,
             idle_since: None,
+            conditions: Vec::new(),
         }
     }
 }
@@ -1185,6 +1209,12 @@ pub struct ContainerRequest {
     /// `[isolation] max_pids`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_pids: Option<u64>,
+    /// Disk allowance of each container, bytes: what its files (its directory, logs included)
+    /// may hold before its agent kills it (`disk-limit`), [`MIN_DISK_BYTES`]..=[`MAX_DISK_BYTES`];
+    /// absent = the node's `container_disk_bytes`. Not a scheduled resource: nodes do not
+    /// advertise disk, as YARN's do not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_bytes: Option<u64>,
 }
 
 /// The largest per-container process limit a submission may ask for (the kernel's `pid_max`
@@ -1333,6 +1363,14 @@ impl ContainerRequest {
             if v.contains('\0') {
                 return Err(invalid(f, "the value contains a NUL byte"));
             }
+        }
+        if let Some(disk) = self.disk_bytes.filter(|d| !(MIN_DISK_BYTES..=MAX_DISK_BYTES).contains(d)) {
+            return Err(invalid(
+                format!("{field}.diskBytes"),
+                format!(
+                    "{disk} bytes is outside {MIN_DISK_BYTES}..={MAX_DISK_BYTES} (1 MiB to 1 PiB); leave it out for the node's default"
+                ),
+            ));
         }
         let bytes = self.command.iter().map(|a| a.len() + 1).sum::<usize>()
             + self.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();

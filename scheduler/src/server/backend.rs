@@ -246,6 +246,22 @@ fn node_info(core: &Core, n: &GantryNode) -> NodeInfo {
         })
         .collect();
     if let Some(link) = core.agents().get(&name) {
+        info.conditions = link
+            .conditions
+            .iter()
+            .map(|c| NodeConditionInfo {
+                kind: c.r#type.clone(),
+                reason: c.reason.clone(),
+                since: c.since_ms,
+            })
+            .collect();
+        // YARN's health report: why the node takes no work, in words.
+        info.health_report = info
+            .conditions
+            .iter()
+            .map(|c| format!("{}: {}", c.kind, c.reason))
+            .collect::<Vec<_>>()
+            .join("; ");
         if let Some(status) = &link.last_status {
             if let Some(host) = &status.host {
                 info.resource_utilization = Some(NodeUtilization {
@@ -607,6 +623,7 @@ impl Backend for DaemonBackend {
                 account: account.clone(),
                 submitter: spec.user.clone(),
                 max_pids: c.max_pids,
+                disk_bytes: c.disk_bytes,
             })
             .collect();
         let id = self
@@ -759,13 +776,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        let template = LaunchTemplate {
-            argv: vec!["true".into()],
-            env: Vec::new(),
-            account: None,
-            submitter: String::new(),
-            max_pids: None,
-        };
+        let template = LaunchTemplate { argv: vec!["true".into()], ..LaunchTemplate::default() };
         handle.submit(spec, vec![template]).await.expect("core").expect("accepted");
         let container = match next_down(&mut rx).await {
             Down::Launch(l) => l.container_id,
@@ -827,6 +838,7 @@ mod tests {
         assert!(app.diagnostics.contains(&said), "{}", app.diagnostics);
         let c = app.containers.iter().find(|c| c.id == id).expect("the failed container is listed");
         assert_eq!((c.state, c.diagnostics.as_str()), (ContainerState::Failed, said.as_str()));
+        assert_eq!(c.exit_code, None, "it never ran: no exit status (it read 127, \"not found\")");
     }
 
     #[tokio::test]

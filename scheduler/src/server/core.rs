@@ -22,6 +22,8 @@
 //! lost; one whose caller gave up is dropped at the next liveness tick.
 
 pub use super::app_history::LaunchedContainer;
+mod conditions;
+
 use super::app_history::{AppHistory, EndedApp};
 use super::exit_words;
 use super::handed_out::{Caller, HandedOut};
@@ -62,6 +64,10 @@ pub struct LaunchTemplate {
     /// Most processes per container; `None`: the node's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_pids: Option<u64>,
+    /// The containers' disk allowance, bytes (`Launch.disk_bytes`); `None` = the node's
+    /// default. Absent in templates stored before disk allowances.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_bytes: Option<u64>,
 }
 
 /// Messages to the core.
@@ -483,6 +489,9 @@ pub struct AgentLink {
     /// Its instance id (`Register.instance_id`; empty from an older agent): who holds the name
     /// ([`super::node_claim`]).
     instance: String,
+    /// The conditions it reports now (`DiskPressure`, …): the node takes no new work while
+    /// there are any (see `conditions.rs`).
+    pub conditions: Vec<v1::NodeCondition>,
 }
 
 impl AgentLink {
@@ -727,7 +736,8 @@ impl Core {
         let state = self.engine.state().nodes()[idx.0 as usize].state;
         let wanted = match (drained, state) {
             (true, GANTRY_NODE_RUNNING | GANTRY_NODE_UNHEALTHY) => Some(NodeCondition::Draining),
-            (false, GANTRY_NODE_DRAINING) => Some(NodeCondition::Running),
+            // Back to what its agent's conditions say (RUNNING, or UNHEALTHY under pressure).
+            (false, GANTRY_NODE_DRAINING) => Some(self.undrained_state(node)),
             _ => None,
         };
         if let Some(condition) = wanted {
@@ -1361,6 +1371,7 @@ impl Core {
                         memory_bytes: i64::try_from(resources.memory_bytes).unwrap_or(i64::MAX),
                         gpus,
                         cluster_id: cluster.to_wire(),
+                        disk_bytes: t.disk_bytes.unwrap_or(0),
                         ..Default::default()
                     };
                     let placed_ms = now_ms();
@@ -1628,8 +1639,12 @@ impl Core {
                 last_status: None,
                 reports_cluster_ids: r.reports_cluster_ids,
                 instance: r.instance_id.clone(),
+                conditions: Vec::new(),
             },
         );
+        // The registration made the node RUNNING again (unless drained): what it reports now
+        // decides.
+        self.conditions_reported(&node, r.conditions.clone());
         // Reads sent down an earlier stream of this node are answered on that stream or never.
         self.fail_log_reads(&node, |s| s != stream);
         self.log_slots.entry(node.clone()).or_insert_with(|| Arc::new(Semaphore::new(LOG_READS_PER_NODE)));
@@ -1727,6 +1742,12 @@ impl Core {
 
     /// A container ended; `words` says how (after "container N "), for its diagnostics.
     fn exited(&mut self, node: &str, e: &v1::ContainerExited, words: String) {
+        self.record_exit(node, e, words, false);
+    }
+
+    /// [`Core::exited`]; `never_ran` for a launch its agent refused or could not start: a
+    /// failed attempt with no exit status (users saw "exit 127" and empty logs before).
+    fn record_exit(&mut self, node: &str, e: &v1::ContainerExited, words: String, never_ran: bool) {
         let ack =
             Down::AckExit(v1::AckExit { container_id: e.container_id, cluster_id: e.cluster_id.clone() });
         if !self.ours(node, &e.cluster_id, e.container_id) {
@@ -1742,17 +1763,20 @@ impl Core {
             v1::ExitReason::Exited if e.exit_code == 0 => (GANTRY_CONTAINER_COMPLETED, Some(0)),
             v1::ExitReason::Exited => (GANTRY_CONTAINER_FAILED, Some(e.exit_code)),
             v1::ExitReason::Signaled => (GANTRY_CONTAINER_FAILED, Some(128 + e.signal)),
-            v1::ExitReason::MemoryLimit => (GANTRY_CONTAINER_FAILED, Some(137)),
+            v1::ExitReason::MemoryLimit | v1::ExitReason::DiskLimit => (GANTRY_CONTAINER_FAILED, Some(137)),
             v1::ExitReason::KilledByRequest => (GANTRY_CONTAINER_KILLED, Some(137)),
             v1::ExitReason::Lost | v1::ExitReason::Unspecified => (GANTRY_CONTAINER_LOST, None),
         };
+        let code = code.filter(|_| !never_ran);
         let exit =
             |exit_code| Event::ContainerExited { container: id, exit_code, diagnostics: words.clone() };
         let event = match reason {
             v1::ExitReason::Lost | v1::ExitReason::Unspecified => Event::ContainerLost { container: id },
             v1::ExitReason::Exited => exit(e.exit_code),
             v1::ExitReason::Signaled => exit(128 + e.signal),
-            v1::ExitReason::KilledByRequest | v1::ExitReason::MemoryLimit => exit(137),
+            v1::ExitReason::KilledByRequest | v1::ExitReason::MemoryLimit | v1::ExitReason::DiskLimit => {
+                exit(137)
+            }
         };
         let result = self.event(event);
         // The engine's words add why it had asked the container to stop; the agent's stand
@@ -1815,6 +1839,7 @@ impl Core {
         match msg {
             Up::Status(s) => {
                 let seq = s.seq;
+                self.conditions_reported(node, s.conditions.clone());
                 if let Some(used) = measured_usage(&s) {
                     // Refused only for a node that is lost meanwhile: nothing to do then.
                     let _ = self
@@ -1854,7 +1879,7 @@ impl Core {
                     cluster_id: f.cluster_id,
                     ..Default::default()
                 };
-                self.exited(node, &exit, exit_words::launch_failed_phrase(node, &f.message));
+                self.record_exit(node, &exit, exit_words::launch_failed_phrase(node, &f.message), true);
             }
             Up::LogChunk(chunk) => self.log_chunk(node, stream, chunk),
             Up::Pong(_) | Up::Register(_) => {}

@@ -31,6 +31,18 @@ pub fn exit_phrase(e: &v1::ContainerExited) -> String {
             };
             format!("was killed for running beyond its memory limit{seen} (exit status {code})")
         }
+        v1::ExitReason::DiskLimit => {
+            let (used, limit) = (e.disk_used_bytes, e.disk_limit_bytes);
+            let seen = match (used, limit) {
+                (0, 0) => String::new(),
+                (0, limit) => format!(" of {}", format_bytes(limit)),
+                (used, 0) => format!(": it used {}", format_bytes(used)),
+                (used, limit) => {
+                    format!(": it used {} of its {} disk allowance", format_bytes(used), format_bytes(limit))
+                }
+            };
+            format!("was killed for writing beyond its disk allowance{seen} (exit status {code})")
+        }
         v1::ExitReason::KilledByRequest => format!("was killed on request (exit status {code})"),
         v1::ExitReason::Lost => {
             "was lost on its node: it vanished without an exit record, or its agent stopped it \
@@ -98,6 +110,15 @@ mod tests {
         let signaled = v1::ContainerExited { signal: 11, ..exit(v1::ExitReason::Signaled, 139) };
         assert!(exit_phrase(&signaled).contains("signal 11 (SIGSEGV)"), "{}", exit_phrase(&signaled));
         assert_eq!(exit_phrase(&exit(v1::ExitReason::Exited, 3)), "exited with status 3");
+        let disk = v1::ContainerExited {
+            disk_used_bytes: 12 << 20,
+            disk_limit_bytes: 10 << 20,
+            ..exit(v1::ExitReason::DiskLimit, 137)
+        };
+        assert_eq!(
+            exit_phrase(&disk),
+            "was killed for writing beyond its disk allowance: it used 12Mi of its 10Mi disk allowance (exit status 137)"
+        );
         assert!(exit_phrase(&exit(v1::ExitReason::Exited, 127)).contains("not found"));
         assert_eq!(
             exit_phrase(&exit(v1::ExitReason::KilledByRequest, 143)),

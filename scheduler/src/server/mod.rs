@@ -107,6 +107,7 @@ async fn metrics_handler(
     let streams = core
         .read(move |c| {
             m.update_from_engine(c.engine());
+            m.set_node_conditions(&c.node_conditions());
             c.agents().len() as u64
         })
         .await;
