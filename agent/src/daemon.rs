@@ -493,7 +493,7 @@ impl Launcher {
             match &launched {
                 Ok(_) => conditions.launch_succeeded(),
                 // A request's own mistake (unknown user, bad path) says nothing of the node.
-                Err(ExecError::Spec(_)) => {}
+                Err(ExecError::Spec(e)) if !e.blames_the_node() => {}
                 Err(e) => {
                     conditions.launch_failed(&e.to_string(), now_ms());
                     disk_wake.notify_one();

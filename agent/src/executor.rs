@@ -40,7 +40,6 @@ use crate::shim::{
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use std::collections::{HashMap, HashSet};
-use std::ffi::CString;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -251,6 +250,15 @@ pub enum SpecError {
     /// A container of this cluster and id is on this node already.
     #[error("container {0} already exists on this node")]
     AlreadyExists(ContainerKey),
+}
+
+impl SpecError {
+    /// Whether the node, not the request, is at fault: its user could not be given a uid (the
+    /// uid table could not be written, or the node's range is used up). Counts towards the
+    /// node's `LaunchFailures` condition; every other refusal is the request's own.
+    pub fn blames_the_node(&self) -> bool {
+        matches!(self, SpecError::NoDynamicUid { .. })
+    }
 }
 
 /// Why an executor operation failed.
@@ -701,52 +709,14 @@ impl Executor {
         })
     }
 
-    /// Who a container runs as: the account its user is mapped to (`spec.user`), else the
-    /// configured `container_user`, else a uid of the submitting user's own from the dynamic
-    /// range — or, for an agent that is not root and cannot switch users, the agent's own uid.
+    /// Who a container runs as ([`crate::isolation::identity`]).
     fn identity(&self, spec: &LaunchSpec) -> Result<crate::isolation::Identity, SpecError> {
-        let agent_uid = nix::unistd::geteuid();
-        let account =
-            spec.user.as_deref().filter(|u| !u.is_empty()).or(self.settings.default_user.as_deref());
-        let Some(name) = account else {
-            if !agent_uid.is_root() {
-                return crate::isolation::Identity::of_uid(agent_uid.as_raw())
-                    .map_err(|message| SpecError::UserLookup { user: format!("uid {agent_uid}"), message });
-            }
-            no_nul("submitter", &spec.submitter)?;
-            let uid = self.uids.uid_for(&spec.submitter).map_err(|e| SpecError::NoDynamicUid {
-                user: spec.submitter.clone(),
-                message: e.to_string(),
-            })?;
-            return Ok(crate::isolation::Identity::dynamic(uid, &spec.submitter));
-        };
-        no_nul("user", name)?;
-        let user = match nix::unistd::User::from_name(name) {
-            Ok(Some(u)) if !name.is_empty() => u,
-            Ok(_) => return Err(SpecError::UnknownUser(name.to_owned())),
-            Err(e) => return Err(SpecError::UserLookup { user: name.to_owned(), message: e.to_string() }),
-        };
-        if user.uid.is_root() && !self.settings.allow_root {
-            return Err(SpecError::RootNotAllowed(name.to_owned()));
-        }
-        if !agent_uid.is_root() && user.uid != agent_uid {
-            return Err(SpecError::CannotSwitchUser {
-                user: name.to_owned(),
-                uid: user.uid.as_raw(),
-                agent_uid: agent_uid.as_raw(),
-            });
-        }
-        let groups = CString::new(name)
-            .ok()
-            .and_then(|c| nix::unistd::getgrouplist(&c, user.gid).ok())
-            .unwrap_or_else(|| vec![user.gid]);
-        Ok(crate::isolation::Identity {
-            uid: user.uid.as_raw(),
-            gid: user.gid.as_raw(),
-            groups: groups.iter().map(|g| g.as_raw()).collect(),
-            name: user.name.clone(),
-            home: Some(user.dir.clone()),
-        })
+        crate::isolation::identity(
+            spec,
+            self.settings.default_user.as_deref(),
+            self.settings.allow_root,
+            &self.uids,
+        )
     }
 
     fn is_known(&self, id: ContainerKey) -> bool {
@@ -1648,7 +1618,8 @@ fn wait_for_notice(pipe: &OwnedFd, limit: Duration) -> Notice {
     }
 }
 
-fn no_nul(field: &str, s: &str) -> Result<(), SpecError> {
+/// Refuses a string no process can be given (it holds a NUL byte).
+pub(crate) fn no_nul(field: &str, s: &str) -> Result<(), SpecError> {
     if s.contains('\0') { Err(SpecError::Nul { field: field.to_owned() }) } else { Ok(()) }
 }
 

@@ -13,6 +13,8 @@
 //! private `/tmp` and `/dev/shm`, and no way back to privileges (no_new_privs, an empty bounding
 //! set).
 
+use crate::executor::SpecError;
+use crate::model::LaunchSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io;
@@ -159,6 +161,57 @@ impl Identity {
             Err(e) => Err(e.to_string()),
         }
     }
+}
+
+/// Who a container runs as: the account its user is mapped to (`spec.user`), else the
+/// configured `container_user`, else a uid of the submitting user's own from the dynamic
+/// range — or, for an agent that is not root and cannot switch users, the agent's own uid.
+pub fn identity(
+    spec: &LaunchSpec,
+    default_user: Option<&str>,
+    allow_root: bool,
+    uids: &UidTable,
+) -> Result<Identity, SpecError> {
+    let agent_uid = nix::unistd::geteuid();
+    let account = spec.user.as_deref().filter(|u| !u.is_empty()).or(default_user);
+    let Some(name) = account else {
+        if !agent_uid.is_root() {
+            return Identity::of_uid(agent_uid.as_raw())
+                .map_err(|message| SpecError::UserLookup { user: format!("uid {agent_uid}"), message });
+        }
+        crate::executor::no_nul("submitter", &spec.submitter)?;
+        let uid = uids
+            .uid_for(&spec.submitter)
+            .map_err(|e| SpecError::NoDynamicUid { user: spec.submitter.clone(), message: e.to_string() })?;
+        return Ok(Identity::dynamic(uid, &spec.submitter));
+    };
+    crate::executor::no_nul("user", name)?;
+    let user = match nix::unistd::User::from_name(name) {
+        Ok(Some(u)) if !name.is_empty() => u,
+        Ok(_) => return Err(SpecError::UnknownUser(name.to_owned())),
+        Err(e) => return Err(SpecError::UserLookup { user: name.to_owned(), message: e.to_string() }),
+    };
+    if user.uid.is_root() && !allow_root {
+        return Err(SpecError::RootNotAllowed(name.to_owned()));
+    }
+    if !agent_uid.is_root() && user.uid != agent_uid {
+        return Err(SpecError::CannotSwitchUser {
+            user: name.to_owned(),
+            uid: user.uid.as_raw(),
+            agent_uid: agent_uid.as_raw(),
+        });
+    }
+    let groups = std::ffi::CString::new(name)
+        .ok()
+        .and_then(|c| nix::unistd::getgrouplist(&c, user.gid).ok())
+        .unwrap_or_else(|| vec![user.gid]);
+    Ok(Identity {
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+        groups: groups.iter().map(|g| g.as_raw()).collect(),
+        name: user.name.clone(),
+        home: Some(user.dir.clone()),
+    })
 }
 
 /// Why a user could not be given a uid.
