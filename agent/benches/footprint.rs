@@ -225,9 +225,12 @@ fn main() {
             rt_handle.block_on(async move {
                 let deadline = tokio::time::Instant::now() + Duration::from_secs(secs + 5);
                 while tokio::time::Instant::now() < deadline {
-                    if tokio::time::timeout(Duration::from_secs(2), session.inbound.message()).await.is_err()
+                    // Acknowledge statuses as the scheduler does: an agent that hears nothing
+                    // fences its containers (and their shims fence them on their own).
+                    if let Ok(Ok(Some(v1::AgentMessage { msg: Some(Up::Status(s)) }))) =
+                        tokio::time::timeout(Duration::from_secs(2), session.inbound.message()).await
                     {
-                        continue;
+                        session.send(Down::StatusAck(v1::StatusAck { seq: s.seq })).await;
                     }
                 }
                 session
