@@ -9,7 +9,8 @@
 //! `THROUGHPUT_CLIENTS` (default 16), `AGENT_LAUNCH_SLOTS` (the agent's
 //! `max_concurrent_launches`, default 0 = its default), `AGENT_ISOLATION=off` (containers as
 //! `nobody` on the host's `/tmp`, no process limit, privileges kept: the agent before issue 19,
-//! to measure what isolation costs), `AGENT_WORK_BASE` (where the agent's
+//! to measure what isolation costs; `no-private-tmp`: all of it but the mount namespace),
+//! `AGENT_WORK_BASE` (where the agent's
 //! work root goes, default the temp dir).
 
 use gantry_scheduler::api::client::Client;

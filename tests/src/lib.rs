@@ -660,12 +660,14 @@ pub fn tick(e: &mut Engine, t: u64) -> Vec<gantry_engine::Command> {
 /// Agent configuration lines (top-level keys and an `[isolation]` table, so they go before any
 /// other table) for benchmarks: with `AGENT_ISOLATION=off`, the agent as it was before
 /// isolation (every container as `nobody`, the host's `/tmp`, no process limit, privileges
-/// kept), to measure in one run what isolation costs; otherwise nothing (the defaults).
+/// kept), to measure in one run what isolation costs; `no-private-tmp`: isolation without the
+/// mount namespace; otherwise nothing (the defaults).
 pub fn agent_isolation_from_env() -> &'static str {
-    if std::env::var("AGENT_ISOLATION").is_ok_and(|v| v == "off") {
-        gantry_agent::isolation::BEFORE_ISOLATION_TOML
-    } else {
-        ""
+    match std::env::var("AGENT_ISOLATION").as_deref() {
+        Ok("off") => gantry_agent::isolation::BEFORE_ISOLATION_TOML,
+        // Everything but the mount namespace, to tell its share of the cost.
+        Ok("no-private-tmp") => "[isolation]\nprivate_tmp = false\n",
+        _ => "",
     }
 }
 
