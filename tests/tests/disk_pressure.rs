@@ -122,12 +122,14 @@ fn a_container_that_fills_the_disk_or_passes_its_allowance_fails_as_itself_and_i
     assert!(c.diagnostics.contains("exited with status 3"), "{}", c.diagnostics);
     // The full disk is pressure; the agent cleans up after the ended container (its exit is
     // reported) without waiting for its retention, and the node takes work again.
-    wait_until("the node to come back after the cleanup", GUARD, || {
-        let n = rt.block_on(client.node("disk-node")).ok()?;
-        (n.state == NodeState::Running && n.health_report.is_empty()).then_some(())
-    });
+    // (Waiting for both: the node may still look healthy before the agent's first disk round
+    // has seen the pressure.)
     let control = container_control_dir(&agent.work, c.id).expect("its control directory");
-    assert!(!control.join("work").exists(), "its files are gone");
+    wait_until("its files to be cleaned up and the node to come back", GUARD, || {
+        let n = rt.block_on(client.node("disk-node")).ok()?;
+        let back = n.state == NodeState::Running && n.health_report.is_empty();
+        (back && !control.join("work").exists()).then_some(())
+    });
 
     // 2. Over its allowance (8 MiB, asked for with `--disk`): killed with the reason disk-limit,
     //    and told how much it used of how much.
