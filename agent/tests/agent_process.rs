@@ -5,16 +5,14 @@
 
 mod common;
 
-use common::{GUARD, Server, Session};
+use common::{AGENT, AgentProcess, GUARD, Server, Session};
 use gantry_proto::v1;
 use gantry_proto::v1::agent_message::Msg as Up;
 use gantry_proto::v1::scheduler_message::Msg as Down;
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-const AGENT: &str = env!("CARGO_BIN_EXE_gantry-agent");
 
 fn meminfo_total_bytes() -> u64 {
     let text = std::fs::read_to_string("/proc/meminfo").expect("meminfo");
@@ -66,50 +64,6 @@ fn probe_prints_this_machine_as_json() {
 }
 
 /// A running `gantry-agent run`, killed with SIGKILL when dropped.
-struct AgentProcess {
-    child: Child,
-}
-
-impl AgentProcess {
-    fn start(config: &Path, scheduler: std::net::SocketAddr) -> AgentProcess {
-        let child = Command::new(AGENT)
-            .args(["run", "--config"])
-            .arg(config)
-            .args(["--scheduler", &format!("http://{scheduler}")])
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start agent");
-        AgentProcess { child }
-    }
-
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return status;
-            }
-            assert!(start.elapsed() < GUARD, "guard: agent did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
 /// Reads messages until `pick` accepts one (statuses and other chatter are skipped).
 async fn until<T>(s: &mut Session, what: &str, mut pick: impl FnMut(&Up) -> Option<T>) -> T {
     let deadline = Instant::now() + GUARD;

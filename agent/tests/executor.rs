@@ -3,6 +3,8 @@
 //! its own parent cgroup, and a guard that kills and removes whatever a test leaves, even when
 //! it fails.
 
+mod common;
+
 use gantry_agent::cgroup::{ContainerCgroup, Layout};
 use gantry_agent::executor::{CgroupMode, ExecError, Executor, ExecutorSettings, SpecError};
 use gantry_agent::model::{
@@ -60,20 +62,7 @@ impl Env {
 
 impl Drop for Env {
     fn drop(&mut self) {
-        let Ok(exec) = Executor::new(self.settings.clone()) else { return };
-        let _ = exec.adopt();
-        for id in exec.running() {
-            let _ = exec.force_kill(id);
-        }
-        let start = Instant::now();
-        while exec.running().iter().any(|&id| !exec.has_ended(id)) && start.elapsed() < PATIENCE {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = exec.collect_exits();
-        for c in exec.list() {
-            let _ = exec.forget(c.key);
-        }
-        let _ = exec.remove_parent_cgroup();
+        common::clean_up_executor(&self.settings);
     }
 }
 

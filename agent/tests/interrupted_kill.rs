@@ -11,17 +11,15 @@
 
 mod common;
 
-use common::{GUARD, Server, Session};
+use common::{AgentProcess, GUARD, Server, Session};
 use gantry_proto::v1;
 use gantry_proto::v1::agent_message::Msg as Up;
 use gantry_proto::v1::scheduler_message::Msg as Down;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const AGENT: &str = env!("CARGO_BIN_EXE_gantry-agent");
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 const CONTROLLERS: [&str; 6] = ["memory", "cpu", "cpuacct", "pids", "freezer", "unified"];
 
@@ -92,48 +90,6 @@ impl Drop for CgroupGuard {
 }
 
 /// A running `gantry-agent run`, killed with SIGKILL when dropped.
-struct AgentProcess(Child);
-
-impl AgentProcess {
-    fn start(config: &Path, scheduler: std::net::SocketAddr) -> AgentProcess {
-        AgentProcess(
-            Command::new(AGENT)
-                .args(["run", "--config"])
-                .arg(config)
-                .args(["--scheduler", &format!("http://{scheduler}")])
-                .env("RUST_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("start agent"),
-        )
-    }
-
-    fn kill9(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        kill(Pid::from_raw(self.0.id() as i32), Signal::SIGTERM).expect("SIGTERM");
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.0.try_wait().expect("wait") {
-                return status;
-            }
-            assert!(start.elapsed() < GUARD, "guard: the agent did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
 /// An agent's configuration under `dir`: no fencing (these tests kill the agent and must see
 /// the frozen kill finished, not a fencing kill of the supervisor's own), its own cgroup.
 fn config(dir: &Path, cgroup: &str) -> PathBuf {
@@ -185,6 +141,21 @@ async fn launch(s: &mut Session, id: u64, argv: &[&str]) {
         Up::ContainerStarted(c) if c.container_id == id => Some(()),
         Up::LaunchFailed(f) => panic!("launch failed: {f:?}"),
         _ => None,
+    })
+    .await;
+}
+
+/// Container 1's exit, from the registration's resync or the stream, is the kill that was
+/// interrupted (`killed-by-request`); once acknowledged, its cgroup goes.
+async fn reported_as_killed_and_removed(s: &mut Session, register: &v1::Register, guard: &CgroupGuard) {
+    let exit = match register.unacked_exits.iter().find(|e| e.container_id == 1) {
+        Some(e) => e.clone(),
+        None => exit_of(s, 1).await,
+    };
+    assert_eq!(exit.reason, v1::ExitReason::KilledByRequest as i32, "the kill it finished: {exit:?}");
+    s.send(Down::AckExit(v1::AckExit { container_id: 1, ..Default::default() })).await;
+    wait_for("the container's cgroup to be removed", || {
+        guard.parents().iter().all(|p| !p.join("c1").exists()).then_some(())
     })
     .await;
 }
@@ -254,16 +225,7 @@ async fn a_restarted_agent_finishes_a_kill_its_predecessor_left_frozen() {
     })
     .await;
     kill(Pid::from_raw(shim), Signal::SIGCONT).expect("SIGCONT the supervisor");
-    let exit = match register.unacked_exits.iter().find(|e| e.container_id == 1) {
-        Some(e) => e.clone(),
-        None => exit_of(&mut s, 1).await,
-    };
-    assert_eq!(exit.reason, v1::ExitReason::KilledByRequest as i32, "the kill it finished: {exit:?}");
-    s.send(Down::AckExit(v1::AckExit { container_id: 1, ..Default::default() })).await;
-    wait_for("the container's cgroup to be removed", || {
-        guard.parents().iter().all(|p| !p.join("c1").exists()).then_some(())
-    })
-    .await;
+    reported_as_killed_and_removed(&mut s, &register, &guard).await;
     assert!(agent.terminate().success());
 }
 
@@ -299,16 +261,7 @@ async fn the_supervisor_alone_finishes_a_kill_left_frozen() {
     // An agent started later reports it as the kill it was.
     let mut agent = AgentProcess::start(&config, server.addr);
     let (mut s, register) = server.handshake().await;
-    let exit = match register.unacked_exits.iter().find(|e| e.container_id == 1) {
-        Some(e) => e.clone(),
-        None => exit_of(&mut s, 1).await,
-    };
-    assert_eq!(exit.reason, v1::ExitReason::KilledByRequest as i32, "{exit:?}");
-    s.send(Down::AckExit(v1::AckExit { container_id: 1, ..Default::default() })).await;
-    wait_for("the container's cgroup to be removed", || {
-        guard.parents().iter().all(|p| !p.join("c1").exists()).then_some(())
-    })
-    .await;
+    reported_as_killed_and_removed(&mut s, &register, &guard).await;
     assert!(agent.terminate().success());
 }
 

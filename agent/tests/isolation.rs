@@ -6,6 +6,8 @@
 //! (`container_user = "nobody"`, no process limit, the host's `/tmp`, privileges kept), where it
 //! succeeds — so the test proves it can see the hole it guards.
 
+mod common;
+
 use gantry_agent::executor::{CgroupMode, Executor, ExecutorSettings};
 use gantry_agent::isolation::{DEFAULT_MAX_PIDS, UidRange};
 use gantry_agent::model::{ContainerKey, ExitReason, LaunchSpec};
@@ -68,20 +70,7 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        let Ok(exec) = Executor::new(self.settings.clone()) else { return };
-        let _ = exec.adopt();
-        for id in exec.running() {
-            let _ = exec.force_kill(id);
-        }
-        let start = Instant::now();
-        while exec.running().iter().any(|&id| !exec.has_ended(id)) && start.elapsed() < PATIENCE {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = exec.collect_exits();
-        for c in exec.list() {
-            let _ = exec.forget(c.key);
-        }
-        let _ = exec.remove_parent_cgroup();
+        common::clean_up_executor(&self.settings);
     }
 }
 

@@ -671,6 +671,18 @@ pub fn agent_isolation_from_env() -> &'static str {
     }
 }
 
+/// The lines `CONTAINER UNIX_MS` that copies of an app appended to a shared file, as
+/// (container, ms): how the fencing tests see when each copy ran.
+pub fn container_timestamps(path: &Path) -> Vec<(u64, u64)> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
 /// A directory that containers, which run as unprivileged uids of their own, can reach and write
 /// in (for tests that have them record what ran), removed when dropped. It is not under `dir`
 /// when that is under `/tmp`: a container sees a `/tmp` of its own, so it lies in the target

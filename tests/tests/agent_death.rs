@@ -46,17 +46,6 @@ fn containers(api: &str, app: u64) -> Vec<(u64, String, String)> {
         .collect()
 }
 
-/// Lines `CONTAINER UNIX_MS` the copies wrote.
-fn output(path: &Path) -> Vec<(u64, u64)> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
-        })
-        .collect()
-}
-
 fn command_pid(work: &Path, container: u64) -> Option<u64> {
     let dir = gantry_tests::container_control_dir(work, container)?;
     let text = std::fs::read_to_string(dir.join("pid")).ok()?;
@@ -113,7 +102,7 @@ fn the_old_copy_ends_before_the_rerun_starts(death: Death) {
         containers(&api, app).first().filter(|c| c.1 == "RUNNING" && c.2 == "a").map(|c| c.0)
     });
     wait_until("the first copy's output", GUARD, || {
-        output(&out_file).iter().any(|l| l.0 == first).then_some(())
+        gantry_tests::container_timestamps(&out_file).iter().any(|l| l.0 == first).then_some(())
     });
     let first_pid = wait_until("the first copy's pid", GUARD, || command_pid(&a.work, first));
     let _b = TestAgent::start_with(dir.path(), "b", "r1", &[], scheduler_addr, &extra);
@@ -133,7 +122,7 @@ fn the_old_copy_ends_before_the_rerun_starts(death: Death) {
     let lost_ms = now_ms();
     wait_until("the first copy to end", GUARD, || (!alive(first_pid)).then_some(()));
     wait_until("the second copy's output", GUARD, || {
-        output(&out_file).iter().any(|l| l.0 == second).then_some(())
+        gantry_tests::container_timestamps(&out_file).iter().any(|l| l.0 == second).then_some(())
     });
 
     let control = gantry_tests::container_control_dir(&a.work, first).expect("the first copy's directory");
@@ -141,7 +130,7 @@ fn the_old_copy_ends_before_the_rerun_starts(death: Death) {
         std::fs::read_to_string(control.join("kill-reason")).expect("a kill reason for the first copy");
     assert_eq!(reason.trim(), "fenced", "its supervisor fenced it");
     assert!(control.join("exit.json").exists(), "its supervisor recorded its end");
-    let lines = output(&out_file);
+    let lines = gantry_tests::container_timestamps(&out_file);
     let first_last = lines.iter().filter(|l| l.0 == first).map(|l| l.1).max().expect("first copy's lines");
     let second_first =
         lines.iter().filter(|l| l.0 == second).map(|l| l.1).min().expect("second copy's lines");
@@ -171,7 +160,7 @@ fn the_old_copy_ends_before_the_rerun_starts(death: Death) {
         assert!(cs.iter().all(|c| c.0 == first || c.0 == second), "one rerun and no more: {cs:?}");
         assert!(cs.contains(&(second, "RUNNING".to_owned(), "b".to_owned())), "the rerun left alone: {cs:?}");
     }
-    let lines = output(&out_file);
+    let lines = gantry_tests::container_timestamps(&out_file);
     assert_eq!(
         lines.iter().filter(|l| l.0 == first).map(|l| l.1).max(),
         Some(first_last),

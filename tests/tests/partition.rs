@@ -113,17 +113,6 @@ fn containers(app: &Value) -> Vec<(u64, String, String)> {
         .unwrap_or_default()
 }
 
-/// Lines `CONTAINER UNIX_MS` the app's copies wrote, as (container, ms).
-fn output(path: &Path) -> Vec<(u64, u64)> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
-        })
-        .collect()
-}
-
 fn command_pid(work: &Path, container: u64) -> Option<u64> {
     let text =
         std::fs::read_to_string(gantry_tests::container_control_dir(work, container)?.join("pid")).ok()?;
@@ -216,7 +205,7 @@ fn a_partitioned_agent_fences_its_copy_the_scheduler_reruns_it_and_they_reconcil
         cs.first().filter(|(_, state, node)| state == "RUNNING" && node == "far").map(|c| c.0)
     });
     wait_until("the first copy's output", GUARD, || {
-        output(&out_file).iter().any(|l| l.0 == first).then_some(())
+        gantry_tests::container_timestamps(&out_file).iter().any(|l| l.0 == first).then_some(())
     });
     let first_pid = wait_until("the first copy's pid", GUARD, || command_pid(&far.work, first));
 
@@ -242,7 +231,7 @@ fn a_partitioned_agent_fences_its_copy_the_scheduler_reruns_it_and_they_reconcil
         (!alive(first_pid)).then_some(())
     });
     wait_until("the second copy's output", GUARD, || {
-        output(&out_file).iter().any(|l| l.0 == second).then_some(())
+        gantry_tests::container_timestamps(&out_file).iter().any(|l| l.0 == second).then_some(())
     });
     let heal_ms = now_ms();
     let reason = gantry_tests::container_control_dir(&far.work, first)
@@ -250,7 +239,7 @@ fn a_partitioned_agent_fences_its_copy_the_scheduler_reruns_it_and_they_reconcil
         .expect("the fenced agent recorded why it killed the first copy");
     assert_eq!(reason.trim(), "fenced");
 
-    let lines = output(&out_file);
+    let lines = gantry_tests::container_timestamps(&out_file);
     let first_last = lines.iter().filter(|l| l.0 == first).map(|l| l.1).max().expect("first copy's lines");
     let second_first =
         lines.iter().filter(|l| l.0 == second).map(|l| l.1).min().expect("second copy's lines");
@@ -296,7 +285,7 @@ fn a_partitioned_agent_fences_its_copy_the_scheduler_reruns_it_and_they_reconcil
     assert_eq!(app["state"], "RUNNING");
     assert_eq!(app["failures"], 0, "a node loss is not the app's failure");
     assert!(!alive(first_pid), "the first copy stays dead");
-    let lines = output(&out_file);
+    let lines = gantry_tests::container_timestamps(&out_file);
     assert_eq!(
         lines.iter().filter(|l| l.0 == first).map(|l| l.1).max(),
         Some(first_last),

@@ -124,3 +124,73 @@ impl Server {
         (s, r)
     }
 }
+
+/// The agent binary under test.
+pub const AGENT: &str = env!("CARGO_BIN_EXE_gantry-agent");
+
+/// A real `gantry-agent run` process, SIGKILLed when dropped.
+pub struct AgentProcess(pub std::process::Child);
+
+impl AgentProcess {
+    /// Starts the agent with `config`, talking to the fake scheduler at `scheduler`.
+    pub fn start(config: &std::path::Path, scheduler: SocketAddr) -> AgentProcess {
+        AgentProcess(
+            std::process::Command::new(AGENT)
+                .args(["run", "--config"])
+                .arg(config)
+                .args(["--scheduler", &format!("http://{scheduler}")])
+                .env("RUST_LOG", "info")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::inherit())
+                .spawn()
+                .expect("start agent"),
+        )
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill9(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
+    /// SIGTERM, and wait for the agent to stop (within [`GUARD`]).
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.0.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(start.elapsed() < GUARD, "guard: the agent did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// What an executor test leaves: every container of `settings` killed, its exit collected, its
+/// directories forgotten and the parent cgroup removed (a test's guard calls it when dropped,
+/// also after a failure).
+pub fn clean_up_executor(settings: &gantry_agent::executor::ExecutorSettings) {
+    let Ok(exec) = gantry_agent::executor::Executor::new(settings.clone()) else { return };
+    let _ = exec.adopt();
+    for id in exec.running() {
+        let _ = exec.force_kill(id);
+    }
+    let start = std::time::Instant::now();
+    while exec.running().iter().any(|&id| !exec.has_ended(id)) && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = exec.collect_exits();
+    for c in exec.list() {
+        let _ = exec.forget(c.key);
+    }
+    let _ = exec.remove_parent_cgroup();
+}
