@@ -11,12 +11,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tokio_stream::wrappers::ReceiverStream;
 
-#[tokio::test]
-async fn registrations_with_bidi_or_invisible_characters_are_refused_naming_them() {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// A daemon on loopback with its store under `dir`, running until the test ends.
+async fn start_daemon(dir: &Path) -> gantry_scheduler::server::Bound {
     let toml = format!(
         "[server]\nagent_listen = \"127.0.0.1:0\"\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\n",
-        dir.path().join("data").display().to_string()
+        dir.join("data").display().to_string()
     );
     let config =
         SchedulerConfig::from_str_at(&toml, Path::new("<test>"), PathBuf::from(".")).expect("config");
@@ -28,7 +27,13 @@ async fn registrations_with_bidi_or_invisible_characters_are_refused_naming_them
         .await
         .expect("daemon");
     });
-    let bound = bound_rx.await.expect("daemon bound");
+    bound_rx.await.expect("daemon bound")
+}
+
+#[tokio::test]
+async fn registrations_with_bidi_or_invisible_characters_are_refused_naming_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bound = start_daemon(dir.path()).await;
 
     let register = |name: &str, rack: &str, labels: &[(&str, &str)]| v1::Register {
         node_name: name.into(),
@@ -65,21 +70,7 @@ async fn registrations_with_bidi_or_invisible_characters_are_refused_naming_them
 #[tokio::test]
 async fn a_live_nodes_name_is_refused_to_other_instances_and_kept_for_its_own() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let toml = format!(
-        "[server]\nagent_listen = \"127.0.0.1:0\"\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\n",
-        dir.path().join("data").display().to_string()
-    );
-    let config =
-        SchedulerConfig::from_str_at(&toml, Path::new("<test>"), PathBuf::from(".")).expect("config");
-    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(async move {
-        gantry_scheduler::server::serve(&config, std::future::pending(), move |b| {
-            let _ = bound_tx.send(b);
-        })
-        .await
-        .expect("daemon");
-    });
-    let bound = bound_rx.await.expect("daemon bound");
+    let bound = start_daemon(dir.path()).await;
     let url = format!("http://{}", bound.agent_addr);
     // Opens a stream registering `n1` with `instance`; keeps the request side open with the
     // answer so that the stream stays live.
