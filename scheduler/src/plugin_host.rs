@@ -277,14 +277,21 @@ fn load(path: &Path) -> Result<(Loaded, PluginInfo), LoadError> {
             host_minor: GANTRY_ABI_MINOR,
         });
     }
-    let need = std::mem::size_of::<GantryPluginV1>() as u32;
+    let need = GANTRY_PLUGIN_SIZE_V1_0;
     // SAFETY: every vtable starts with a u32 `struct_size`; read only that before trusting more.
     let got = unsafe { std::ptr::addr_of!((*vt).struct_size).read() };
     if got < need {
         return Err(LoadError::StructTooSmall { path: path.to_owned(), got, need });
     }
-    // SAFETY: the plugin declared at least `need` bytes of vtable, so the v1.0 prefix is readable.
-    let vtable = unsafe { vt.read() };
+    // An older minor's vtable is shorter (minor versions append hooks): copy the bytes it declares
+    // into a zeroed vtable of this host's size, so a hook it does not have reads as null.
+    let copied = (got as usize).min(std::mem::size_of::<GantryPluginV1>());
+    let mut local = std::mem::MaybeUninit::<GantryPluginV1>::zeroed();
+    // SAFETY: the plugin declared `got` readable bytes at `vt`; `local` has room for `copied`.
+    unsafe { std::ptr::copy_nonoverlapping(vt.cast::<u8>(), local.as_mut_ptr().cast::<u8>(), copied) };
+    // SAFETY: every field is an integer, a raw pointer or an `Option` of a function pointer, for
+    // which all-zero bytes are valid (0, null, `None`).
+    let vtable = unsafe { local.assume_init() };
     if vtable.abi_major != GANTRY_ABI_MAJOR {
         return Err(LoadError::MajorMismatch { path: path.to_owned(), got: vtable.abi_major });
     }
@@ -302,6 +309,7 @@ fn load(path: &Path) -> Result<(Loaded, PluginInfo), LoadError> {
         order: vtable.order.is_some(),
         place: vtable.place.is_some(),
         rebalance: vtable.rebalance.is_some(),
+        reserve: vtable.reserve.is_some(),
     };
     let cap_err = |detail: String| LoadError::Capabilities { path: path.to_owned(), caps, detail };
     if caps & !GANTRY_CAP_ALL_V1 != 0 {
@@ -382,6 +390,10 @@ fn output(decisions: &mut [GantryDecision], message: &mut [u8], attempt: u32) ->
         message: message.as_mut_ptr(),
         message_capacity: message.len() as u64,
         message_len: 0,
+        allocations: std::ptr::null_mut(),
+        allocations_capacity: 0,
+        allocations_len: 0,
+        allocations_needed: 0,
     }
 }
 
@@ -625,6 +637,7 @@ impl Snapshot {
             reservations: &self.reservations,
             pending: &self.pending,
             node_usage: &self.node_usage,
+            plan: gantry_sdk::PlanView::default(),
         }
     }
 }

@@ -30,7 +30,7 @@
 /**
  * The minor version of this ABI: minor versions only append fields.
  */
-#define GANTRY_ABI_MINOR UINT16_C(2)
+#define GANTRY_ABI_MINOR UINT16_C(3)
 
 /**
  * "No index": used in `u32` cross references that point at nothing (a GPU that no container
@@ -96,9 +96,15 @@
 #define GANTRY_CAP_REBALANCE (UINT64_C(1) << 3)
 
 /**
- * Every capability bit defined by ABI v1.0; other bits must be zero.
+ * The plugin implements `reserve` (ABI 1.3): it plans reservations.
  */
-#define GANTRY_CAP_ALL_V1 (((GANTRY_CAP_ADMIT | GANTRY_CAP_ORDER) | GANTRY_CAP_PLACE) | GANTRY_CAP_REBALANCE)
+#define GANTRY_CAP_RESERVE (UINT64_C(1) << 4)
+
+/**
+ * Every capability bit this minor of ABI v1 defines; other bits must be zero. (A 1.0–1.2 host
+ * knows only the first four, so it refuses a plugin that sets `GANTRY_CAP_RESERVE`.)
+ */
+#define GANTRY_CAP_ALL_V1 ((((GANTRY_CAP_ADMIT | GANTRY_CAP_ORDER) | GANTRY_CAP_PLACE) | GANTRY_CAP_REBALANCE) | GANTRY_CAP_RESERVE)
 
 /**
  * The view is passed to `admit`.
@@ -119,6 +125,60 @@
  * The view is passed to `rebalance`.
  */
 #define GANTRY_HOOK_REBALANCE UINT32_C(4)
+
+/**
+ * The view is passed to `reserve` (ABI 1.3).
+ */
+#define GANTRY_HOOK_RESERVE UINT32_C(5)
+
+/**
+ * Reservation `reserve_subject` is NEW: plan it (PLAN_RESERVATION) or reject it.
+ */
+#define GANTRY_RESERVE_ADMIT UINT32_C(1)
+
+/**
+ * Accepted reservation `reserve_subject`, not started yet, has a new definition (the view shows
+ * the new definition and the old allocation): plan it anew, or reject to refuse the update.
+ */
+#define GANTRY_RESERVE_UPDATE UINT32_C(2)
+
+/**
+ * The plan's capacity dropped and the accepted allocations overcommit it from now on: move,
+ * shrink or give up reservations until everything fits.
+ */
+#define GANTRY_RESERVE_REPLAN UINT32_C(3)
+
+/**
+ * Periodic: the plugin may move accepted reservations (never their past); an empty answer
+ * changes nothing.
+ */
+#define GANTRY_RESERVE_OPTIMIZE UINT32_C(4)
+
+/**
+ * `atom(b, g, h, l, w)`: bundles `b`, `g` to `h` at a time in gangs of `g`, runs of at least `l`,
+ * work `w`.
+ */
+#define GANTRY_RDL_ATOM UINT32_C(1)
+
+/**
+ * `window(s, e, x)`: `x` within `[s, e)`.
+ */
+#define GANTRY_RDL_WINDOW UINT32_C(2)
+
+/**
+ * `order(x1, x2, …)`: each part after the previous part ends.
+ */
+#define GANTRY_RDL_ORDER UINT32_C(3)
+
+/**
+ * `all(x1, x2, …)`: every part.
+ */
+#define GANTRY_RDL_ALL UINT32_C(4)
+
+/**
+ * `any(x1, x2, …)`: at least one part.
+ */
+#define GANTRY_RDL_ANY UINT32_C(5)
 
 /**
  * Node accepts new containers.
@@ -332,9 +392,30 @@
 #define GANTRY_DECISION_MARK_PREEMPT UINT32_C(11)
 
 /**
+ * `reserve` (ABI 1.3): reservation `subject`'s allocation becomes exactly the output's
+ * allocations that name it (`GantryAllocation::reservation == subject`), past included.
+ */
+#define GANTRY_DECISION_PLAN_RESERVATION UINT32_C(12)
+
+/**
  * `struct_size` of an ABI 1.0 [`GantryView`]: the fields before `node_usage`.
  */
 #define GANTRY_VIEW_SIZE_V1_0 UINT32_C(224)
+
+/**
+ * `struct_size` of an ABI 1.1 or 1.2 [`GantryView`]: the fields before `reserve_cause`.
+ */
+#define GANTRY_VIEW_SIZE_V1_1 UINT32_C(240)
+
+/**
+ * `struct_size` of an ABI 1.0–1.2 [`GantryOutput`]: the fields before `allocations`.
+ */
+#define GANTRY_OUTPUT_SIZE_V1_0 UINT32_C(64)
+
+/**
+ * `struct_size` of an ABI 1.0–1.2 [`GantryPluginV1`]: the fields before `reserve`.
+ */
+#define GANTRY_PLUGIN_SIZE_V1_0 UINT32_C(80)
 
 /**
  * A string in the view's string arena: `len` bytes of UTF-8 from `offset`. Strings are interned,
@@ -721,8 +802,127 @@ typedef struct GantryNodeUsage {
 } GantryNodeUsage;
 
 /**
+ * One node of a reservation's definition (ABI 1.3): the RDL expression as a tree a C plugin can
+ * walk without a parser. Fields a kind does not use are zero (`atom` is `GANTRY_NONE`).
+ */
+typedef struct GantryRdlNode {
+    /**
+     * One of `GANTRY_RDL_*`.
+     */
+    uint32_t kind;
+    /**
+     * ATOM: its index among its reservation's atoms in pre-order, the index allocations name;
+     * other kinds: `GANTRY_NONE`.
+     */
+    uint32_t atom;
+    /**
+     * Children in `GantryView::rdl_nodes`, contiguous: one for WINDOW, at least one for ORDER,
+     * ALL and ANY, none for ATOM.
+     */
+    struct GantryRange children;
+    /**
+     * WINDOW: start, ms on the engine's clock.
+     */
+    uint64_t start_ms;
+    /**
+     * WINDOW: end (exclusive), ms on the engine's clock.
+     */
+    uint64_t end_ms;
+    /**
+     * ATOM: the resources of one bundle (container).
+     */
+    struct GantryResources bundle;
+    /**
+     * ATOM `g`: bundles run in whole gangs of `g` (0 or a multiple of `g` at any time).
+     */
+    uint32_t min_parallel;
+    /**
+     * ATOM `h`: the most bundles at once.
+     */
+    uint32_t max_parallel;
+    /**
+     * ATOM `l`: every uninterrupted run of the atom's allocation lasts at least this long, ms.
+     */
+    uint64_t min_lease_ms;
+    /**
+     * ATOM `w`: total work, bundle-milliseconds.
+     */
+    uint64_t work;
+} GantryRdlNode;
+
+/**
+ * What the host knows of a reservation beyond its [`GantryReservation`] record (ABI 1.3),
+ * parallel to `GantryView::reservations` (same index).
+ */
+typedef struct GantryReservationDetail {
+    /**
+     * Index of its definition's root in `GantryView::rdl_nodes`. Times are absolute: the user's
+     * expression wrapped in `window(arrival, deadline, …)` on the engine's clock.
+     */
+    uint32_t definition;
+    /**
+     * Number of atoms in the definition.
+     */
+    uint32_t atoms;
+    /**
+     * Earliest start, ms on the engine's clock.
+     */
+    uint64_t arrival_ms;
+    /**
+     * Deadline (exclusive), ms on the engine's clock.
+     */
+    uint64_t deadline_ms;
+    /**
+     * When it was accepted, ms; 0 while NEW.
+     */
+    uint64_t accepted_ms;
+    /**
+     * Higher is more important when a replan must give something up.
+     */
+    int32_t priority;
+    /**
+     * Reserved, zero.
+     */
+    uint32_t reserved;
+    /**
+     * Its accepted allocation in `GantryView::allocations` (empty while NEW), sorted by atom,
+     * then start.
+     */
+    struct GantryRange allocation;
+} GantryReservationDetail;
+
+/**
+ * `bundles` bundles of one atom of a reservation over `[start_ms, end_ms)` (ABI 1.3): a piece of
+ * an allocation over time, in the view (accepted allocations) and in the output (a plan).
+ */
+typedef struct GantryAllocation {
+    /**
+     * Index of the reservation in `GantryView::reservations`.
+     */
+    uint32_t reservation;
+    /**
+     * Pre-order index of the atom within the reservation's definition.
+     */
+    uint32_t atom;
+    /**
+     * Start, ms on the engine's clock.
+     */
+    uint64_t start_ms;
+    /**
+     * End (exclusive), ms; greater than `start_ms`.
+     */
+    uint64_t end_ms;
+    /**
+     * Bundles held throughout: a multiple of the atom's `min_parallel`, at most its
+     * `max_parallel`, never 0.
+     */
+    uint64_t bundles;
+} GantryAllocation;
+
+/**
  * Everything a hook may look at, borrowed for the duration of one call. Arrays are the engine's
- * own arrays (zero-copy); indexes into them are valid for this call only. Array pointers are
+ * own arrays, lent without copying — or, for a plugin with a call budget, a copy made for the
+ * call (ABI.md §12); indexes into them are valid for this call only. Array pointers are
  * never null: an empty array has a non-null, suitably aligned pointer that must not be read.
  */
 typedef struct GantryView {
@@ -852,6 +1052,60 @@ typedef struct GantryView {
      * Number of node usage records (`nodes_len` or 0).
      */
     uint64_t node_usage_len;
+    /**
+     * ABI 1.3: why this `reserve` call is made (`GANTRY_RESERVE_*`); 0 in other hooks.
+     */
+    uint32_t reserve_cause;
+    /**
+     * ABI 1.3: the reservation a `reserve` call is about (ADMIT, UPDATE), an index into
+     * `reservations`; `GANTRY_NONE` otherwise.
+     */
+    uint32_t reserve_subject;
+    /**
+     * ABI 1.3: index of the reservable (plan) queue; `GANTRY_NONE` when the host has none.
+     */
+    uint32_t plan_queue;
+    /**
+     * Reserved, zero.
+     */
+    uint32_t reserved2;
+    /**
+     * ABI 1.3: what all allocations together must fit within at every instant from `now_ms` on
+     * (the plan queue's guaranteed capacity).
+     */
+    struct GantryResources plan_capacity;
+    /**
+     * ABI 1.3: the step at which the host follows the plan (a hint for a planner's time grid), ms.
+     */
+    uint64_t plan_step_ms;
+    /**
+     * ABI 1.3: how far after its submission a reservation's deadline may lie, ms.
+     */
+    uint64_t plan_horizon_ms;
+    /**
+     * ABI 1.3: details of each reservation, parallel to `reservations`.
+     */
+    const struct GantryReservationDetail *reservation_details;
+    /**
+     * Number of reservation details (`reservations_len`).
+     */
+    uint64_t reservation_details_len;
+    /**
+     * ABI 1.3: the nodes of every reservation's definition.
+     */
+    const struct GantryRdlNode *rdl_nodes;
+    /**
+     * Number of definition nodes.
+     */
+    uint64_t rdl_nodes_len;
+    /**
+     * ABI 1.3: every reservation's accepted allocation, contiguous per reservation.
+     */
+    const struct GantryAllocation *allocations;
+    /**
+     * Number of allocation pieces.
+     */
+    uint64_t allocations_len;
 } GantryView;
 
 /**
@@ -924,6 +1178,23 @@ typedef struct GantryOutput {
      * Message bytes written by the plugin.
      */
     uint64_t message_len;
+    /**
+     * ABI 1.3: allocation pieces, owned by the host; offered (capacity > 0) in `reserve` calls
+     * only. A plugin checks `struct_size` before touching these four fields.
+     */
+    struct GantryAllocation *allocations;
+    /**
+     * Room in `allocations`.
+     */
+    uint64_t allocations_capacity;
+    /**
+     * Allocation pieces written by the plugin.
+     */
+    uint64_t allocations_len;
+    /**
+     * Pieces the plugin wanted to write when it returned `GANTRY_BUFFER_FULL`.
+     */
+    uint64_t allocations_needed;
 } GantryOutput;
 
 /**
@@ -1000,6 +1271,11 @@ typedef struct GantryPluginV1 {
      * Periodic preemption, kills and capacity edits; null if not implemented.
      */
     GantryHookFn rebalance;
+    /**
+     * ABI 1.3: reservation planning; null if not implemented. Absent (beyond `struct_size`)
+     * from a plugin built against 1.0–1.2.
+     */
+    GantryHookFn reserve;
 } GantryPluginV1;
 
 /**
@@ -1055,11 +1331,19 @@ GANTRY_STATIC_ASSERT(sizeof(GantryRequest) == 104, "GantryRequest must be 104 by
 GANTRY_STATIC_ASSERT(sizeof(GantryContainer) == 64, "GantryContainer must be 64 bytes");
 GANTRY_STATIC_ASSERT(sizeof(GantryReservation) == 56, "GantryReservation must be 56 bytes");
 GANTRY_STATIC_ASSERT(sizeof(GantryNodeUsage) == 32, "GantryNodeUsage must be 32 bytes");
-GANTRY_STATIC_ASSERT(sizeof(GantryView) == 240, "GantryView must be 240 bytes");
+GANTRY_STATIC_ASSERT(sizeof(GantryRdlNode) == 80, "GantryRdlNode must be 80 bytes");
+GANTRY_STATIC_ASSERT(sizeof(GantryReservationDetail) == 48, "GantryReservationDetail must be 48 bytes");
+GANTRY_STATIC_ASSERT(sizeof(GantryAllocation) == 32, "GantryAllocation must be 32 bytes");
+GANTRY_STATIC_ASSERT(sizeof(GantryView) == 344, "GantryView must be 344 bytes");
 GANTRY_STATIC_ASSERT(offsetof(GantryView, node_usage) == GANTRY_VIEW_SIZE_V1_0, "GantryView.node_usage ends ABI 1.0");
+GANTRY_STATIC_ASSERT(offsetof(GantryView, reserve_cause) == GANTRY_VIEW_SIZE_V1_1, "GantryView.reserve_cause ends ABI 1.1");
+GANTRY_STATIC_ASSERT(offsetof(GantryView, plan_capacity) == 256, "GantryView.plan_capacity at 256");
+GANTRY_STATIC_ASSERT(offsetof(GantryView, reservation_details) == 296, "GantryView.reservation_details at 296");
 GANTRY_STATIC_ASSERT(sizeof(GantryDecision) == 24, "GantryDecision must be 24 bytes");
-GANTRY_STATIC_ASSERT(sizeof(GantryOutput) == 64, "GantryOutput must be 64 bytes");
-GANTRY_STATIC_ASSERT(sizeof(GantryPluginV1) == 80, "GantryPluginV1 must be 80 bytes");
+GANTRY_STATIC_ASSERT(sizeof(GantryOutput) == 96, "GantryOutput must be 96 bytes");
+GANTRY_STATIC_ASSERT(offsetof(GantryOutput, allocations) == GANTRY_OUTPUT_SIZE_V1_0, "GantryOutput.allocations ends ABI 1.0");
+GANTRY_STATIC_ASSERT(sizeof(GantryPluginV1) == 88, "GantryPluginV1 must be 88 bytes");
+GANTRY_STATIC_ASSERT(offsetof(GantryPluginV1, reserve) == GANTRY_PLUGIN_SIZE_V1_0, "GantryPluginV1.reserve ends ABI 1.0");
 GANTRY_STATIC_ASSERT(GANTRY_ALIGNOF(GantryResources) == 8, "GantryResources must be 8-aligned");
 GANTRY_STATIC_ASSERT(GANTRY_ALIGNOF(GantryView) == 8, "GantryView must be 8-aligned");
 GANTRY_STATIC_ASSERT(offsetof(GantryPluginV1, create) == 32, "GantryPluginV1.create at 32");

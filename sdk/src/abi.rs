@@ -16,7 +16,7 @@ use core::ffi::{c_char, c_void};
 /// The major version of this ABI. A host only looks for the entry symbol of its own major.
 pub const GANTRY_ABI_MAJOR: u16 = 1;
 /// The minor version of this ABI: minor versions only append fields.
-pub const GANTRY_ABI_MINOR: u16 = 2;
+pub const GANTRY_ABI_MINOR: u16 = 3;
 /// "No index": used in `u32` cross references that point at nothing (a GPU that no container
 /// holds, the root queue's parent, a target that does not apply to a decision).
 pub const GANTRY_NONE: u32 = u32::MAX;
@@ -55,9 +55,12 @@ pub const GANTRY_CAP_ORDER: u64 = 1 << 1;
 pub const GANTRY_CAP_PLACE: u64 = 1 << 2;
 /// The plugin implements `rebalance`.
 pub const GANTRY_CAP_REBALANCE: u64 = 1 << 3;
-/// Every capability bit defined by ABI v1.0; other bits must be zero.
+/// The plugin implements `reserve` (ABI 1.3): it plans reservations.
+pub const GANTRY_CAP_RESERVE: u64 = 1 << 4;
+/// Every capability bit this minor of ABI v1 defines; other bits must be zero. (A 1.0–1.2 host
+/// knows only the first four, so it refuses a plugin that sets `GANTRY_CAP_RESERVE`.)
 pub const GANTRY_CAP_ALL_V1: u64 =
-    GANTRY_CAP_ADMIT | GANTRY_CAP_ORDER | GANTRY_CAP_PLACE | GANTRY_CAP_REBALANCE;
+    GANTRY_CAP_ADMIT | GANTRY_CAP_ORDER | GANTRY_CAP_PLACE | GANTRY_CAP_REBALANCE | GANTRY_CAP_RESERVE;
 
 // ---------------------------------------------------------------------------------------------
 // Hook identifiers (GantryView::hook): which extension point a view is passed to.
@@ -71,6 +74,41 @@ pub const GANTRY_HOOK_ORDER: u32 = 2;
 pub const GANTRY_HOOK_PLACE: u32 = 3;
 /// The view is passed to `rebalance`.
 pub const GANTRY_HOOK_REBALANCE: u32 = 4;
+/// The view is passed to `reserve` (ABI 1.3).
+pub const GANTRY_HOOK_RESERVE: u32 = 5;
+
+// ---------------------------------------------------------------------------------------------
+// Why a `reserve` call is made (GantryView::reserve_cause, ABI 1.3).
+// ---------------------------------------------------------------------------------------------
+
+/// Reservation `reserve_subject` is NEW: plan it (PLAN_RESERVATION) or reject it.
+pub const GANTRY_RESERVE_ADMIT: u32 = 1;
+/// Accepted reservation `reserve_subject`, not started yet, has a new definition (the view shows
+/// the new definition and the old allocation): plan it anew, or reject to refuse the update.
+pub const GANTRY_RESERVE_UPDATE: u32 = 2;
+/// The plan's capacity dropped and the accepted allocations overcommit it from now on: move,
+/// shrink or give up reservations until everything fits.
+pub const GANTRY_RESERVE_REPLAN: u32 = 3;
+/// Periodic: the plugin may move accepted reservations (never their past); an empty answer
+/// changes nothing.
+pub const GANTRY_RESERVE_OPTIMIZE: u32 = 4;
+
+// ---------------------------------------------------------------------------------------------
+// Kinds of the nodes of a reservation's definition (GantryRdlNode::kind, ABI 1.3): the Rayon
+// Reservation Definition Language as a tree.
+// ---------------------------------------------------------------------------------------------
+
+/// `atom(b, g, h, l, w)`: bundles `b`, `g` to `h` at a time in gangs of `g`, runs of at least `l`,
+/// work `w`.
+pub const GANTRY_RDL_ATOM: u32 = 1;
+/// `window(s, e, x)`: `x` within `[s, e)`.
+pub const GANTRY_RDL_WINDOW: u32 = 2;
+/// `order(x1, x2, …)`: each part after the previous part ends.
+pub const GANTRY_RDL_ORDER: u32 = 3;
+/// `all(x1, x2, …)`: every part.
+pub const GANTRY_RDL_ALL: u32 = 4;
+/// `any(x1, x2, …)`: at least one part.
+pub const GANTRY_RDL_ANY: u32 = 5;
 
 // ---------------------------------------------------------------------------------------------
 // States.
@@ -179,6 +217,9 @@ pub const GANTRY_DECISION_SET_QUEUE_CAPACITY: u32 = 10;
 /// marked by the latest successful rebalance call, so a mark not repeated is cancelled. A plugin
 /// preempts (PREEMPT) a candidate that stayed marked long enough.
 pub const GANTRY_DECISION_MARK_PREEMPT: u32 = 11;
+/// `reserve` (ABI 1.3): reservation `subject`'s allocation becomes exactly the output's
+/// allocations that name it (`GantryAllocation::reservation == subject`), past included.
+pub const GANTRY_DECISION_PLAN_RESERVATION: u32 = 12;
 
 // ---------------------------------------------------------------------------------------------
 // Records.
@@ -414,8 +455,81 @@ pub struct GantryReservation {
     pub resources: GantryResources,
 }
 
+/// One node of a reservation's definition (ABI 1.3): the RDL expression as a tree a C plugin can
+/// walk without a parser. Fields a kind does not use are zero (`atom` is `GANTRY_NONE`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GantryRdlNode {
+    /// One of `GANTRY_RDL_*`.
+    pub kind: u32,
+    /// ATOM: its index among its reservation's atoms in pre-order, the index allocations name;
+    /// other kinds: `GANTRY_NONE`.
+    pub atom: u32,
+    /// Children in `GantryView::rdl_nodes`, contiguous: one for WINDOW, at least one for ORDER,
+    /// ALL and ANY, none for ATOM.
+    pub children: GantryRange,
+    /// WINDOW: start, ms on the engine's clock.
+    pub start_ms: u64,
+    /// WINDOW: end (exclusive), ms on the engine's clock.
+    pub end_ms: u64,
+    /// ATOM: the resources of one bundle (container).
+    pub bundle: GantryResources,
+    /// ATOM `g`: bundles run in whole gangs of `g` (0 or a multiple of `g` at any time).
+    pub min_parallel: u32,
+    /// ATOM `h`: the most bundles at once.
+    pub max_parallel: u32,
+    /// ATOM `l`: every uninterrupted run of the atom's allocation lasts at least this long, ms.
+    pub min_lease_ms: u64,
+    /// ATOM `w`: total work, bundle-milliseconds.
+    pub work: u64,
+}
+
+/// What the host knows of a reservation beyond its [`GantryReservation`] record (ABI 1.3),
+/// parallel to `GantryView::reservations` (same index).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GantryReservationDetail {
+    /// Index of its definition's root in `GantryView::rdl_nodes`. Times are absolute: the user's
+    /// expression wrapped in `window(arrival, deadline, …)` on the engine's clock.
+    pub definition: u32,
+    /// Number of atoms in the definition.
+    pub atoms: u32,
+    /// Earliest start, ms on the engine's clock.
+    pub arrival_ms: u64,
+    /// Deadline (exclusive), ms on the engine's clock.
+    pub deadline_ms: u64,
+    /// When it was accepted, ms; 0 while NEW.
+    pub accepted_ms: u64,
+    /// Higher is more important when a replan must give something up.
+    pub priority: i32,
+    /// Reserved, zero.
+    pub reserved: u32,
+    /// Its accepted allocation in `GantryView::allocations` (empty while NEW), sorted by atom,
+    /// then start.
+    pub allocation: GantryRange,
+}
+
+/// `bundles` bundles of one atom of a reservation over `[start_ms, end_ms)` (ABI 1.3): a piece of
+/// an allocation over time, in the view (accepted allocations) and in the output (a plan).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct GantryAllocation {
+    /// Index of the reservation in `GantryView::reservations`.
+    pub reservation: u32,
+    /// Pre-order index of the atom within the reservation's definition.
+    pub atom: u32,
+    /// Start, ms on the engine's clock.
+    pub start_ms: u64,
+    /// End (exclusive), ms; greater than `start_ms`.
+    pub end_ms: u64,
+    /// Bundles held throughout: a multiple of the atom's `min_parallel`, at most its
+    /// `max_parallel`, never 0.
+    pub bundles: u64,
+}
+
 /// Everything a hook may look at, borrowed for the duration of one call. Arrays are the engine's
-/// own arrays (zero-copy); indexes into them are valid for this call only. Array pointers are
+/// own arrays, lent without copying — or, for a plugin with a call budget, a copy made for the
+/// call (ABI.md §12); indexes into them are valid for this call only. Array pointers are
 /// never null: an empty array has a non-null, suitably aligned pointer that must not be read.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -484,10 +598,40 @@ pub struct GantryView {
     pub node_usage: *const GantryNodeUsage,
     /// Number of node usage records (`nodes_len` or 0).
     pub node_usage_len: u64,
+    /// ABI 1.3: why this `reserve` call is made (`GANTRY_RESERVE_*`); 0 in other hooks.
+    pub reserve_cause: u32,
+    /// ABI 1.3: the reservation a `reserve` call is about (ADMIT, UPDATE), an index into
+    /// `reservations`; `GANTRY_NONE` otherwise.
+    pub reserve_subject: u32,
+    /// ABI 1.3: index of the reservable (plan) queue; `GANTRY_NONE` when the host has none.
+    pub plan_queue: u32,
+    /// Reserved, zero.
+    pub reserved2: u32,
+    /// ABI 1.3: what all allocations together must fit within at every instant from `now_ms` on
+    /// (the plan queue's guaranteed capacity).
+    pub plan_capacity: GantryResources,
+    /// ABI 1.3: the step at which the host follows the plan (a hint for a planner's time grid), ms.
+    pub plan_step_ms: u64,
+    /// ABI 1.3: how far after its submission a reservation's deadline may lie, ms.
+    pub plan_horizon_ms: u64,
+    /// ABI 1.3: details of each reservation, parallel to `reservations`.
+    pub reservation_details: *const GantryReservationDetail,
+    /// Number of reservation details (`reservations_len`).
+    pub reservation_details_len: u64,
+    /// ABI 1.3: the nodes of every reservation's definition.
+    pub rdl_nodes: *const GantryRdlNode,
+    /// Number of definition nodes.
+    pub rdl_nodes_len: u64,
+    /// ABI 1.3: every reservation's accepted allocation, contiguous per reservation.
+    pub allocations: *const GantryAllocation,
+    /// Number of allocation pieces.
+    pub allocations_len: u64,
 }
 
 /// `struct_size` of an ABI 1.0 [`GantryView`]: the fields before `node_usage`.
 pub const GANTRY_VIEW_SIZE_V1_0: u32 = 224;
+/// `struct_size` of an ABI 1.1 or 1.2 [`GantryView`]: the fields before `reserve_cause`.
+pub const GANTRY_VIEW_SIZE_V1_1: u32 = 240;
 
 /// One decision of a plugin. Which fields mean what depends on `kind` (`GANTRY_DECISION_*`).
 #[repr(C)]
@@ -531,7 +675,19 @@ pub struct GantryOutput {
     pub message_capacity: u64,
     /// Message bytes written by the plugin.
     pub message_len: u64,
+    /// ABI 1.3: allocation pieces, owned by the host; offered (capacity > 0) in `reserve` calls
+    /// only. A plugin checks `struct_size` before touching these four fields.
+    pub allocations: *mut GantryAllocation,
+    /// Room in `allocations`.
+    pub allocations_capacity: u64,
+    /// Allocation pieces written by the plugin.
+    pub allocations_len: u64,
+    /// Pieces the plugin wanted to write when it returned `GANTRY_BUFFER_FULL`.
+    pub allocations_needed: u64,
 }
+
+/// `struct_size` of an ABI 1.0–1.2 [`GantryOutput`]: the fields before `allocations`.
+pub const GANTRY_OUTPUT_SIZE_V1_0: u32 = 64;
 
 /// `create`: build a plugin instance from its configuration (a JSON object, UTF-8, `config_len`
 /// bytes, followed by a NUL that is not counted). On success store the instance in `*instance`.
@@ -578,7 +734,13 @@ pub struct GantryPluginV1 {
     pub place: Option<GantryHookFn>,
     /// Periodic preemption, kills and capacity edits; null if not implemented.
     pub rebalance: Option<GantryHookFn>,
+    /// ABI 1.3: reservation planning; null if not implemented. Absent (beyond `struct_size`)
+    /// from a plugin built against 1.0–1.2.
+    pub reserve: Option<GantryHookFn>,
 }
+
+/// `struct_size` of an ABI 1.0–1.2 [`GantryPluginV1`]: the fields before `reserve`.
+pub const GANTRY_PLUGIN_SIZE_V1_0: u32 = 80;
 
 // SAFETY: the vtable is immutable after construction and its `name`/`version` pointers point at
 // static, immutable NUL-terminated strings; sharing it between threads cannot race.
@@ -614,11 +776,19 @@ const _: () = {
     assert!(size_of::<GantryContainer>() == 64);
     assert!(size_of::<GantryReservation>() == 56);
     assert!(size_of::<GantryNodeUsage>() == 32);
-    assert!(size_of::<GantryView>() == 240);
+    assert!(size_of::<GantryRdlNode>() == 80);
+    assert!(size_of::<GantryReservationDetail>() == 48);
+    assert!(size_of::<GantryAllocation>() == 32);
+    assert!(size_of::<GantryView>() == 344);
     assert!(core::mem::offset_of!(GantryView, node_usage) == GANTRY_VIEW_SIZE_V1_0 as usize);
+    assert!(core::mem::offset_of!(GantryView, reserve_cause) == GANTRY_VIEW_SIZE_V1_1 as usize);
+    assert!(core::mem::offset_of!(GantryView, plan_capacity) == 256);
+    assert!(core::mem::offset_of!(GantryView, reservation_details) == 296);
     assert!(size_of::<GantryDecision>() == 24);
-    assert!(size_of::<GantryOutput>() == 64);
-    assert!(size_of::<GantryPluginV1>() == 80);
+    assert!(size_of::<GantryOutput>() == 96);
+    assert!(core::mem::offset_of!(GantryOutput, allocations) == GANTRY_OUTPUT_SIZE_V1_0 as usize);
+    assert!(size_of::<GantryPluginV1>() == 88);
+    assert!(core::mem::offset_of!(GantryPluginV1, reserve) == GANTRY_PLUGIN_SIZE_V1_0 as usize);
     assert!(align_of::<GantryResources>() == 8);
     assert!(align_of::<GantryView>() == 8);
     assert!(core::mem::offset_of!(GantryPluginV1, create) == 32);

@@ -59,4 +59,4 @@ pub mod units;
 mod view;
 
 pub use plugin::{__private, Decisions, Hooks, Plugin, PluginError};
-pub use view::{View, ViewError};
+pub use view::{PlanView, View, ViewError};

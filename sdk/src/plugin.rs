@@ -17,11 +17,14 @@ pub struct Hooks {
     pub place: bool,
     /// `rebalance` is implemented.
     pub rebalance: bool,
+    /// `reserve` is implemented (ABI 1.3).
+    pub reserve: bool,
 }
 
 impl Hooks {
     /// No hooks.
-    pub const NONE: Hooks = Hooks { admit: false, order: false, place: false, rebalance: false };
+    pub const NONE: Hooks =
+        Hooks { admit: false, order: false, place: false, rebalance: false, reserve: false };
 
     /// The `GANTRY_CAP_*` bits for these hooks.
     pub const fn capabilities(&self) -> u64 {
@@ -29,6 +32,7 @@ impl Hooks {
             | (if self.order { GANTRY_CAP_ORDER } else { 0 })
             | (if self.place { GANTRY_CAP_PLACE } else { 0 })
             | (if self.rebalance { GANTRY_CAP_REBALANCE } else { 0 })
+            | (if self.reserve { GANTRY_CAP_RESERVE } else { 0 })
     }
 
     /// The hooks named by `GANTRY_CAP_*` bits (unknown bits ignored).
@@ -38,6 +42,7 @@ impl Hooks {
             order: caps & GANTRY_CAP_ORDER != 0,
             place: caps & GANTRY_CAP_PLACE != 0,
             rebalance: caps & GANTRY_CAP_REBALANCE != 0,
+            reserve: caps & GANTRY_CAP_RESERVE != 0,
         }
     }
 
@@ -48,16 +53,18 @@ impl Hooks {
             GANTRY_HOOK_ORDER => self.order,
             GANTRY_HOOK_PLACE => self.place,
             GANTRY_HOOK_REBALANCE => self.rebalance,
+            GANTRY_HOOK_RESERVE => self.reserve,
             _ => false,
         }
     }
 }
 
-/// The decisions a hook returns, in order. Indexes are positions in the [`View`] the hook was
-/// given.
+/// The decisions a hook returns, in order, and (from `reserve`) the allocation pieces its
+/// PLAN_RESERVATION decisions refer to. Indexes are positions in the [`View`] the hook was given.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Decisions {
     records: Vec<GantryDecision>,
+    allocations: Vec<GantryAllocation>,
 }
 
 impl Decisions {
@@ -131,6 +138,24 @@ impl Decisions {
         self.push_kind(GANTRY_DECISION_SET_QUEUE_CAPACITY, queue, GANTRY_NONE, 0, ppm);
     }
 
+    /// `reserve` (ABI 1.3): reservation `reservation`'s allocation becomes `pieces` (their
+    /// `reservation` field is set to `reservation`; `atom`, times and `bundles` are yours).
+    pub fn plan_reservation(&mut self, reservation: u32, pieces: impl IntoIterator<Item = GantryAllocation>) {
+        self.push_kind(GANTRY_DECISION_PLAN_RESERVATION, reservation, GANTRY_NONE, 0, 0);
+        self.allocations.extend(pieces.into_iter().map(|p| GantryAllocation { reservation, ..p }));
+    }
+
+    /// Appends raw allocation pieces (what a host does with a shared library's output; a
+    /// PLAN_RESERVATION decision names the reservation they belong to).
+    pub fn extend_allocations(&mut self, pieces: &[GantryAllocation]) {
+        self.allocations.extend_from_slice(pieces);
+    }
+
+    /// The allocation pieces so far (ABI 1.3, `reserve` only).
+    pub fn allocations(&self) -> &[GantryAllocation] {
+        &self.allocations
+    }
+
     /// Appends raw decision records (what a host does with a shared library's output).
     #[inline]
     pub fn extend_from_slice(&mut self, decisions: &[GantryDecision]) {
@@ -152,15 +177,16 @@ impl Decisions {
         self.records.is_empty()
     }
 
-    /// Removes all decisions, keeping the allocation.
+    /// Removes all decisions and allocation pieces, keeping the allocated memory.
     pub fn clear(&mut self) {
         self.records.clear();
+        self.allocations.clear();
     }
 }
 
 impl From<Vec<GantryDecision>> for Decisions {
     fn from(records: Vec<GantryDecision>) -> Self {
-        Decisions { records }
+        Decisions { records, allocations: Vec::new() }
     }
 }
 
@@ -242,6 +268,14 @@ pub trait Plugin: Sized + Send + 'static {
         Err(PluginError::new("rebalance is not implemented"))
     }
 
+    /// Reservation planning (ABI 1.3): `view.plan.cause` says why. Answer PLAN_RESERVATION with
+    /// the allocation ([`Decisions::plan_reservation`]) or REJECT_RESERVATION; the host checks the
+    /// whole answer (ABI.md §8, `reserve`).
+    fn reserve(&mut self, view: &View<'_>, out: &mut Decisions) -> Result<(), PluginError> {
+        let _ = (view, out);
+        Err(PluginError::new("reserve is not implemented"))
+    }
+
     /// Calls the hook with id `GANTRY_HOOK_*`.
     fn call_hook(&mut self, hook: u32, view: &View<'_>, out: &mut Decisions) -> Result<(), PluginError> {
         match hook {
@@ -249,6 +283,7 @@ pub trait Plugin: Sized + Send + 'static {
             GANTRY_HOOK_ORDER => self.order(view, out),
             GANTRY_HOOK_PLACE => self.place(view, out),
             GANTRY_HOOK_REBALANCE => self.rebalance(view, out),
+            GANTRY_HOOK_RESERVE => self.reserve(view, out),
             other => Err(PluginError::new(format!("unknown hook id {other}"))),
         }
     }
@@ -307,16 +342,18 @@ pub mod __private {
             } else {
                 None
             },
+            reserve: if hooks.reserve { Some(hook::<P, GANTRY_HOOK_RESERVE> as GantryHookFn) } else { None },
         }
     }
 
-    /// The entry symbol's body: refuse hosts of another major version.
-    pub fn entry(
-        vtable: &'static GantryPluginV1,
-        host_major: u16,
-        _host_minor: u16,
-    ) -> *const GantryPluginV1 {
+    /// The entry symbol's body: refuse hosts of another major version, and hosts too old for a
+    /// hook the plugin implements (a 1.0–1.2 host cannot call `reserve`; it would refuse the
+    /// capability bit anyway, and a plugin built for 1.3 that has only older hooks still loads).
+    pub fn entry(vtable: &'static GantryPluginV1, host_major: u16, host_minor: u16) -> *const GantryPluginV1 {
         if host_major != GANTRY_ABI_MAJOR {
+            return core::ptr::null();
+        }
+        if vtable.capabilities & GANTRY_CAP_RESERVE != 0 && host_minor < 3 {
             return core::ptr::null();
         }
         vtable
@@ -357,13 +394,25 @@ pub mod __private {
     unsafe fn output<'o>(out: *mut GantryOutput) -> Option<&'o mut GantryOutput> {
         // SAFETY: the caller guarantees `out` is null or valid.
         let out = unsafe { out.as_mut()? };
-        if (out.struct_size as usize) < core::mem::size_of::<GantryOutput>() {
+        // A 1.0–1.2 host's output ends before `allocations`; those four fields are then never
+        // touched (`has_allocations`).
+        if out.struct_size < GANTRY_OUTPUT_SIZE_V1_0 {
             return None;
         }
         out.len = 0;
         out.needed = 0;
         out.message_len = 0;
+        if has_allocations(out) {
+            out.allocations_len = 0;
+            out.allocations_needed = 0;
+        }
         Some(out)
+    }
+
+    /// Whether the host's output is long enough (ABI ≥ 1.3) to carry allocation pieces.
+    #[inline]
+    fn has_allocations(out: &GantryOutput) -> bool {
+        out.struct_size as usize >= core::mem::size_of::<GantryOutput>()
     }
 
     /// `create` for `P`.
@@ -483,15 +532,35 @@ pub mod __private {
             }
         }
         let decisions = inst.scratch.as_slice();
+        let pieces = inst.scratch.allocations();
+        if !pieces.is_empty() && !has_allocations(out) {
+            write_message(
+                out,
+                "the host's output has no room for allocation pieces (host ABI older than 1.3)",
+            );
+            return GANTRY_ERR_INVALID_VIEW;
+        }
         let n = decisions.len() as u64;
-        if n > out.capacity || (n > 0 && out.decisions.is_null()) {
+        let m = pieces.len() as u64;
+        let decisions_short = n > out.capacity || (n > 0 && out.decisions.is_null());
+        let pieces_short = m > 0 && (m > out.allocations_capacity || out.allocations.is_null());
+        if decisions_short || pieces_short {
             out.needed = n;
+            if has_allocations(out) {
+                out.allocations_needed = m;
+            }
             inst.pending_retry = Some(key);
             return GANTRY_BUFFER_FULL;
         }
         // SAFETY: the host gave `capacity` >= n writable slots at `decisions`.
         unsafe { core::ptr::copy_nonoverlapping(decisions.as_ptr(), out.decisions, decisions.len()) };
         out.len = n;
+        if m > 0 {
+            // SAFETY: checked above: the host's output has the 1.3 fields and `allocations_capacity`
+            // >= m writable pieces at a non-null `allocations`.
+            unsafe { core::ptr::copy_nonoverlapping(pieces.as_ptr(), out.allocations, pieces.len()) };
+            out.allocations_len = m;
+        }
         inst.pending_retry = None;
         GANTRY_OK
     }

@@ -73,6 +73,67 @@ pub struct View<'a> {
     /// ABI 1.1: what each node's agent last measured, parallel to `nodes`; empty when the host is
     /// 1.0 or keeps no measurements. A record with `sampled_ms == 0` was never sampled.
     pub node_usage: &'a [GantryNodeUsage],
+    /// ABI 1.3: the reservation plan — why a `reserve` call is made, the plan's capacity, and
+    /// every reservation's definition and accepted allocation. Empty from an older host.
+    pub plan: PlanView<'a>,
+}
+
+/// The reservation side of a [`View`] (ABI 1.3). `details` is parallel to `View::reservations`;
+/// a detail's `definition` indexes `rdl_nodes`, its `allocation` range `allocations`.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanView<'a> {
+    /// `GANTRY_RESERVE_*` in a `reserve` call, 0 otherwise.
+    pub cause: u32,
+    /// The reservation a `reserve` call is about (ADMIT, UPDATE), else `GANTRY_NONE`.
+    pub subject: u32,
+    /// Index of the plan queue, or `GANTRY_NONE`.
+    pub queue: u32,
+    /// What all allocations together must fit within at every instant from now on.
+    pub capacity: GantryResources,
+    /// The host's follower step, ms (a hint for a time grid).
+    pub step_ms: u64,
+    /// How far after its submission a deadline may lie, ms.
+    pub horizon_ms: u64,
+    /// Per reservation, parallel to `View::reservations`.
+    pub details: &'a [GantryReservationDetail],
+    /// Every reservation's definition nodes.
+    pub rdl_nodes: &'a [GantryRdlNode],
+    /// Every reservation's accepted allocation.
+    pub allocations: &'a [GantryAllocation],
+}
+
+impl Default for PlanView<'_> {
+    /// No plan: no reservable queue, nothing reserved.
+    fn default() -> Self {
+        PlanView {
+            cause: 0,
+            subject: GANTRY_NONE,
+            queue: GANTRY_NONE,
+            capacity: GantryResources::default(),
+            step_ms: 0,
+            horizon_ms: 0,
+            details: &[],
+            rdl_nodes: &[],
+            allocations: &[],
+        }
+    }
+}
+
+impl<'a> PlanView<'a> {
+    /// The children of a definition node; empty if its range is out of bounds.
+    pub fn children(&self, node: &GantryRdlNode) -> &'a [GantryRdlNode] {
+        View::range(self.rdl_nodes, node.children)
+    }
+
+    /// The root of reservation `index`'s definition, if the index and its detail are in range.
+    pub fn definition(&self, index: usize) -> Option<&'a GantryRdlNode> {
+        self.rdl_nodes.get(self.details.get(index)?.definition as usize)
+    }
+
+    /// Reservation `index`'s accepted allocation (empty while NEW or out of range).
+    pub fn allocation(&self, index: usize) -> &'a [GantryAllocation] {
+        self.details.get(index).map_or(&[], |d| View::range(self.allocations, d.allocation))
+    }
 }
 
 /// Turns a (pointer, length) pair of the raw view into a slice.
@@ -123,6 +184,19 @@ impl<'a> View<'a> {
             pending_len: self.pending.len() as u64,
             node_usage: self.node_usage.as_ptr(),
             node_usage_len: self.node_usage.len() as u64,
+            reserve_cause: self.plan.cause,
+            reserve_subject: self.plan.subject,
+            plan_queue: self.plan.queue,
+            reserved2: 0,
+            plan_capacity: self.plan.capacity,
+            plan_step_ms: self.plan.step_ms,
+            plan_horizon_ms: self.plan.horizon_ms,
+            reservation_details: self.plan.details.as_ptr(),
+            reservation_details_len: self.plan.details.len() as u64,
+            rdl_nodes: self.plan.rdl_nodes.as_ptr(),
+            rdl_nodes_len: self.plan.rdl_nodes.len() as u64,
+            allocations: self.plan.allocations.as_ptr(),
+            allocations_len: self.plan.allocations.len() as u64,
         }
     }
 
@@ -161,7 +235,9 @@ impl<'a> View<'a> {
             | raw.containers.is_null()
             | raw.reservations.is_null()
             | raw.pending.is_null()
-            | (Self::has_node_usage(raw) && raw.node_usage.is_null());
+            | (Self::has_node_usage(raw) && raw.node_usage.is_null())
+            | (Self::has_plan(raw)
+                && (raw.reservation_details.is_null() | raw.rdl_nodes.is_null() | raw.allocations.is_null()));
         if any_null {
             return Err(Self::first_null_array(raw));
         }
@@ -198,6 +274,21 @@ impl<'a> View<'a> {
                 } else {
                     &[]
                 },
+                plan: if Self::has_plan(raw) {
+                    PlanView {
+                        cause: raw.reserve_cause,
+                        subject: raw.reserve_subject,
+                        queue: raw.plan_queue,
+                        capacity: raw.plan_capacity,
+                        step_ms: raw.plan_step_ms,
+                        horizon_ms: raw.plan_horizon_ms,
+                        details: raw_slice(raw.reservation_details, raw.reservation_details_len),
+                        rdl_nodes: raw_slice(raw.rdl_nodes, raw.rdl_nodes_len),
+                        allocations: raw_slice(raw.allocations, raw.allocations_len),
+                    }
+                } else {
+                    PlanView::default()
+                },
             }
         }
     }
@@ -205,6 +296,12 @@ impl<'a> View<'a> {
     /// Whether the host's view is long enough (ABI ≥ 1.1) to carry `node_usage`.
     #[inline(always)]
     fn has_node_usage(raw: &GantryView) -> bool {
+        raw.struct_size >= GANTRY_VIEW_SIZE_V1_1
+    }
+
+    /// Whether the host's view is long enough (ABI ≥ 1.3) to carry the reservation plan.
+    #[inline(always)]
+    fn has_plan(raw: &GantryView) -> bool {
         raw.struct_size as usize >= core::mem::size_of::<GantryView>()
     }
 
@@ -222,6 +319,10 @@ impl<'a> View<'a> {
             (raw.containers.is_null(), "containers"),
             (raw.reservations.is_null(), "reservations"),
             (raw.pending.is_null(), "pending"),
+            (raw.node_usage.is_null() && Self::has_node_usage(raw), "node_usage"),
+            (raw.reservation_details.is_null() && Self::has_plan(raw), "reservation_details"),
+            (raw.rdl_nodes.is_null() && Self::has_plan(raw), "rdl_nodes"),
+            (raw.allocations.is_null() && Self::has_plan(raw), "allocations"),
         ];
         ViewError::NullArray(pointers.iter().find(|p| p.0).map_or("?", |p| p.1))
     }

@@ -231,7 +231,7 @@ static int32_t probe_place(void *instance, const GantryView *view, GantryOutput 
 
 static const GantryPluginV1 PROBE = {
     sizeof(GantryPluginV1), GANTRY_ABI_MAJOR, GANTRY_ABI_MINOR, "probe", "0.0.0",
-    GANTRY_CAP_PLACE, NULL, NULL, NULL, NULL, probe_place, NULL,
+    GANTRY_CAP_PLACE, NULL, NULL, NULL, NULL, probe_place, NULL, NULL,
 };
 
 const GantryPluginV1 *gantry_plugin_v1(uint16_t host_major, uint16_t host_minor) {

@@ -29,7 +29,7 @@ struct PreemptOnce {
 impl Plugin for PreemptOnce {
     const NAME: &'static core::ffi::CStr = c"preempt-once";
     const VERSION: &'static core::ffi::CStr = c"1";
-    const HOOKS: Hooks = Hooks { admit: false, order: false, place: false, rebalance: true };
+    const HOOKS: Hooks = Hooks { admit: false, order: false, place: false, rebalance: true, reserve: false };
 
     fn create(_config: &str) -> Result<Self, PluginError> {
         Err(PluginError::new("built by the test"))

@@ -618,6 +618,7 @@ impl SyntheticCluster {
             reservations: &[],
             pending: &self.pending,
             node_usage: &[],
+            plan: gantry_sdk::PlanView::default(),
         }
     }
 }

@@ -113,6 +113,7 @@ mod tests {
                 reservations: &[],
                 pending: &self.pending,
                 node_usage: &self.usage,
+                plan: gantry_sdk::PlanView::default(),
             }
         }
     }

@@ -279,6 +279,7 @@ impl Cluster {
             reservations: &[],
             pending: &self.pending,
             node_usage: &[],
+            plan: gantry_sdk::PlanView::default(),
         }
     }
 }

@@ -698,6 +698,7 @@ impl ClusterState {
             reservations: &self.reservations,
             pending,
             node_usage: &self.node_usage,
+            plan: gantry_sdk::PlanView::default(),
         }
     }
 

@@ -272,7 +272,7 @@ impl FnPlugin {
 impl Plugin for FnPlugin {
     const NAME: &'static core::ffi::CStr = c"test-fn-plugin";
     const VERSION: &'static core::ffi::CStr = c"1";
-    const HOOKS: Hooks = Hooks { admit: true, order: true, place: true, rebalance: true };
+    const HOOKS: Hooks = Hooks { admit: true, order: true, place: true, rebalance: true, reserve: false };
 
     fn create(_config: &str) -> Result<Self, PluginError> {
         Err(PluginError::new("built by the test, not from a configuration"))

@@ -239,7 +239,7 @@ impl TestMisbehave {
 impl Plugin for TestMisbehave {
     const NAME: &'static CStr = c"test-misbehave";
     const VERSION: &'static CStr = c"0.1.0";
-    const HOOKS: Hooks = Hooks { admit: true, order: true, place: true, rebalance: true };
+    const HOOKS: Hooks = Hooks { admit: true, order: true, place: true, rebalance: true, reserve: false };
 
     fn create(config: &str) -> Result<Self, PluginError> {
         let mode = parse_mode(config)?;
@@ -424,6 +424,7 @@ mod tests {
                 reservations: &[],
                 pending: &self.pending,
                 node_usage: &[],
+                plan: gantry_sdk::PlanView::default(),
             }
         }
     }

@@ -529,6 +529,7 @@ mod tests {
                 reservations: &[],
                 pending: &self.pending,
                 node_usage: &[],
+                plan: gantry_sdk::PlanView::default(),
             }
         }
 
