@@ -14,5 +14,8 @@
 pub mod agents;
 pub mod milp;
 pub mod plan;
-pub mod rdl;
 pub mod replan;
+
+/// The Reservation Definition Language, which lives in its own crate (`gantry-rdl`) because the
+/// scheduler's API parses it too.
+pub use gantry_rdl as rdl;

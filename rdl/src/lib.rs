@@ -1,4 +1,9 @@
-//! The Reservation Definition Language: what a reservation asks for.
+//! # gantry-rdl
+//!
+//! The Reservation Definition Language of Rayon (Curino et al., SoCC 2014; seed `001`): what a
+//! reservation asks for. A crate of its own because it is the user's language: the scheduler's
+//! API parses it, the engine keeps reservations' definitions in it and lays them out for plugins
+//! ([`abi`]), and a planner plugin reads it back.
 //!
 //! An expression is a tree. Its leaves are **atoms** `atom(b, g, h, l, w)`: bundles (containers)
 //! of resources `b`, run at least `g` and at most `h` at a time, in whole gangs of `g` (so the
@@ -48,7 +53,7 @@
 //! Every key listed is required except the bundle's; any other key is refused. For example:
 //!
 //! ```
-//! use gantry_rayon::rdl::{parse_json, parse_text};
+//! use gantry_rdl::{parse_json, parse_text};
 //! let json = r#"{"window": {"start": "0s", "end": "2h", "expr": {"order": [
 //!     {"atom": {"bundle": {"cpu": "1", "memory": "2GiB"}, "g": 1, "h": 100, "lease": "1m", "work": "50h"}},
 //!     {"atom": {"bundle": {"cpu": "2", "memory": "4GiB", "gpus": 1}, "g": 4, "h": 4, "lease": "30m", "work": "2h"}}
@@ -106,6 +111,7 @@
 
 use gantry_sdk::abi::GantryResources;
 
+pub mod abi;
 mod error;
 mod json;
 mod text;
@@ -177,7 +183,7 @@ pub struct Atom {
 
 impl Expr {
     /// The atoms of the expression in pre-order: the numbering an allocation's
-    /// [`atoms`](crate::agents::Allocation::atoms) follows.
+    /// allocation pieces' `atom` index follows (`gantry_sdk::abi::GantryAllocation::atom`).
     pub fn atoms(&self) -> Vec<Atom> {
         fn walk(e: &Expr, out: &mut Vec<Atom>) {
             match e {

@@ -1,6 +1,6 @@
 //! The RDL front end: both forms, exact error positions, round trips, hostile input.
 
-use gantry_rayon::rdl::{
+use gantry_rdl::{
     Atom, ErrorKind, Expr, MAX_INPUT_BYTES, MAX_NESTING, RdlError, Window, parse, parse_json, parse_text,
     to_json, to_text, to_text_pretty,
 };
