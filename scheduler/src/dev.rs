@@ -2,6 +2,11 @@
 //! policies) and one agent for this machine, in one process. Ctrl-C stops both and kills every
 //! container it started, leaving nothing behind.
 //!
+//! `--config FILE` takes the scheduler's own TOML (`[[plugins]]`, `[profile]`, `[engine]`,
+//! `[[queues]]` …) so that a plugin author iterates on this cluster; `gantry dev` keeps the
+//! addresses, the data directory and the credentials ([`OWNED`]) and refuses a file that sets
+//! them.
+//!
 //! Both endpoints listen on loopback only, and neither is open: everything on this machine can
 //! reach loopback, the containers it runs included, so the REST API wants the token kept in
 //! `<data dir>/cli-token` (0600, the starting user's; the CLI finds it by itself, see
@@ -23,6 +28,78 @@ pub struct DevArgs {
     /// Directory for the scheduler's state; the agent's container directories go under it too.
     #[arg(long, default_value = "gantry-dev")]
     pub data_dir: PathBuf,
+    /// The scheduler's configuration (TOML: `[[plugins]]`, `[profile]`, `[engine]`, `[[queues]]`,
+    /// `[reservations]` …), merged with `gantry dev`'s own; relative paths in it are relative to
+    /// the file. The addresses, data directory and credentials stay `gantry dev`'s.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+/// The settings `gantry dev` owns, and what to do instead of setting them in `--config`.
+pub const OWNED: [(&str, &str, &str); 9] = [
+    ("server", "listen", "use --listen"),
+    ("server", "agent_listen", "gantry dev picks a free loopback port for its agent"),
+    ("server", "data_dir", "use --data-dir"),
+    ("security", "tokens_file", "gantry dev makes its own token in the data directory"),
+    ("security", "join_token_file", "gantry dev makes its agent's join token itself"),
+    ("security", "insecure", "gantry dev listens on loopback only"),
+    ("security", "tls_cert_file", "gantry dev serves plain HTTP on loopback"),
+    ("security", "tls_key_file", "gantry dev serves plain HTTP on loopback"),
+    ("security", "tls_client_ca_file", "gantry dev serves plain HTTP on loopback"),
+];
+
+/// `gantry dev`'s configuration: its own settings, merged with the user's file when there is one
+/// (a file that sets an [`OWNED`] key is refused, naming every such key).
+pub fn merged_config(own: &str, user: Option<&Path>, data_dir: PathBuf) -> anyhow::Result<SchedulerConfig> {
+    let Some(path) = user else {
+        return Ok(SchedulerConfig::from_str_at(own, Path::new("<gantry dev>"), data_dir)?);
+    };
+    let size = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?.len();
+    if size > crate::config::MAX_CONFIG_BYTES {
+        anyhow::bail!(
+            "{}: {size} bytes is larger than the {}-byte limit",
+            path.display(),
+            crate::config::MAX_CONFIG_BYTES
+        );
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut table: toml::Table =
+        toml::from_str(&text).with_context(|| format!("{}: not a valid TOML file", path.display()))?;
+    let conflicts: Vec<String> = OWNED
+        .iter()
+        .filter(|(section, key, _)| {
+            table.get(*section).and_then(toml::Value::as_table).is_some_and(|t| t.contains_key(*key))
+        })
+        .map(|(section, key, instead)| format!("  {section}.{key}: {instead}"))
+        .collect();
+    if !conflicts.is_empty() {
+        anyhow::bail!(
+            "{}: gantry dev sets these itself; remove them from the file:\n{}",
+            path.display(),
+            conflicts.join("\n")
+        );
+    }
+    let own: toml::Table = toml::from_str(own).context("gantry dev's own settings")?;
+    for (section, values) in own {
+        let toml::Value::Table(values) = values else { continue };
+        match table.entry(section.clone()) {
+            toml::map::Entry::Vacant(e) => {
+                e.insert(toml::Value::Table(values));
+            }
+            toml::map::Entry::Occupied(mut e) => {
+                let Some(existing) = e.get_mut().as_table_mut() else {
+                    anyhow::bail!("{}: `{section}` must be a table", path.display());
+                };
+                existing.extend(values);
+            }
+        }
+    }
+    let merged = toml::to_string(&table).context("writing the merged configuration")?;
+    let base = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok(SchedulerConfig::from_str_at(&merged, path, base)?)
 }
 
 /// Creates `dir` (and parents) so that the unprivileged container user can traverse it.
@@ -37,11 +114,15 @@ fn traversable_dir(dir: &Path) -> anyhow::Result<()> {
 /// who started the cluster may do anything in it), and the agent's join token.
 struct Secrets {
     cli_token: PathBuf,
-    tokens_file: PathBuf,
     join_token_file: PathBuf,
 }
 
 impl Secrets {
+    /// The scheduler's tokens file, in the data directory.
+    const TOKENS: &str = "tokens";
+    /// The agent's join token, in the data directory.
+    const JOIN_TOKEN: &str = "join-token";
+
     fn prepare(data_dir: &Path) -> anyhow::Result<Secrets> {
         use crate::token_file::{CLI_TOKEN, random_token, read, write_private};
         let cli_token = data_dir.join(CLI_TOKEN);
@@ -49,13 +130,13 @@ impl Secrets {
         let (owner, user) = starting_user();
         write_private(&cli_token, &format!("{token}\n"), owner)
             .with_context(|| format!("writing {}", cli_token.display()))?;
-        let tokens_file = data_dir.join("tokens");
+        let tokens_file = data_dir.join(Self::TOKENS);
         write_private(&tokens_file, &format!("{token} {user} admin\n"), None)
             .with_context(|| format!("writing {}", tokens_file.display()))?;
-        let join_token_file = data_dir.join("join-token");
+        let join_token_file = data_dir.join(Self::JOIN_TOKEN);
         write_private(&join_token_file, &format!("{}\n", random_token()), None)
             .with_context(|| format!("writing {}", join_token_file.display()))?;
-        Ok(Secrets { cli_token, tokens_file, join_token_file })
+        Ok(Secrets { cli_token, join_token_file })
     }
 }
 
@@ -80,19 +161,18 @@ fn starting_user() -> (Option<(u32, u32)>, String) {
 /// Runs the local cluster until Ctrl-C or SIGTERM.
 pub fn run(args: DevArgs) -> anyhow::Result<()> {
     let data_dir = std::path::absolute(&args.data_dir).context("resolving --data-dir")?;
-    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
     let text = format!(
-        "[server]\nlisten = {:?}\nagent_listen = \"127.0.0.1:0\"\ndata_dir = {:?}\n",
+        "[server]\nlisten = {:?}\nagent_listen = \"127.0.0.1:0\"\ndata_dir = {:?}\n\
+         [security]\ntokens_file = {:?}\njoin_token_file = {:?}\n",
         args.listen,
-        data_dir.join("scheduler").display().to_string()
+        data_dir.join("scheduler").display().to_string(),
+        data_dir.join(Secrets::TOKENS).display().to_string(),
+        data_dir.join(Secrets::JOIN_TOKEN).display().to_string(),
     );
+    // Checked before anything is written: a refused file leaves no trace.
+    let config = merged_config(&text, args.config.as_deref(), data_dir.clone())?;
+    std::fs::create_dir_all(&data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
     let secrets = Secrets::prepare(&data_dir)?;
-    let text = format!(
-        "{text}[security]\ntokens_file = {:?}\njoin_token_file = {:?}\n",
-        secrets.tokens_file.display().to_string(),
-        secrets.join_token_file.display().to_string()
-    );
-    let config = SchedulerConfig::from_str_at(&text, Path::new("<gantry dev>"), data_dir.clone())?;
     // Containers run as `nobody`, who must reach their directories: the agent's work root lives
     // in a world-traversable directory of its own.
     // One per data directory: container ids restart with a new data directory, and an agent
@@ -159,6 +239,15 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
         println!("  REST API   http://{api}/ws/v1/cluster   (metrics: http://{api}/metrics)");
         println!("  state      {}", data_dir.display());
         println!("  containers {}", work_root.display());
+        if let Some(file) = &args.config {
+            let plugins: Vec<String> = config
+                .plugins
+                .iter()
+                .map(|p| format!("{} ({})", p.name, config.plugin_path(p).display()))
+                .collect();
+            let plugins = if plugins.is_empty() { "none".to_owned() } else { plugins.join(", ") };
+            println!("  config     {} (plugins: {plugins})", file.display());
+        }
         println!(
             "  token      {} (yours only; the CLI reads it by itself from the directory",
             secrets.cli_token.display()
@@ -186,4 +275,80 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
         println!("gantry dev: stopped");
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OWN: &str = "[server]\nlisten = \"127.0.0.1:8088\"\nagent_listen = \"127.0.0.1:0\"\n\
+                       data_dir = \"/dev-data/scheduler\"\n[security]\ntokens_file = \"/dev-data/tokens\"\n";
+
+    fn file(dir: &Path, text: &str) -> PathBuf {
+        let p = dir.join("scheduler.toml");
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    #[test]
+    fn without_a_file_the_own_settings_are_the_configuration() {
+        let c = merged_config(OWN, None, PathBuf::from("/dev-data")).expect("own settings");
+        assert_eq!(c.server.listen, "127.0.0.1:8088");
+        assert!(c.plugins.is_empty());
+    }
+
+    #[test]
+    fn a_file_adds_plugins_profile_and_engine_and_keeps_its_own_relative_paths() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = file(
+            dir.path(),
+            "[engine]\nseed = 7\n[server]\ncycle_interval_ms = 50\n[security]\n\
+             acl_administer_queue = \"alice\"\n[[plugins]]\nname = \"spread\"\n\
+             path = \"./libgantry_spread.so\"\n[plugins.config]\nmax_per_node = 2\n[profile]\nplace = \"spread\"\n",
+        );
+        let c = merged_config(OWN, Some(&path), PathBuf::from("/dev-data")).expect("merged");
+        assert_eq!(c.engine_config().seed, 7);
+        assert_eq!(c.profile.place.as_deref(), Some("spread"));
+        assert_eq!(c.plugin_path(&c.plugins[0]), dir.path().join("./libgantry_spread.so"));
+        assert_eq!(c.plugins[0].config.get("max_per_node").and_then(toml::Value::as_integer), Some(2));
+        // Both sides of a shared section survive.
+        assert_eq!((c.server.listen.as_str(), c.server.cycle_interval_ms), ("127.0.0.1:8088", 50));
+        assert_eq!(c.security.tokens_file, Some(PathBuf::from("/dev-data/tokens")));
+        assert_eq!(c.security.acl_administer_queue.as_deref(), Some("alice"));
+    }
+
+    #[test]
+    fn a_file_that_sets_what_gantry_dev_owns_is_refused_naming_every_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = file(
+            dir.path(),
+            "[server]\nlisten = \"0.0.0.0:80\"\ndata_dir = \"x\"\n[security]\ntls_cert_file = \"c.pem\"\n",
+        );
+        let err =
+            format!("{:#}", merged_config(OWN, Some(&path), PathBuf::from("/dev-data")).expect_err("owned"));
+        for want in
+            ["server.listen: use --listen", "server.data_dir: use --data-dir", "security.tls_cert_file"]
+        {
+            assert!(err.contains(want), "{want}: {err}");
+        }
+        assert!(err.contains("scheduler.toml"), "{err}");
+    }
+
+    #[test]
+    fn what_the_scheduler_refuses_is_refused_with_the_file_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (text, want) in [
+            ("[profile]\nplace = \"nope\"\n", "not in [[plugins]]"),
+            ("[engine]\nsede = 1\n", "unknown field"),
+            ("[engine\n", "not a valid TOML file"),
+            ("server = 5\n", "must be a table"),
+        ] {
+            let path = file(dir.path(), text);
+            let err = format!("{:#}", merged_config(OWN, Some(&path), PathBuf::from("/d")).expect_err(text));
+            assert!(err.contains(want) && err.contains("scheduler.toml"), "{text:?}: {err}");
+        }
+        let err = merged_config(OWN, Some(&dir.path().join("missing.toml")), PathBuf::from("/d"))
+            .expect_err("missing file");
+        assert!(format!("{err:#}").contains("missing.toml"), "{err:#}");
+    }
 }

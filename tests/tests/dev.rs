@@ -26,10 +26,16 @@ fn gantry_in(dir: &Path, api: &str, args: &[&str]) -> std::process::Output {
 /// Starts `gantry dev` in `dir` (its state in `dir/gantry-dev`, the default) and waits until its
 /// agent has registered.
 fn start_dev(dir: &Path, api: &str) -> Dev {
+    start_dev_with(dir, api, &[])
+}
+
+/// [`start_dev`] with more arguments.
+fn start_dev_with(dir: &Path, api: &str, extra: &[&str]) -> Dev {
     use std::io::BufRead;
     let mut child = Command::new(gantry_bin().expect("gantry binary"))
         .current_dir(dir)
         .args(["dev", "--listen", api])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
@@ -90,6 +96,21 @@ fn post(api: &str, token: &str, path: &str, body: &str) -> String {
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `GET path` with `token`; returns the body.
+fn get(api: &str, token: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(api).expect("connect");
+    s.set_read_timeout(Some(GUARD)).expect("timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {api}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read");
+    out.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
 }
 
 fn processes_with(arg: &str) -> Vec<u32> {
@@ -307,4 +328,70 @@ echo "answer: $status""#,
         .expect("run gantry");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     wait_state(d, &api, victim, "KILLED");
+}
+
+/// Issue 20, item 5: `gantry dev --config FILE` loads the plugins the file names, so a plugin
+/// author iterates on the all-in-one cluster; the plugin places the work (its hook is timed in
+/// /metrics under its configured name) and the banner names the file.
+#[test]
+fn gantry_dev_loads_the_plugins_of_its_config() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let lib = gantry_tests::rust_plugin("gantry_testplugin").expect("test plugin");
+    std::fs::copy(&lib, d.join("libtp.so")).expect("copy the plugin next to the config");
+    std::fs::write(
+        d.join("scheduler.toml"),
+        "[engine]\nseed = 5\n[[plugins]]\nname = \"mine\"\npath = \"./libtp.so\"\n\
+         [plugins.config]\nmode = \"ok\"\n[profile]\nplace = \"mine\"\n",
+    )
+    .expect("config");
+    let api = format!("127.0.0.1:{}", gantry_tests::free_port());
+    let mut dev = start_dev_with(d, &api, &["--config", "scheduler.toml"]);
+    let token = std::fs::read_to_string(d.join("gantry-dev/cli-token")).expect("the dev token");
+    let out = gantry_in(d, &api, &["submit", "--", "echo", "hello"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(wait_state(d, &api, 1, "FINISHED")["app"]["finalStatus"], "SUCCEEDED");
+    let info = get(&api, token.trim(), "/ws/v1/cluster/info");
+    assert!(info.contains(r#""name":"mine""#), "the plugin is loaded: {info}");
+    let metrics = get(&api, token.trim(), "/metrics");
+    let placed = gantry_tests::sample(
+        &metrics,
+        r#"gantry_scheduler_plugin_hook_duration_seconds_count{plugin="mine",hook="place"}"#,
+    );
+    assert!(placed.is_some_and(|n| n >= 1.0), "the plugin placed the app: {metrics:.3000}");
+    let fallback = gantry_tests::sample(&metrics, "gantry_scheduler_fallback_placement_cycles_total");
+    assert_eq!(fallback, Some(0.0), "the built-in never stood in");
+    // The banner said which file and which plugins.
+    let mut banner = String::new();
+    let mut line = String::new();
+    while !line.starts_with("Ctrl-C") {
+        line.clear();
+        use std::io::BufRead;
+        assert!(dev.out.read_line(&mut line).expect("banner") > 0, "the banner ended early");
+        banner.push_str(&line);
+    }
+    assert!(banner.contains("config     scheduler.toml (plugins: mine ("), "{banner}");
+}
+
+/// `gantry dev --config` refuses a file that sets what `gantry dev` owns (addresses, data
+/// directory, credentials), naming each key, and leaves nothing behind.
+#[test]
+fn gantry_dev_refuses_a_config_that_sets_what_it_owns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    std::fs::write(
+        d.join("scheduler.toml"),
+        "[server]\nlisten = \"0.0.0.0:8088\"\n[security]\ntokens_file = \"t\"\n",
+    )
+    .expect("config");
+    let out = Command::new(gantry_bin().expect("gantry binary"))
+        .current_dir(d)
+        .args(["dev", "--config", "scheduler.toml"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run gantry dev");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("server.listen: use --listen") && err.contains("security.tokens_file"), "{err}");
+    assert!(!d.join("gantry-dev").exists(), "a refused configuration leaves no state behind");
 }
