@@ -53,6 +53,7 @@
 pub mod abi;
 pub mod config;
 pub mod names;
+mod panics;
 mod plugin;
 pub mod rng;
 pub mod units;

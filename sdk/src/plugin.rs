@@ -4,7 +4,6 @@
 use crate::abi::*;
 use crate::view::View;
 use core::ffi::{CStr, c_char, c_void};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Which hooks a plugin implements. Only these get non-null pointers in the vtable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -359,16 +358,6 @@ pub mod __private {
         vtable
     }
 
-    fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-        if let Some(s) = payload.downcast_ref::<&str>() {
-            format!("plugin panicked: {s}")
-        } else if let Some(s) = payload.downcast_ref::<String>() {
-            format!("plugin panicked: {s}")
-        } else {
-            "plugin panicked".to_owned()
-        }
-    }
-
     /// Copies `message` into the host's message buffer, truncated at a character boundary.
     fn write_message(out: &mut GantryOutput, message: &str) {
         if out.message.is_null() || out.message_capacity == 0 {
@@ -444,7 +433,8 @@ pub mod __private {
             write_message(out, "configuration is not UTF-8");
             return GANTRY_ERR_CONFIG;
         };
-        match catch_unwind(|| P::create(text)) {
+        crate::panics::install();
+        match crate::panics::catch(|| P::create(text)) {
             Ok(Ok(plugin)) => {
                 let boxed = Box::new(Instance { plugin, scratch: Decisions::new(), pending_retry: None });
                 // SAFETY: checked non-null above; the host owns the slot.
@@ -455,8 +445,8 @@ pub mod __private {
                 write_message(out, &e.message);
                 GANTRY_ERR_CONFIG
             }
-            Err(payload) => {
-                write_message(out, &panic_message(payload.as_ref()));
+            Err(panic) => {
+                write_message(out, &panic);
                 GANTRY_ERR_PANIC
             }
         }
@@ -473,7 +463,7 @@ pub mod __private {
         // SAFETY: the pointer came from Box::into_raw in create::<P> and is destroyed once.
         let boxed = unsafe { Box::from_raw(instance.cast::<Instance<P>>()) };
         // A panicking Drop must not unwind into the host.
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(boxed)));
+        let _ = crate::panics::catch(move || drop(boxed));
     }
 
     /// Any hook of `P`, selected by `HOOK`.
@@ -519,14 +509,14 @@ pub mod __private {
             inst.scratch.clear();
             inst.pending_retry = None;
             let Instance { plugin, scratch, .. } = inst;
-            match catch_unwind(AssertUnwindSafe(|| plugin.call_hook(HOOK, &view, scratch))) {
+            match crate::panics::catch(|| plugin.call_hook(HOOK, &view, scratch)) {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     write_message(out, &e.message);
                     return GANTRY_ERR_INTERNAL;
                 }
-                Err(payload) => {
-                    write_message(out, &panic_message(payload.as_ref()));
+                Err(panic) => {
+                    write_message(out, &panic);
                     return GANTRY_ERR_PANIC;
                 }
             }
