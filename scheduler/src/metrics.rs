@@ -233,6 +233,7 @@ pub struct SchedulerMetrics {
     rejected: Family<RejectLabels, Counter>,
     plugin_failures: Family<PluginLabels, Counter>,
     plugin_quarantines: Family<PluginLabels, Counter>,
+    plugin_panics: Family<PluginLabels, Counter>,
     plugin_quarantined: Family<PluginLabels, IntGauge>,
     plugin_call_timeouts: Family<HookLabels, Counter>,
     submissions: Counter,
@@ -317,6 +318,7 @@ impl SchedulerMetrics {
             rejected: Family::default(),
             plugin_failures: Family::default(),
             plugin_quarantines: Family::default(),
+            plugin_panics: Family::default(),
             plugin_quarantined: Family::default(),
             plugin_call_timeouts: Family::default(),
             submissions: Counter::default(),
@@ -401,6 +403,11 @@ impl SchedulerMetrics {
             "gantry_scheduler_plugin_quarantines",
             "Times a plugin was quarantined after failing repeatedly",
             m.plugin_quarantines.clone(),
+        );
+        r.register(
+            "gantry_scheduler_plugin_panics",
+            "Plugin calls that panicked (caught at the boundary; each also counts as a failure)",
+            m.plugin_panics.clone(),
         );
         r.register(
             "gantry_scheduler_plugin_quarantined",
@@ -874,6 +881,7 @@ impl SchedulerMetrics {
             let labels = PluginLabels { plugin: p.name.clone() };
             raise_to(&self.plugin_failures.get_or_create(&labels), p.failures);
             raise_to(&self.plugin_quarantines.get_or_create(&labels), p.quarantines);
+            raise_to(&self.plugin_panics.get_or_create(&labels), p.panics);
             self.set_plugin_quarantined(&p.name, p.quarantined_until.is_some_and(|until| now < until));
         }
     }
@@ -1133,6 +1141,35 @@ mod tests {
         }
     }
 
+    /// A plugin that panics in every call, as the plugin host reports it.
+    struct Panicky;
+
+    impl Policy for Panicky {
+        fn name(&self) -> &str {
+            "panicky"
+        }
+        fn hooks(&self) -> Hooks {
+            Hooks { place: true, ..Hooks::NONE }
+        }
+        fn call(&mut self, _view: &View<'_>, _out: &mut Decisions) -> Result<(), PolicyError> {
+            Err(PolicyError::Panicked("plugin panicked: boom at src/lib.rs:1:1".into()))
+        }
+    }
+
+    #[test]
+    fn a_panic_counts_as_a_panic_and_a_failure_of_the_plugin() {
+        let metrics = Arc::new(SchedulerMetrics::new());
+        let timed = TimedPolicy::new("crashy", Box::new(Panicky), Arc::clone(&metrics));
+        let profile = Profile { place: Some(0), ..Profile::default() };
+        let mut engine = Engine::new(config(), vec![Box::new(timed)], profile).expect("engine");
+        small_cluster(&mut engine);
+        metrics.update_from_engine(&engine);
+        let t = metrics.encode();
+        assert_eq!(value(&t, "gantry_scheduler_plugin_panics_total{plugin=\"crashy\"}"), 1.0);
+        assert_eq!(value(&t, "gantry_scheduler_plugin_failures_total{plugin=\"crashy\"}"), 1.0);
+        assert_eq!(engine.policy_status()[0].panics, 1);
+    }
+
     /// A plugin whose every call ran past its budget, as the plugin host reports it.
     struct OverBudget;
 
@@ -1159,7 +1196,7 @@ mod tests {
     }
 
     /// Every family of the classic exposition, with its type.
-    const FAMILIES: [(&str, &str); 47] = [
+    const FAMILIES: [(&str, &str); 48] = [
         ("gantry_scheduler_pending_requests", "gauge"),
         ("gantry_scheduler_pending_containers", "gauge"),
         ("gantry_scheduler_allocations_total", "counter"),
@@ -1169,6 +1206,7 @@ mod tests {
         ("gantry_scheduler_rejected_decisions_total", "counter"),
         ("gantry_scheduler_plugin_failures_total", "counter"),
         ("gantry_scheduler_plugin_quarantines_total", "counter"),
+        ("gantry_scheduler_plugin_panics_total", "counter"),
         ("gantry_scheduler_plugin_quarantined", "gauge"),
         ("gantry_scheduler_plugin_call_timeouts_total", "counter"),
         ("gantry_scheduler_submissions_total", "counter"),

@@ -5,7 +5,8 @@ use crate::error::EngineError;
 use crate::event::{Command, Event, KillReason, NodeCondition};
 use crate::fifo::FirstFitFifo;
 use crate::model::*;
-use crate::policy::{Policy, PolicyError, Profile, StaticPolicy};
+use crate::plugin_log::{Incident, LogLimiter};
+use crate::policy::{Policy, PolicyError, Profile, StaticPolicy, hook_name};
 use crate::reservations::{PlannedPiece, ReservationBook, ReservationEnd, ReservationRequest, Restored};
 use crate::rng::SplitMix64;
 use crate::state::{AppMeta, AppSummary, ClusterState, ContainerMeta, app_is_terminal, container_is_live};
@@ -104,6 +105,11 @@ struct PolicySlot {
     failures: u64,
     /// Times it was quarantined since the engine started.
     quarantines: u64,
+    /// Its failed calls that were panics, and calls past its budget, since the engine started.
+    panics: u64,
+    timeouts: u64,
+    /// Which of its incidents to log.
+    log: LogLimiter,
 }
 
 /// What a policy call produced.
@@ -129,6 +135,10 @@ pub struct PolicyStatus {
     pub failures: u64,
     /// Times it was quarantined so far.
     pub quarantines: u64,
+    /// Its failed calls that were panics caught at the boundary.
+    pub panics: u64,
+    /// Its failed calls that ran past its budget (or came while such a call still ran).
+    pub timeouts: u64,
 }
 
 /// The sans-IO scheduling engine.
@@ -221,6 +231,9 @@ impl Engine {
                     rejected: Rejections::default(),
                     failures: 0,
                     quarantines: 0,
+                    panics: 0,
+                    timeouts: 0,
+                    log: LogLimiter::default(),
                 })
                 .collect(),
             profile,
@@ -954,7 +967,9 @@ impl Engine {
                 return CallResult::Builtin;
             }
             p.quarantined_until = None;
-            tracing::info!(policy = p.policy.name(), "quarantine over; trying the plugin again");
+            if std::mem::take(&mut p.log.quarantine_logged) {
+                tracing::info!(policy = p.policy.name(), "quarantine over; trying the plugin again");
+            }
         }
         let view = self.state.view(hook, now, self.cycle, self.rng.next_u64(), &self.pending);
         self.buf.clear();
@@ -962,49 +977,95 @@ impl Engine {
             Ok(()) => CallResult::Decisions,
             Err(e) => {
                 self.buf.clear();
-                self.policy_failed(i, &e);
+                self.policy_failed(i, hook, &e);
                 CallResult::Builtin
             }
         }
     }
 
-    fn policy_failed(&mut self, i: usize, e: &PolicyError) {
+    /// Counts a failed call of policy `i` toward its quarantine, and logs it (rate-limited,
+    /// [`crate::plugin_log`]).
+    fn policy_failed(&mut self, i: usize, hook: u32, e: &PolicyError) {
         self.stats.policy_failures += 1;
+        let now = self.now_ms;
         let p = &mut self.policies[i];
         p.failures += 1;
         p.consecutive_failures += 1;
-        tracing::warn!(policy = p.policy.name(), failures = p.consecutive_failures, error = %e, "plugin call failed");
+        let incident = Incident::of(e);
+        match incident {
+            Incident::Panicked => p.panics += 1,
+            Incident::TimedOut => p.timeouts += 1,
+            _ => {}
+        }
+        if let Some(l) = p.log.note(incident, now) {
+            tracing::warn!(
+                policy = p.policy.name(),
+                hook = hook_name(hook),
+                engine_ms = now,
+                in_a_row = p.consecutive_failures,
+                count = l.count,
+                unlogged = l.unlogged,
+                error = %e,
+                "plugin call failed"
+            );
+        }
         if p.consecutive_failures >= self.config.quarantine_after {
-            p.quarantined_until = Some(self.now_ms.saturating_add(self.config.quarantine_ms));
+            p.quarantined_until = Some(now.saturating_add(self.config.quarantine_ms));
             p.consecutive_failures = 0;
             p.quarantines += 1;
             self.stats.quarantines += 1;
-            tracing::error!(
-                policy = p.policy.name(),
-                quarantine_ms = self.config.quarantine_ms,
-                "plugin quarantined; the built-in policy stands in"
-            );
-        }
-    }
-
-    /// Records the outcome of validating a call's decisions against the policy's health.
-    fn judge(&mut self, slot: Option<usize>, rej: &Rejections) {
-        self.stats.rejected.merge(rej);
-        let Some(i) = slot else { return };
-        self.policies[i].rejected.merge(rej);
-        if rej.total() > 0 {
-            for (reason, n) in rej.iter() {
-                tracing::warn!(
-                    policy = self.policies[i].policy.name(),
-                    reason = reason.as_str(),
-                    n,
-                    "decisions rejected"
+            let logged = p.log.note(Incident::Quarantined, now);
+            p.log.quarantine_logged = logged.is_some();
+            if let Some(l) = logged {
+                tracing::error!(
+                    policy = p.policy.name(),
+                    engine_ms = now,
+                    quarantine_ms = self.config.quarantine_ms,
+                    count = l.count,
+                    unlogged = l.unlogged,
+                    "plugin quarantined; the built-in policy stands in"
                 );
             }
         }
+    }
+
+    /// Records the outcome of validating a `hook` call's decisions against the policy's health,
+    /// and logs what was refused (rate-limited per reason): the plugin, the hook, the reason, how
+    /// many, and the first such decision with what it concerned.
+    fn judge(&mut self, slot: Option<usize>, hook: u32, rej: &Rejections) {
+        self.stats.rejected.merge(rej);
+        let Some(i) = slot else { return };
+        let now = self.now_ms;
+        let p = &mut self.policies[i];
+        p.rejected.merge(rej);
+        for (reason, n) in rej.iter() {
+            let Some(l) = p.log.note(Incident::Rejected(reason), now) else { continue };
+            let decision = rej.first(reason).map(|d| crate::plugin_log::describe(&self.state, &d, reason));
+            tracing::warn!(
+                policy = p.policy.name(),
+                hook = hook_name(hook),
+                engine_ms = now,
+                reason = reason.as_str(),
+                n,
+                decision = decision.as_deref().unwrap_or(""),
+                calls = l.count,
+                unlogged_calls = l.unlogged,
+                "decisions rejected"
+            );
+        }
         if rej.any_malformed() {
-            let e = PolicyError::Protocol("decisions referring to nothing the view contains".into());
-            self.policy_failed(i, &e);
+            let what: Vec<String> = rej
+                .iter()
+                .filter(|(r, _)| r.is_malformed())
+                .map(|(r, n)| match rej.first(r) {
+                    Some(d) if r == crate::validate::RejectReason::BadKind => {
+                        format!("{n} {} (kind {})", r.as_str(), d.kind)
+                    }
+                    _ => format!("{n} {}", r.as_str()),
+                })
+                .collect();
+            let e = PolicyError::Protocol(format!("malformed decisions: {}", what.join(", ")));
+            self.policy_failed(i, hook, &e);
         } else {
             self.policies[i].consecutive_failures = 0;
         }
@@ -1021,7 +1082,7 @@ impl Engine {
         if let CallResult::Decisions = self.call(GANTRY_HOOK_ADMIT, slot) {
             let mut rej = Rejections::default();
             outcome = validate::admit(&self.state, self.buf.as_slice(), &mut rej);
-            self.judge(slot, &rej);
+            self.judge(slot, GANTRY_HOOK_ADMIT, &rej);
         }
         for (app, reason) in outcome.rejected_apps {
             self.state.apps[app as usize].state = GANTRY_APP_REJECTED;
@@ -1116,7 +1177,7 @@ impl Engine {
             let mut rej = Rejections::default();
             let ordered = validate::order(&self.state, &self.pending, self.buf.as_slice(), &mut rej);
             self.pending = ordered;
-            self.judge(slot, &rej);
+            self.judge(slot, GANTRY_HOOK_ORDER, &rej);
         }
     }
 
@@ -1128,7 +1189,7 @@ impl Engine {
             CallResult::Decisions => {
                 let mut rej = Rejections::default();
                 let p = validate::place(&self.state, self.buf.as_slice(), &mut rej, &mut self.place_notes);
-                self.judge(slot, &rej);
+                self.judge(slot, GANTRY_HOOK_PLACE, &rej);
                 self.place_policy = slot.map(|i| i as u32);
                 p
             }
@@ -1232,7 +1293,7 @@ impl Engine {
         if let CallResult::Decisions = self.call(GANTRY_HOOK_REBALANCE, slot) {
             let mut rej = Rejections::default();
             let actions = validate::rebalance(&self.state, self.buf.as_slice(), &mut rej);
-            self.judge(slot, &rej);
+            self.judge(slot, GANTRY_HOOK_REBALANCE, &rej);
             // The candidates are exactly this call's marks: clear the others first.
             let now = self.now_ms;
             let marked: std::collections::HashSet<u32> = actions
@@ -1319,6 +1380,8 @@ impl Engine {
                 rejected: p.rejected.clone(),
                 failures: p.failures,
                 quarantines: p.quarantines,
+                panics: p.panics,
+                timeouts: p.timeouts,
             })
             .collect()
     }

@@ -20,6 +20,7 @@ pub mod error;
 pub mod event;
 pub mod fifo;
 pub mod model;
+pub mod plugin_log;
 pub mod policy;
 pub mod reservations;
 pub mod rng;

@@ -133,20 +133,43 @@ impl RejectReason {
     }
 }
 
-/// Rejections of one call, by reason.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Rejections of one call, by reason, with the first refused decision of each reason (so a log
+/// line can say what was refused; [`Rejections::merge`] keeps only the counts). Equality looks
+/// at the counts alone.
+#[derive(Debug, Clone, Default)]
 pub struct Rejections {
     counts: [u64; RejectReason::ALL.len()],
+    first: [Option<GantryDecision>; RejectReason::ALL.len()],
 }
 
+impl PartialEq for Rejections {
+    fn eq(&self, other: &Self) -> bool {
+        self.counts == other.counts
+    }
+}
+
+impl Eq for Rejections {}
+
 impl Rejections {
-    fn add(&mut self, reason: RejectReason, n: u64) {
+    /// Counts `n` refusals for `reason`; `decision` is one of them.
+    fn refuse_n(&mut self, reason: RejectReason, n: u64, decision: GantryDecision) {
         self.counts[reason.index()] += n;
+        self.first[reason.index()].get_or_insert(decision);
+    }
+
+    /// Counts one refused decision.
+    fn refuse(&mut self, reason: RejectReason, decision: &GantryDecision) {
+        self.refuse_n(reason, 1, *decision);
     }
 
     /// Rejections for `reason`.
     pub fn get(&self, reason: RejectReason) -> u64 {
         self.counts[reason.index()]
+    }
+
+    /// The first decision refused for `reason` in this call's tally (none in a merged total).
+    pub fn first(&self, reason: RejectReason) -> Option<GantryDecision> {
+        self.first[reason.index()]
     }
 
     /// All rejections.
@@ -159,7 +182,7 @@ impl Rejections {
         RejectReason::ALL.iter().any(|r| r.is_malformed() && self.get(*r) > 0)
     }
 
-    /// Adds another tally to this one.
+    /// Adds another tally's counts to this one.
     pub fn merge(&mut self, other: &Rejections) {
         for (a, b) in self.counts.iter_mut().zip(other.counts.iter()) {
             *a += b;
@@ -193,7 +216,7 @@ pub fn admit(state: &ClusterState, decisions: &[GantryDecision], rej: &mut Rejec
             GANTRY_DECISION_ACCEPT_RESERVATION => (false, true),
             GANTRY_DECISION_REJECT_RESERVATION => (false, false),
             _ => {
-                rej.add(RejectReason::BadKind, 1);
+                rej.refuse(RejectReason::BadKind, d);
                 continue;
             }
         };
@@ -202,7 +225,7 @@ pub fn admit(state: &ClusterState, decisions: &[GantryDecision], rej: &mut Rejec
             match state.apps.get(i) {
                 Some(a) => (&mut seen_apps[i], a.state == GANTRY_APP_NEW),
                 None => {
-                    rej.add(RejectReason::UnknownSubject, 1);
+                    rej.refuse(RejectReason::UnknownSubject, d);
                     continue;
                 }
             }
@@ -210,18 +233,18 @@ pub fn admit(state: &ClusterState, decisions: &[GantryDecision], rej: &mut Rejec
             match state.reservations.get(i) {
                 Some(r) => (&mut seen_res[i], r.state == GANTRY_RESERVATION_NEW),
                 None => {
-                    rej.add(RejectReason::UnknownSubject, 1);
+                    rej.refuse(RejectReason::UnknownSubject, d);
                     continue;
                 }
             }
         };
         if *seen {
-            rej.add(RejectReason::Duplicate, 1);
+            rej.refuse(RejectReason::Duplicate, d);
             continue;
         }
         *seen = true;
         if !state_ok {
-            rej.add(RejectReason::WrongState, 1);
+            rej.refuse(RejectReason::WrongState, d);
             continue;
         }
         if !accept {
@@ -251,13 +274,13 @@ pub fn order(
     let mut ordered = Vec::with_capacity(pending.len());
     for d in decisions {
         if d.kind != GANTRY_DECISION_ORDER {
-            rej.add(RejectReason::BadKind, 1);
+            rej.refuse(RejectReason::BadKind, d);
             continue;
         }
         match mark.get(d.subject as usize) {
-            None => rej.add(RejectReason::UnknownSubject, 1),
-            Some(0) => rej.add(RejectReason::WrongState, 1),
-            Some(2) => rej.add(RejectReason::Duplicate, 1),
+            None => rej.refuse(RejectReason::UnknownSubject, d),
+            Some(0) => rej.refuse(RejectReason::WrongState, d),
+            Some(2) => rej.refuse(RejectReason::Duplicate, d),
             Some(_) => {
                 mark[d.subject as usize] = 2;
                 ordered.push(d.subject);
@@ -344,12 +367,12 @@ pub fn place(
             }
             GANTRY_DECISION_WAIT => {
                 if state.requests.get(d.subject as usize).is_none() {
-                    rej.add(RejectReason::UnknownSubject, 1);
+                    rej.refuse(RejectReason::UnknownSubject, d);
                 } else {
                     notes.push((d.subject, PlaceNote::Wait(d.reason)));
                 }
             }
-            _ => rej.add(RejectReason::BadKind, 1),
+            _ => rej.refuse(RejectReason::BadKind, d),
         }
     }
     let mut tent =
@@ -357,23 +380,31 @@ pub fn place(
     let mut accepted = Vec::new();
     for (request, nodes) in groups {
         let n = nodes.len() as u64;
+        let placing = |node: u32| GantryDecision {
+            kind: GANTRY_DECISION_PLACE,
+            subject: request,
+            target: node,
+            ..GantryDecision::default()
+        };
+        let first = placing(nodes.first().copied().unwrap_or(GANTRY_NONE));
         let Some(req) = state.requests.get(request as usize) else {
-            rej.add(RejectReason::UnknownSubject, n);
+            rej.refuse_n(RejectReason::UnknownSubject, n, first);
             continue;
         };
         let app = &state.apps[req.app as usize];
         if !matches!(app.state, GANTRY_APP_ACCEPTED | GANTRY_APP_RUNNING) || req.placed >= req.count {
-            rej.add(RejectReason::WrongState, n);
+            rej.refuse_n(RejectReason::WrongState, n, first);
             continue;
         }
-        let mut refuse = |reason: RejectReason, n: u64| {
-            rej.add(reason, n);
+        // `node`: the placement that broke the rule (a gang's whole group is refused with it).
+        let mut refuse = |reason: RejectReason, n: u64, node: u32| {
+            rej.refuse_n(reason, n, placing(node));
             notes.push((request, PlaceNote::Refused(reason)));
         };
         let gang = req.flags & GANTRY_REQUEST_GANG != 0;
         if gang {
             if req.placed != 0 || nodes.len() != req.count as usize {
-                refuse(RejectReason::GangIncomplete, n);
+                refuse(RejectReason::GangIncomplete, n, first.target);
                 continue;
             }
             let same_rack = req.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0;
@@ -383,17 +414,17 @@ pub fn place(
             let mut failure = None;
             for &node in &nodes {
                 if let Err(reason) = check_one(state, &trial, req, app.queue, node) {
-                    failure = Some(reason);
+                    failure = Some((reason, node));
                     break;
                 }
                 if same_rack && first_rack != Some(state.nodes[node as usize].rack) {
-                    failure = Some(RejectReason::RackConstraint);
+                    failure = Some((RejectReason::RackConstraint, node));
                     break;
                 }
                 trial.charge(state, node, app.queue, &req.resources);
             }
             match failure {
-                Some(reason) => refuse(reason, n),
+                Some((reason, node)) => refuse(reason, n, node),
                 None => {
                     tent = trial;
                     accepted.extend(nodes.iter().map(|&node| Placement { request, node }));
@@ -409,7 +440,7 @@ pub fn place(
             .flatten();
         for (k, &node) in nodes.iter().enumerate() {
             if k as u32 >= remaining {
-                refuse(RejectReason::TooMany, 1);
+                refuse(RejectReason::TooMany, 1, node);
                 continue;
             }
             let on_rack = match (rack, state.nodes.get(node as usize)) {
@@ -417,7 +448,7 @@ pub fn place(
                 _ => true,
             };
             match check_one(state, &tent, req, app.queue, node) {
-                Ok(()) if !on_rack => refuse(RejectReason::RackConstraint, 1),
+                Ok(()) if !on_rack => refuse(RejectReason::RackConstraint, 1, node),
                 Ok(()) => {
                     if req.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0 {
                         rack = Some(state.nodes[node as usize].rack);
@@ -425,7 +456,7 @@ pub fn place(
                     tent.charge(state, node, app.queue, &req.resources);
                     accepted.push(Placement { request, node });
                 }
-                Err(reason) => refuse(reason, 1),
+                Err(reason) => refuse(reason, 1, node),
             }
         }
     }
@@ -500,43 +531,43 @@ pub fn rebalance(
         match d.kind {
             GANTRY_DECISION_PREEMPT | GANTRY_DECISION_KILL | GANTRY_DECISION_MARK_PREEMPT => {
                 let Some(c) = state.containers.get(d.subject as usize) else {
-                    rej.add(RejectReason::UnknownSubject, 1);
+                    rej.refuse(RejectReason::UnknownSubject, d);
                     continue;
                 };
                 if seen[d.subject as usize] {
-                    rej.add(RejectReason::Duplicate, 1);
+                    rej.refuse(RejectReason::Duplicate, d);
                     continue;
                 }
                 seen[d.subject as usize] = true;
                 let app_done = state.apps.get(c.app as usize).is_none_or(|a| app_is_terminal(a.state));
                 if !container_is_live(c.state) || app_done {
-                    rej.add(RejectReason::WrongState, 1);
+                    rej.refuse(RejectReason::WrongState, d);
                     continue;
                 }
                 if d.kind == GANTRY_DECISION_KILL {
                     out.push(RebalanceAction::Kill { container: d.subject });
                 } else if c.state == GANTRY_CONTAINER_STOPPING {
-                    rej.add(RejectReason::AlreadyStopping, 1);
+                    rej.refuse(RejectReason::AlreadyStopping, d);
                 } else if d.kind == GANTRY_DECISION_MARK_PREEMPT {
                     out.push(RebalanceAction::Mark { container: d.subject });
                 } else if d.value > MAX_GRACE_MS {
-                    rej.add(RejectReason::InvalidValue, 1);
+                    rej.refuse(RejectReason::InvalidValue, d);
                 } else {
                     out.push(RebalanceAction::Preempt { container: d.subject, grace_ms: d.value });
                 }
             }
             GANTRY_DECISION_SET_QUEUE_CAPACITY => {
                 let Some(q) = state.queues.get(d.subject as usize) else {
-                    rej.add(RejectReason::UnknownSubject, 1);
+                    rej.refuse(RejectReason::UnknownSubject, d);
                     continue;
                 };
                 if q.parent == GANTRY_NONE || d.value > 1_000_000 {
-                    rej.add(RejectReason::InvalidValue, 1);
+                    rej.refuse(RejectReason::InvalidValue, d);
                     continue;
                 }
                 let g = d.value as f64 / 1e6;
                 if g > q.maximum {
-                    rej.add(RejectReason::QueueCapacity, 1);
+                    rej.refuse(RejectReason::QueueCapacity, d);
                     continue;
                 }
                 let siblings: f64 = state
@@ -547,13 +578,13 @@ pub fn rebalance(
                     .map(|(i, _)| guaranteed[i])
                     .sum();
                 if siblings + g > 1.0 + 1e-9 {
-                    rej.add(RejectReason::QueueCapacity, 1);
+                    rej.refuse(RejectReason::QueueCapacity, d);
                     continue;
                 }
                 guaranteed[d.subject as usize] = g;
                 out.push(RebalanceAction::SetQueueCapacity { queue: d.subject, guaranteed: g });
             }
-            _ => rej.add(RejectReason::BadKind, 1),
+            _ => rej.refuse(RejectReason::BadKind, d),
         }
     }
     out
