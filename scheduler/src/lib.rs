@@ -61,6 +61,31 @@ pub enum BuildError {
     Engine(#[from] EngineError),
 }
 
+/// A plugin under its configured name, so that logs and reports (`gantry sim`'s summary.json)
+/// name it as the daemon's metrics do, and two entries of one library stay apart.
+struct Named {
+    name: String,
+    policy: DynamicPlugin,
+}
+
+impl Policy for Named {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn hooks(&self) -> gantry_sdk::Hooks {
+        self.policy.hooks()
+    }
+
+    fn call(
+        &mut self,
+        view: &gantry_sdk::View<'_>,
+        out: &mut gantry_sdk::Decisions,
+    ) -> Result<(), gantry_engine::PolicyError> {
+        self.policy.call(view, out)
+    }
+}
+
 /// Loads every configured plugin, maps the profile onto them, and builds the engine. With
 /// `metrics`, each plugin is wrapped in a [`metrics::TimedPolicy`] under its configured name, so
 /// its hook latency, rejections, failures and quarantine are exported per plugin.
@@ -109,7 +134,7 @@ pub fn build_engine_with(
         }
         policies.push(match metrics {
             Some(m) => Box::new(metrics::TimedPolicy::new(p.name.clone(), Box::new(plugin), m.clone())),
-            None => Box::new(plugin),
+            None => Box::new(Named { name: p.name.clone(), policy: plugin }),
         });
     }
     let index =

@@ -248,6 +248,34 @@ pub struct ClassSummary {
     pub ran_slow: usize,
 }
 
+/// One plugin's record in `summary.json`: what went wrong with it during the run (all zero for a
+/// plugin that behaved). The same counts the daemon exports per plugin on `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PluginSummary {
+    /// Calls that failed: error, panic, broken protocol, past the budget, malformed decisions.
+    pub failed_calls: u64,
+    /// Of those, panics caught at the boundary.
+    pub panics: u64,
+    /// Of those, calls past the plugin's budget.
+    pub timeouts: u64,
+    /// Times it was quarantined (the built-in stood in).
+    pub quarantines: u64,
+    /// Decisions refused, by reason (ABI.md §13's names); only reasons that occurred.
+    pub rejected: BTreeMap<&'static str, u64>,
+}
+
+impl From<&gantry_engine::PolicyStatus> for PluginSummary {
+    fn from(p: &gantry_engine::PolicyStatus) -> Self {
+        PluginSummary {
+            failed_calls: p.failures,
+            panics: p.panics,
+            timeouts: p.timeouts,
+            quarantines: p.quarantines,
+            rejected: p.rejected.iter().map(|(r, n)| (r.as_str(), n)).collect(),
+        }
+    }
+}
+
 /// `summary.json`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
@@ -300,6 +328,8 @@ pub struct Summary {
     /// The elastic cluster's figures (absent on a fixed cluster).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elastic: Option<ElasticSummary>,
+    /// Per loaded plugin, by the name the configuration gives it (empty with built-ins only).
+    pub plugins: BTreeMap<String, PluginSummary>,
 }
 
 fn round3(x: f64) -> f64 {
@@ -387,6 +417,7 @@ pub fn summarise(result: &SimResult, options: &ReportOptions) -> Summary {
         classes,
         queues: result.queues.leaves.iter().map(|q| (q.path.clone(), QueueSummary::of(q))).collect(),
         elastic: result.elastic.as_ref().map(|e| ElasticSummary::of(e, result)),
+        plugins: result.plugins.iter().map(|p| (p.name.clone(), PluginSummary::from(p))).collect(),
     }
 }
 
@@ -830,6 +861,7 @@ mod tests {
             replans: (0, 0),
             queues: Default::default(),
             plan: Vec::new(),
+            plugins: Vec::new(),
         }
     }
 

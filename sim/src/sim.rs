@@ -247,6 +247,9 @@ pub struct SimResult {
     pub queues: QueueStats,
     /// The Rayon plan at each sample time (empty without a plan).
     pub plan: Vec<PlanSample>,
+    /// Each loaded plugin's record at the end: failed calls, panics, quarantines, refused
+    /// decisions by reason (what the daemon exports as metrics).
+    pub plugins: Vec<gantry_engine::PolicyStatus>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -1181,6 +1184,7 @@ impl Sim<'_> {
             replans: self.replans,
             queues,
             plan: self.plan,
+            plugins: self.engine.policy_status(),
         }
     }
 }

@@ -3,6 +3,7 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use gantry_scheduler::plugin_host;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -65,6 +66,17 @@ enum BenchCommand {
 }
 
 fn sim(args: &gantry_scheduler::sim_cli::SimArgs) -> anyhow::Result<()> {
+    // What goes wrong with a plugin (failed calls, panics, quarantines, refused decisions) is
+    // logged by the engine, rate-limited, as in the daemon; the virtual clock makes wall-clock
+    // times meaningless here.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .without_time()
+        .init();
     let summary = gantry_scheduler::sim_cli::run_sim(args)?;
     println!("{}", serde_json::to_string_pretty(&summary).context("encoding JSON")?);
     Ok(())
@@ -189,6 +201,7 @@ fn main() -> ExitCode {
                     tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
                 )
                 .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
                 .init();
             gantry_scheduler::dev::run(args)
         }
