@@ -158,6 +158,25 @@ pub struct PluginInfo {
 }
 
 impl PluginInfo {
+    /// A warning for a plugin built for a newer minor than this host speaks: it loads (minors
+    /// only append), but finds shorter views and outputs than it was compiled for, and fails
+    /// every call if it needs what they lack.
+    pub fn newer_minor_warning(&self) -> Option<String> {
+        (self.abi_major == GANTRY_ABI_MAJOR && self.abi_minor > GANTRY_ABI_MINOR).then(|| {
+            format!(
+                "built for ABI {}.{}; this host speaks {}.{}: its views and outputs are the shorter {}.{} \
+                 ones, so a plugin that needs a newer field or decision fails every call — rebuild it \
+                 against this host's SDK (sdk/include/gantry.h), or upgrade gantry",
+                self.abi_major,
+                self.abi_minor,
+                GANTRY_ABI_MAJOR,
+                GANTRY_ABI_MINOR,
+                GANTRY_ABI_MAJOR,
+                GANTRY_ABI_MINOR
+            )
+        })
+    }
+
     /// The implemented hooks by name, e.g. `["order", "place"]`.
     pub fn hook_names(&self) -> Vec<&'static str> {
         let h = self.hooks;
@@ -406,6 +425,9 @@ impl DynamicPlugin {
     /// Loads the library at `path` and creates an instance with `config_json` (a JSON object).
     pub fn load(path: &Path, config_json: &str) -> Result<Self, LoadError> {
         let (loaded, info) = load(path)?;
+        if let Some(warning) = info.newer_minor_warning() {
+            tracing::warn!(plugin = %info.name, path = %path.display(), "{warning}");
+        }
         let vtable = loaded.vtable;
         let mut message = vec![0u8; MESSAGE_CAPACITY];
         let mut instance: *mut c_void = std::ptr::null_mut();

@@ -140,3 +140,70 @@ fn create_errors_and_panics_are_reported_not_fatal() {
     }
     DynamicPlugin::load(&path, r#"{"mode": "ok"}"#).expect("a good config loads");
 }
+
+/// Issue 20, item 5: a plugin built for a newer minor than the host loads (minors only append),
+/// but its calls may all fail on the host's shorter view; the host says so at load time, in
+/// `gantry plugin inspect` and in the scheduler's log, instead of failing silently later.
+#[test]
+fn a_plugin_for_a_newer_minor_loads_with_a_warning() {
+    use gantry_sdk::abi::{GANTRY_ABI_MINOR, GANTRY_HOOK_PLACE};
+    let path = c_plugin("tests/c/newer_minor.c").expect("compile");
+    let want = format!("built for ABI 1.{}; this host speaks 1.{GANTRY_ABI_MINOR}", GANTRY_ABI_MINOR + 1);
+    let info = inspect(&path).expect("loads");
+    assert!(info.newer_minor_warning().is_some_and(|w| w.contains(&want)), "{info:?}");
+    let (code, stdout, _) = run_inspect(&path, false);
+    assert_eq!(code, Some(0));
+    assert!(stdout.lines().any(|l| l.starts_with("warning:") && l.contains(&want)), "{stdout}");
+    let (_, stdout, _) = run_inspect(&path, true);
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert!(v["warning"].as_str().is_some_and(|w| w.contains(&want)), "{v}");
+    // A plugin of this host's minor gets no warning.
+    let (_, stdout, _) = run_inspect(&rust_plugin("gantry_minimal").expect("build"), false);
+    assert!(!stdout.contains("warning"), "{stdout}");
+
+    // The scheduler logs the warning when it loads the plugin.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("scheduler.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[plugins]]\nname = \"new\"\npath = {:?}\n[profile]\nplace = \"new\"\n",
+            path.display().to_string()
+        ),
+    )
+    .expect("config");
+    let out = Command::new(gantry_tests::scheduler_bin().expect("scheduler"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--check")
+        .output()
+        .expect("run gantry-scheduler");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.lines().any(|l| l.contains("WARN") && l.contains(&want)), "{stderr}");
+
+    // What the warning is about: its calls fail on this host's view.
+    use gantry_engine::Policy;
+    let mut plugin = DynamicPlugin::load(&path, "{}").expect("loads");
+    let (nodes, pending) = (Vec::new(), Vec::new());
+    let view = gantry_sdk::View {
+        hook: GANTRY_HOOK_PLACE,
+        now_ms: 0,
+        cycle: 1,
+        seed: 0,
+        cluster: Default::default(),
+        strings: &[],
+        labels: &[],
+        nodes: &nodes,
+        gpus: &[],
+        queues: &[],
+        apps: &[],
+        requests: &[],
+        containers: &[],
+        reservations: &[],
+        pending: &pending,
+        node_usage: &[],
+        plan: gantry_sdk::PlanView::default(),
+    };
+    assert!(plugin.call(&view, &mut gantry_sdk::Decisions::new()).is_err());
+}

@@ -153,6 +153,7 @@ fn inspect(path: PathBuf, json: bool) -> anyhow::Result<()> {
             "capabilities": info.capabilities,
             "hooks": info.hook_names(),
             "has_create": info.has_create,
+            "warning": info.newer_minor_warning(),
         });
         println!("{}", serde_json::to_string_pretty(&v).context("encoding JSON")?);
     } else {
@@ -163,6 +164,9 @@ fn inspect(path: PathBuf, json: bool) -> anyhow::Result<()> {
         println!("hooks:    {}", if hooks.is_empty() { "(none)".to_owned() } else { hooks.join(", ") });
         println!("create:   {}", if info.has_create { "yes" } else { "no (stateless)" });
         println!("path:     {}", info.path.display());
+        if let Some(warning) = info.newer_minor_warning() {
+            println!("warning:  {warning}");
+        }
     }
     Ok(())
 }
