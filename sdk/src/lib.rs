@@ -3,7 +3,8 @@
 //! Everything needed to write a scheduling policy plugin for gantry:
 //!
 //! - [`abi`]: the C ABI v1, `#[repr(C)]` records and constants shared with `include/gantry.h`;
-//! - [`View`]: a safe, zero-copy view of the cluster passed to every hook;
+//! - [`View`]: a safe view of the cluster passed to every hook, borrowing the host's arrays;
+//! - [`Feasibility`]: the host's own placement rules, to check placements within one call;
 //! - [`Plugin`], [`Decisions`] and [`export_plugin!`]: implement the trait, export the type, and
 //!   the SDK provides the entry symbol, the vtable, panic catching and buffer handling.
 //!
@@ -52,6 +53,7 @@
 
 pub mod abi;
 pub mod config;
+pub mod feasibility;
 pub mod names;
 mod panics;
 mod plugin;
@@ -59,5 +61,6 @@ pub mod rng;
 pub mod units;
 mod view;
 
+pub use feasibility::{Feasibility, Infeasible};
 pub use plugin::{__private, Decisions, Hooks, Plugin, PluginError};
 pub use view::{PlanView, View, ViewError};

@@ -454,11 +454,6 @@ impl ClusterState {
         }
     }
 
-    /// The rack of a request's placed (allocated or running) containers, if it has any.
-    pub(crate) fn request_rack(&self, request: u32) -> Option<GantryStrRef> {
-        placed_rack(&self.containers, &self.nodes, request)
-    }
-
     /// The queue path of a queue index.
     pub fn queue_path(&self, queue: u32) -> &str {
         self.queues.get(queue as usize).map(|q| self.strings.get(q.name)).unwrap_or("")

@@ -4,8 +4,8 @@
 //! its quarantine.
 
 use crate::state::{ClusterState, app_is_terminal, container_is_live};
-use gantry_sdk::View;
 use gantry_sdk::abi::*;
+use gantry_sdk::{Feasibility, Infeasible, View};
 use std::collections::HashMap;
 
 /// Longest grace period a PREEMPT may ask for (one hour).
@@ -300,40 +300,6 @@ pub struct Placement {
     pub node: u32,
 }
 
-/// Tentative allocations of one batch, on top of the state's.
-struct Tentative {
-    nodes: HashMap<u32, GantryResources>,
-    queues: Vec<GantryResources>,
-}
-
-impl Tentative {
-    fn node_alloc(&self, state: &ClusterState, node: u32) -> GantryResources {
-        let base = state.nodes[node as usize].allocated;
-        self.nodes.get(&node).map_or(base, |d| base.plus(d))
-    }
-
-    fn queue_room(&self, state: &ClusterState, queue: u32, res: &GantryResources) -> bool {
-        let mut q = queue;
-        while let Some(rec) = state.queues.get(q as usize) {
-            if !rec.used.plus(&self.queues[q as usize]).plus(res).fits_in(&rec.absolute_maximum) {
-                return false;
-            }
-            q = rec.parent;
-        }
-        true
-    }
-
-    fn charge(&mut self, state: &ClusterState, node: u32, queue: u32, res: &GantryResources) {
-        let e = self.nodes.entry(node).or_default();
-        *e = e.plus(res);
-        let mut q = queue;
-        while let Some(rec) = state.queues.get(q as usize) {
-            self.queues[q as usize] = self.queues[q as usize].plus(res);
-            q = rec.parent;
-        }
-    }
-}
-
 /// What a `place` call said about one request besides placing it: a WAIT with the plugin's
 /// reason code, or a refused PLACE. The engine turns these into the request's pending reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -375,8 +341,10 @@ pub fn place(
             _ => rej.refuse(RejectReason::BadKind, d),
         }
     }
-    let mut tent =
-        Tentative { nodes: HashMap::new(), queues: vec![GantryResources::default(); state.queues.len()] };
+    // The SDK's own rules, so that a plugin checking its placements with `Feasibility` and the
+    // host agree by construction.
+    let view = placement_view(state);
+    let mut fit = Feasibility::new(&view);
     let mut accepted = Vec::new();
     for (request, nodes) in groups {
         let n = nodes.len() as u64;
@@ -386,14 +354,9 @@ pub fn place(
             target: node,
             ..GantryDecision::default()
         };
-        let first = placing(nodes.first().copied().unwrap_or(GANTRY_NONE));
-        let Some(req) = state.requests.get(request as usize) else {
-            rej.refuse_n(RejectReason::UnknownSubject, n, first);
-            continue;
-        };
-        let app = &state.apps[req.app as usize];
-        if !matches!(app.state, GANTRY_APP_ACCEPTED | GANTRY_APP_RUNNING) || req.placed >= req.count {
-            rej.refuse_n(RejectReason::WrongState, n, first);
+        let first = nodes.first().copied().unwrap_or(GANTRY_NONE);
+        if let Err(e) = fit.check_request(request) {
+            rej.refuse_n(e.into(), n, placing(first));
             continue;
         }
         // `node`: the placement that broke the rule (a gang's whole group is refused with it).
@@ -401,92 +364,68 @@ pub fn place(
             rej.refuse_n(reason, n, placing(node));
             notes.push((request, PlaceNote::Refused(reason)));
         };
-        let gang = req.flags & GANTRY_REQUEST_GANG != 0;
-        if gang {
-            if req.placed != 0 || nodes.len() != req.count as usize {
-                refuse(RejectReason::GangIncomplete, n, first.target);
-                continue;
-            }
-            let same_rack = req.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0;
-            let first_rack = nodes.first().and_then(|&i| state.nodes.get(i as usize)).map(|n| n.rack);
-            // Check the members against a copy, so a failing member leaves no trace.
-            let mut trial = Tentative { nodes: tent.nodes.clone(), queues: tent.queues.clone() };
-            let mut failure = None;
-            for &node in &nodes {
-                if let Err(reason) = check_one(state, &trial, req, app.queue, node) {
-                    failure = Some((reason, node));
-                    break;
-                }
-                if same_rack && first_rack != Some(state.nodes[node as usize].rack) {
-                    failure = Some((RejectReason::RackConstraint, node));
-                    break;
-                }
-                trial.charge(state, node, app.queue, &req.resources);
-            }
-            match failure {
-                Some((reason, node)) => refuse(reason, n, node),
-                None => {
-                    tent = trial;
-                    accepted.extend(nodes.iter().map(|&node| Placement { request, node }));
-                }
+        if fit.is_gang(request) {
+            match fit.try_place_gang(request, &nodes) {
+                Ok(()) => accepted.extend(nodes.iter().map(|&node| Placement { request, node })),
+                Err((e, node)) => refuse(e.into(), n, node),
             }
             continue;
         }
-        let remaining = req.count - req.placed;
-        // A same-rack request stays on the rack its running containers use, or else the rack of
-        // its first placement in this batch.
-        let mut rack = (req.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0)
-            .then(|| state.request_rack(request))
-            .flatten();
+        // Decisions beyond what the request had left are refused whatever became of the earlier
+        // ones.
+        let remaining = fit.left(request);
         for (k, &node) in nodes.iter().enumerate() {
             if k as u32 >= remaining {
                 refuse(RejectReason::TooMany, 1, node);
                 continue;
             }
-            let on_rack = match (rack, state.nodes.get(node as usize)) {
-                (Some(r), Some(n)) => r == n.rack,
-                _ => true,
-            };
-            match check_one(state, &tent, req, app.queue, node) {
-                Ok(()) if !on_rack => refuse(RejectReason::RackConstraint, 1, node),
-                Ok(()) => {
-                    if req.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0 {
-                        rack = Some(state.nodes[node as usize].rack);
-                    }
-                    tent.charge(state, node, app.queue, &req.resources);
-                    accepted.push(Placement { request, node });
-                }
-                Err(reason) => refuse(reason, 1, node),
+            match fit.try_place(request, node) {
+                Ok(()) => accepted.push(Placement { request, node }),
+                Err(e) => refuse(e.into(), 1, node),
             }
         }
     }
     accepted
 }
 
-fn check_one(
-    state: &ClusterState,
-    tent: &Tentative,
-    req: &GantryRequest,
-    queue: u32,
-    node: u32,
-) -> Result<(), RejectReason> {
-    let Some(n) = state.nodes.get(node as usize) else {
-        return Err(RejectReason::UnknownNode);
-    };
-    if n.state != GANTRY_NODE_RUNNING {
-        return Err(RejectReason::NodeNotSchedulable);
+/// The engine's arrays as a view, for the placement rules (only what they read is filled in).
+fn placement_view(state: &ClusterState) -> View<'_> {
+    View {
+        hook: GANTRY_HOOK_PLACE,
+        now_ms: 0,
+        cycle: 0,
+        seed: 0,
+        cluster: state.cluster,
+        strings: state.strings.bytes(),
+        labels: &state.labels,
+        nodes: &state.nodes,
+        gpus: &[],
+        queues: &state.queues,
+        apps: &state.apps,
+        requests: &state.requests,
+        containers: &state.containers,
+        reservations: &[],
+        pending: &[],
+        node_usage: &[],
+        plan: gantry_sdk::PlanView::default(),
     }
-    let have = View::range(&state.labels, n.labels);
-    if !View::labels_satisfy(state.strings.bytes(), have, View::range(&state.labels, req.selector)) {
-        return Err(RejectReason::SelectorMismatch);
+}
+
+impl From<Infeasible> for RejectReason {
+    fn from(e: Infeasible) -> Self {
+        match e {
+            Infeasible::UnknownRequest => RejectReason::UnknownSubject,
+            Infeasible::UnknownNode => RejectReason::UnknownNode,
+            Infeasible::WrongState => RejectReason::WrongState,
+            Infeasible::NodeNotSchedulable => RejectReason::NodeNotSchedulable,
+            Infeasible::SelectorMismatch => RejectReason::SelectorMismatch,
+            Infeasible::DoesNotFit => RejectReason::DoesNotFit,
+            Infeasible::QueueMaximum => RejectReason::QueueMaximum,
+            Infeasible::GangIncomplete => RejectReason::GangIncomplete,
+            Infeasible::RackConstraint => RejectReason::RackConstraint,
+            Infeasible::TooMany => RejectReason::TooMany,
+        }
     }
-    if !tent.node_alloc(state, node).plus(&req.resources).fits_in(&n.capacity) {
-        return Err(RejectReason::DoesNotFit);
-    }
-    if !tent.queue_room(state, queue, &req.resources) {
-        return Err(RejectReason::QueueMaximum);
-    }
-    Ok(())
 }
 
 /// An accepted `rebalance` action.
