@@ -334,6 +334,8 @@ struct Sim<'a> {
     pending_jobs: usize,
     /// Jobs submitted that have not started a container yet.
     not_started: usize,
+    /// Submissions the engine refused (logged the 1st, 2nd, 4th … time).
+    refused_submissions: u64,
     /// Jobs that have ended (any outcome).
     ended_jobs: usize,
     reservations_requested: u64,
@@ -442,6 +444,7 @@ pub fn run_with_progress<'a>(
         tick_scheduled: false,
         pending_jobs: 0,
         not_started: 0,
+        refused_submissions: 0,
         ended_jobs: 0,
         reservations_requested: 0,
         reservations_refused: 0,
@@ -943,7 +946,11 @@ impl Sim<'_> {
                 self.apply(cmds);
             }
             Err(e) => {
-                tracing::debug!(job = %job.name, error = %e, "submission refused");
+                // Often the configuration's fault (a queue it lacks): say so, but not per job.
+                self.refused_submissions += 1;
+                if self.refused_submissions.is_power_of_two() {
+                    tracing::warn!(job = %job.name, error = %e, count = self.refused_submissions, "submission refused");
+                }
                 self.end_job(i, JobOutcome::Rejected);
             }
         }

@@ -118,3 +118,35 @@ fn a_sane_run_has_zeroes_and_a_quiet_stderr() {
     assert_eq!(summary["plugins"]["sane"], zero, "{summary}");
     assert!(stderr.is_empty(), "{stderr}");
 }
+
+/// A configuration without the queue a trace's jobs go to used to refuse every job in silence:
+/// stderr says so now (rate-limited), and summary.json counts them.
+#[test]
+fn jobs_refused_for_a_missing_queue_are_said() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = workspace_root();
+    let config = dir.path().join("prod-only.toml");
+    std::fs::write(&config, "[[queues]]\npath = \"root.prod\"\nguaranteed = 1.0\n").expect("config");
+    let out = Command::new(gantry_bin().expect("build"))
+        .arg("sim")
+        .arg("--cluster")
+        .arg(root.join("sim/examples/clusters/hetero-seed002.toml"))
+        .arg("--trace")
+        .arg(root.join("sim/tests/data/traceGPU-small.csv"))
+        .arg("--trace")
+        .arg(root.join("sim/tests/data/traceMPI-small.csv"))
+        .args(["--format", "cmu", "--config"])
+        .arg(&config)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run gantry sim");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("summary");
+    assert_eq!(summary["rejected"], 8, "{summary}");
+    let refused = lines_with(&stderr, "submission refused");
+    assert!(refused.first().is_some_and(|l| l.contains("root.default")), "{stderr}");
+    assert_eq!(refused.len(), 4, "the 1st, 2nd, 4th and 8th of 8: {stderr}");
+}
