@@ -218,6 +218,14 @@ impl<'a> Feasibility<'a> {
         placed.or_else(|| self.requests.get(&r).and_then(|p| p.rack))
     }
 
+    /// Whether node `n` has a place for one container of request `r` as far as the node and the
+    /// queues go — running, selector, room, queue maximums — leaving out the request's gang,
+    /// rack and how many it has left: to rank candidate nodes for a gang's members.
+    pub fn check_node(&self, r: u32, n: u32) -> Result<(), Infeasible> {
+        let (req, queue) = self.request(r)?;
+        self.node_ok(req, queue, n)
+    }
+
     /// Places one more container of request `r` on node `n` if [`Feasibility::check`] allows it,
     /// and counts it for every later check of this call.
     pub fn try_place(&mut self, r: u32, n: u32) -> Result<(), Infeasible> {
@@ -529,6 +537,7 @@ mod tests {
         let view = c.view();
         let mut fit = Feasibility::new(&view);
         assert_eq!(fit.try_place(gang, n1), Err(Infeasible::GangIncomplete), "members one by one");
+        assert_eq!(fit.check_node(gang, n1), Ok(()), "but a member would fit on n1");
         assert_eq!(fit.try_place_gang(gang, &[n1, n2]), Err((Infeasible::GangIncomplete, n1)));
         assert_eq!(fit.try_place_gang(gang, &[n1, n2, n1]), Err((Infeasible::DoesNotFit, n1)));
         assert_eq!(fit.room(n1).cpu_millis, 4000, "a refused gang leaves no trace");

@@ -70,9 +70,11 @@ static void set_message(GantryOutput *out, const char *message) {
     out->message_len = (uint64_t)len;
 }
 
-/* Checks the host's output record and resets its results; NULL when it is unusable. */
+/* Checks the host's output record and resets its results; NULL when it is unusable. Only the
+ * 1.0 fields are written, so a 1.0 output will do (sizeof(GantryOutput) would refuse every host
+ * older than this header). */
 static GantryOutput *checked_output(GantryOutput *out) {
-    if (out == NULL || out->struct_size < sizeof(GantryOutput)) {
+    if (out == NULL || out->struct_size < GANTRY_OUTPUT_SIZE_V1_0) {
         return NULL;
     }
     out->len = 0;
@@ -283,12 +285,13 @@ static void place_each(Call *call, uint32_t r, const GantryRequest *req) {
 /* Validation.                                                                                */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Checks the parts of the view this plugin reads; writes a message and returns 0 if broken. */
+/* Checks the parts of the view this plugin reads; writes a message and returns 0 if broken. It
+ * reads only 1.0 fields, so any 1.x host's view will do. */
 static int view_ok(const GantryView *view, GantryOutput *out) {
     char message[160];
-    if (view->struct_size < sizeof(GantryView)) {
-        snprintf(message, sizeof message, "view struct_size %u is smaller than %zu",
-                 (unsigned)view->struct_size, sizeof(GantryView));
+    if (view->struct_size < GANTRY_VIEW_SIZE_V1_0) {
+        snprintf(message, sizeof message, "view struct_size %u is smaller than %u",
+                 (unsigned)view->struct_size, (unsigned)GANTRY_VIEW_SIZE_V1_0);
         set_message(out, message);
         return 0;
     }
