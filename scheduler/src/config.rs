@@ -626,7 +626,9 @@ impl SchedulerConfig {
 
     /// Where a plugin's library is, resolved against the config file's directory.
     pub fn plugin_path(&self, plugin: &PluginSection) -> PathBuf {
-        if plugin.path.is_absolute() { plugin.path.clone() } else { self.base_dir.join(&plugin.path) }
+        // A file in the working directory written `./lib.so` stays that, not `././lib.so`.
+        let here = self.base_dir == Path::new(".") && plugin.path.starts_with(".");
+        if plugin.path.is_absolute() || here { plugin.path.clone() } else { self.base_dir.join(&plugin.path) }
     }
 }
 
@@ -670,6 +672,15 @@ mod tests {
         assert_eq!(c.engine_config().seed, 9);
         assert_eq!(c.engine_config().queues.len(), 2);
         assert_eq!(c.plugin_path(&c.plugins[0]), PathBuf::from("/etc/gantry/plugins/libgantry_minimal.so"));
+        let here = SchedulerConfig { base_dir: PathBuf::from("."), ..c.clone() };
+        let mut p = here.plugins[0].clone();
+        for (written, resolved) in
+            [("./lib.so", "./lib.so"), ("lib.so", "./lib.so"), ("../lib.so", "./../lib.so")]
+        {
+            p.path = PathBuf::from(written);
+            // As text: Path equality would not see `././`.
+            assert_eq!(here.plugin_path(&p).display().to_string(), resolved, "{written}");
+        }
         assert_eq!(c.plugins[0].config.get("threshold").and_then(|v| v.as_float()), Some(0.6));
         assert_eq!(c.plugins[0].call_budget_ms, DEFAULT_CALL_BUDGET_MS, "a hang is bounded by default");
     }
