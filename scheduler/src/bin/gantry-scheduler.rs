@@ -41,8 +41,14 @@ fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     println!("plugins:");
-    for p in engine.policy_status() {
-        println!("  {}", p.name);
+    for p in &config.plugins {
+        // Loaded already (build_engine): this only reads what the library says about itself.
+        match gantry_scheduler::plugin_host::inspect(&config.plugin_path(p)) {
+            Ok(info) => {
+                println!("  {:<16} {} {} ({})", p.name, info.name, info.version, info.hook_names().join(", "))
+            }
+            Err(_) => println!("  {}", p.name),
+        }
     }
     let hook = |h: &Option<String>| h.clone().unwrap_or_else(|| "(built-in)".into());
     println!("profile:");
