@@ -184,7 +184,10 @@ pub fn describe(state: &ClusterState, d: &GantryDecision, reason: RejectReason) 
             let _ = write!(s, " to {} ppm", d.value);
         }
         _ => {
-            let _ = write!(s, "subject #{}, target #{}", d.subject, d.target);
+            let _ = write!(s, "subject #{}", d.subject);
+            if d.target != GANTRY_NONE {
+                let _ = write!(s, ", target #{}", d.target);
+            }
         }
     }
     s
@@ -233,6 +236,42 @@ mod tests {
             Some(Logged { count: 21, unlogged: 4 })
         );
         assert_eq!(l.note(Incident::Failed, 17 + LOG_AGAIN_AFTER_MS), None);
+    }
+
+    #[test]
+    fn refused_decisions_in_words_even_when_they_name_nothing() {
+        let state = ClusterState::new(&crate::EngineConfig::default()).expect("state");
+        let d = |kind, subject, target| GantryDecision { kind, subject, target, ..GantryDecision::default() };
+        let cases = [
+            (
+                d(77, 0, GANTRY_NONE),
+                RejectReason::BadKind,
+                "kind 77, which is no decision kind of the ABI; subject #0",
+            ),
+            (
+                d(GANTRY_DECISION_ORDER, 3, GANTRY_NONE),
+                RejectReason::BadKind,
+                "kind 1 (ORDER), which this hook does not take; request #3 (not in the view)",
+            ),
+            (
+                d(GANTRY_DECISION_PLACE, 5, 9),
+                RejectReason::UnknownSubject,
+                "PLACE request #5 (not in the view) on node #9 (not in the view)",
+            ),
+            (
+                d(GANTRY_DECISION_KILL, 2, GANTRY_NONE),
+                RejectReason::UnknownSubject,
+                "KILL container #2 (not in the view)",
+            ),
+            (
+                d(GANTRY_DECISION_SET_QUEUE_CAPACITY, 0, GANTRY_NONE),
+                RejectReason::InvalidValue,
+                "SET_QUEUE_CAPACITY queue `root` to 0 ppm",
+            ),
+        ];
+        for (decision, reason, want) in cases {
+            assert_eq!(describe(&state, &decision, reason), want);
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use anyhow::Context;
 use clap::Parser;
 use gantry_scheduler::{build_engine, config::SchedulerConfig};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -114,6 +115,7 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
