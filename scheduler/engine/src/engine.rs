@@ -1207,6 +1207,11 @@ impl Engine {
         self.book.as_ref()
     }
 
+    /// Whether reservations can be planned: a reservable queue and a planner (`Profile::reserve`).
+    pub fn plans_reservations(&self) -> bool {
+        self.book.is_some() && self.profile.reserve.is_some()
+    }
+
     /// The id the next reservation submitted without one gets.
     pub fn next_reservation_id(&self) -> u64 {
         self.state.next_reservation

@@ -3,11 +3,13 @@
 //! simulator's tests exercise the reservation mechanism without the Rayon planner (which is a
 //! plugin of its own, `libgantry_rayon.so`).
 //!
-//! **Earliest fit.** Each atom runs at its most bundles at once (`h` rounded down to whole gangs
-//! of `g`) for `max(⌈w / bundles⌉, l)` ms, at the earliest instant from now (and from its
-//! window's start) where that fits under the plan's capacity beside every other allocation in
-//! the view; `order` and `all` place their parts one after another, `any` the first alternative
-//! that fits. A reservation that does not fit is rejected with reason [`NO_ROOM`].
+//! **Earliest (or latest) fit.** Each atom runs `k` bundles at once for `max(⌈w / k⌉, l)` ms, at
+//! the earliest instant from now (or, [`TestPlanner::latest`], the latest before its window's
+//! end, as GREE procrastinates) where that fits under the plan's capacity beside every other
+//! allocation in the view, `k` the most bundles it may hold (`h` rounded down to whole gangs of
+//! `g`) or, where that fits nowhere, the next lower number of whole gangs; `order` and `all`
+//! place their parts one after another, `any` the first alternative that fits. A reservation
+//! that does not fit is rejected with reason [`NO_ROOM`].
 //!
 //! - ADMIT / UPDATE: the subject, as above (an update ignores the subject's old allocation).
 //! - REPLAN: reservations oldest first keep their allocation where it still fits; one that does
@@ -90,26 +92,43 @@ impl Handle {
     }
 }
 
-/// The earliest-fit planner.
-pub struct EarliestFit {
-    handle: Handle,
+/// Where in its window an atom goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    /// As early as it fits.
+    Earliest,
+    /// As late as it fits.
+    Latest,
 }
 
-impl EarliestFit {
-    /// A planner and the handle that steers it.
-    pub fn new() -> (Self, Handle) {
+/// The test planner.
+pub struct TestPlanner {
+    handle: Handle,
+    fit: Fit,
+}
+
+impl TestPlanner {
+    /// An earliest-fit planner and the handle that steers it.
+    pub fn earliest() -> (Self, Handle) {
         let handle = Handle::default();
-        (EarliestFit { handle: handle.clone() }, handle)
+        (TestPlanner { handle: handle.clone(), fit: Fit::Earliest }, handle)
+    }
+
+    /// A latest-fit planner (late, as GREE) and the handle that steers it.
+    pub fn latest() -> (Self, Handle) {
+        let handle = Handle::default();
+        (TestPlanner { handle: handle.clone(), fit: Fit::Latest }, handle)
     }
 }
 
-impl Plugin for EarliestFit {
-    const NAME: &'static CStr = c"earliest-fit";
+impl Plugin for TestPlanner {
+    const NAME: &'static CStr = c"test-planner";
     const VERSION: &'static CStr = c"0.1.0";
     const HOOKS: Hooks = Hooks { admit: false, order: false, place: false, rebalance: false, reserve: true };
 
-    fn create(_config: &str) -> Result<Self, PluginError> {
-        Ok(EarliestFit::new().0)
+    /// `{"fit": "latest"}` for a latest-fit planner; anything else is earliest fit.
+    fn create(config: &str) -> Result<Self, PluginError> {
+        Ok(if config.contains("latest") { TestPlanner::latest().0 } else { TestPlanner::earliest().0 })
     }
 
     fn reserve(&mut self, view: &View<'_>, out: &mut Decisions) -> Result<(), PluginError> {
@@ -122,7 +141,7 @@ impl Plugin for EarliestFit {
             Mode::Silent => return Ok(()),
             Mode::Plan | Mode::Tamper(_) => {}
         }
-        answer(view, out)?;
+        answer(view, out, self.fit)?;
         if let Mode::Tamper(f) = &mut shared.mode {
             f(view, out);
         }
@@ -186,68 +205,126 @@ fn count_atoms(e: &Expr) -> u32 {
     e.atoms().len() as u32
 }
 
-/// Places `e` (atoms from `base`) in `[lo, hi)`, not before `earliest`; returns where it ends.
-#[allow(clippy::too_many_arguments)]
-fn place(
-    e: &Expr,
-    base: u32,
-    lo: u64,
-    hi: u64,
-    earliest: u64,
-    cap: &Demand,
-    held: &mut Vec<Held>,
-    out: &mut Vec<GantryAllocation>,
-) -> Option<u64> {
-    match e {
-        Expr::Atom(a) => {
-            let g = u64::from(a.min_parallel.max(1));
-            let k = u64::from(a.max_parallel) / g * g;
-            if k == 0 {
-                return None;
+/// Where the atoms of one placement go: the side to fill from, the capacity, what is held.
+struct Placer<'a> {
+    fit: Fit,
+    cap: Demand,
+    held: &'a mut Vec<Held>,
+    out: &'a mut Vec<GantryAllocation>,
+}
+
+impl Placer<'_> {
+    /// Places `e` (atoms numbered from `base`) in `[lo, hi)`: earliest fit not before `bound`
+    /// (returns where it ends), latest fit not after `bound` (returns where it starts).
+    fn place(&mut self, e: &Expr, base: u32, lo: u64, hi: u64, bound: u64) -> Option<u64> {
+        match e {
+            Expr::Atom(a) => self.atom(a, base, lo, hi, bound),
+            Expr::Window(w) => self.place(&w.inner, base, lo.max(w.start_ms), hi.min(w.end_ms), bound),
+            Expr::Order(v) | Expr::All(v) => {
+                let mut bases = Vec::with_capacity(v.len());
+                let mut b = base;
+                for x in v {
+                    bases.push(b);
+                    b += count_atoms(x);
+                }
+                let mut bound = bound;
+                match self.fit {
+                    Fit::Earliest => {
+                        for (x, b) in v.iter().zip(bases) {
+                            bound = self.place(x, b, lo, hi, bound)?;
+                        }
+                    }
+                    Fit::Latest => {
+                        for (x, b) in v.iter().zip(bases).rev() {
+                            bound = self.place(x, b, lo, hi, bound)?;
+                        }
+                    }
+                }
+                Some(bound)
             }
+            Expr::Any(v) => {
+                let mut b = base;
+                for x in v {
+                    let (h, o) = (self.held.len(), self.out.len());
+                    if let Some(t) = self.place(x, b, lo, hi, bound) {
+                        return Some(t);
+                    }
+                    self.held.truncate(h);
+                    self.out.truncate(o);
+                    b += count_atoms(x);
+                }
+                None
+            }
+        }
+    }
+
+    /// Places one atom: the most bundles that fit somewhere, earliest or latest.
+    fn atom(&mut self, a: &gantry_rdl::Atom, base: u32, lo: u64, hi: u64, bound: u64) -> Option<u64> {
+        let g = u64::from(a.min_parallel.max(1));
+        let gangs = u64::from(a.max_parallel) / g;
+        for k in (1..=gangs).rev().map(|n| n * g) {
             let d = a.work.div_ceil(k).max(a.min_lease_ms).max(1);
             let add = demand(&a.bundle, k);
-            let from = lo.max(earliest);
-            let mut candidates: Vec<u64> = vec![from];
-            candidates.extend(held.iter().map(|h| h.end).filter(|&t| t > from));
-            candidates.sort_unstable();
-            let t = candidates
-                .into_iter()
-                .find(|&t| t.saturating_add(d) <= hi && fits(held, t, t + d, &add, cap))?;
-            held.push(Held { start: t, end: t + d, demand: add });
-            out.push(GantryAllocation { reservation: 0, atom: base, start_ms: t, end_ms: t + d, bundles: k });
-            Some(t + d)
-        }
-        Expr::Window(w) => {
-            place(&w.inner, base, lo.max(w.start_ms), hi.min(w.end_ms), earliest, cap, held, out)
-        }
-        Expr::Order(v) | Expr::All(v) => {
-            let mut end = earliest;
-            let mut b = base;
-            for x in v {
-                end = place(x, b, lo, hi, end, cap, held, out)?;
-                b += count_atoms(x);
-            }
-            Some(end)
-        }
-        Expr::Any(v) => {
-            let mut b = base;
-            for x in v {
-                let (h, o) = (held.len(), out.len());
-                if let Some(end) = place(x, b, lo, hi, earliest, cap, held, out) {
-                    return Some(end);
+            let start = match self.fit {
+                Fit::Earliest => {
+                    let from = lo.max(bound);
+                    let mut starts: Vec<u64> = vec![from];
+                    starts.extend(self.held.iter().map(|h| h.end).filter(|&t| t > from));
+                    starts.sort_unstable();
+                    starts
+                        .into_iter()
+                        .find(|&t| t.saturating_add(d) <= hi && fits(self.held, t, t + d, &add, &self.cap))
                 }
-                held.truncate(h);
-                out.truncate(o);
-                b += count_atoms(x);
+                Fit::Latest => {
+                    let to = hi.min(bound);
+                    let mut ends: Vec<u64> = vec![to];
+                    ends.extend(self.held.iter().map(|h| h.start).filter(|&t| t < to));
+                    ends.sort_unstable_by(|x, y| y.cmp(x));
+                    ends.into_iter()
+                        .filter(|&t| t >= d && t - d >= lo)
+                        .find(|&t| fits(self.held, t - d, t, &add, &self.cap))
+                        .map(|t| t - d)
+                }
+            };
+            if let Some(t) = start {
+                self.held.push(Held { start: t, end: t + d, demand: add });
+                self.out.push(GantryAllocation {
+                    reservation: 0,
+                    atom: base,
+                    start_ms: t,
+                    end_ms: t + d,
+                    bundles: k,
+                });
+                return Some(match self.fit {
+                    Fit::Earliest => t + d,
+                    Fit::Latest => t,
+                });
             }
-            None
         }
+        None
     }
 }
 
+/// Places `e` (a reservation's definition) from now on beside `held`: its pieces, or `None` if
+/// it does not fit (then `held` is as it was).
+fn place(view: &View<'_>, e: &Expr, fit: Fit, held: &mut Vec<Held>) -> Option<Vec<GantryAllocation>> {
+    let now = view.now_ms;
+    let before = held.len();
+    let mut out = Vec::new();
+    let mut placer = Placer { fit, cap: demand(&view.plan.capacity, 1), held, out: &mut out };
+    let bound = match fit {
+        Fit::Earliest => now,
+        Fit::Latest => u64::MAX,
+    };
+    if placer.place(e, 0, now, u64::MAX, bound).is_none() {
+        held.truncate(before);
+        return None;
+    }
+    Some(out)
+}
+
 /// The planner's good answer.
-pub fn answer(view: &View<'_>, out: &mut Decisions) -> Result<(), PluginError> {
+pub fn answer(view: &View<'_>, out: &mut Decisions, fit: Fit) -> Result<(), PluginError> {
     let now = view.now_ms;
     let cap = demand(&view.plan.capacity, 1);
     let n = view.reservations.len();
@@ -260,9 +337,8 @@ pub fn answer(view: &View<'_>, out: &mut Decisions) -> Result<(), PluginError> {
                 held.extend(held_by(view, i, &bundles, now));
             }
             let (e, _) = definition(view, s)?;
-            let mut pieces = Vec::new();
-            match place(&e, 0, 0, u64::MAX, now, &cap, &mut held, &mut pieces) {
-                Some(_) => out.plan_reservation(view.plan.subject, pieces),
+            match place(view, &e, fit, &mut held) {
+                Some(pieces) => out.plan_reservation(view.plan.subject, pieces),
                 None => out.reject_reservation(view.plan.subject, NO_ROOM),
             }
         }
@@ -280,13 +356,9 @@ pub fn answer(view: &View<'_>, out: &mut Decisions) -> Result<(), PluginError> {
                     continue;
                 }
                 let started = view.plan.allocation(i).iter().any(|p| p.start_ms < now);
-                let mut pieces = Vec::new();
-                let placed =
-                    !started && place(&e, 0, 0, u64::MAX, now, &cap, &mut held, &mut pieces).is_some();
-                if placed {
-                    out.plan_reservation(i as u32, pieces);
-                } else {
-                    out.reject_reservation(i as u32, GIVEN_UP);
+                match (!started).then(|| place(view, &e, fit, &mut held)).flatten() {
+                    Some(pieces) => out.plan_reservation(i as u32, pieces),
+                    None => out.reject_reservation(i as u32, GIVEN_UP),
                 }
             }
         }

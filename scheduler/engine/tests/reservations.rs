@@ -115,7 +115,7 @@ fn a_reservation_that_cannot_fit_is_rejected_and_bad_requests_are_errors() {
     let before = book(&e);
     // The plan (8 cores) is full for the first 10 s.
     let reason = rejected(&mut e, 0, request("atom(1c/2GiB, 1, 1, 5s, 5s)", 10));
-    assert!(reason.contains("no room") && reason.contains("earliest-fit"), "{reason}");
+    assert!(reason.contains("no room") && reason.contains("test-planner"), "{reason}");
     assert_eq!(book(&e), before, "a rejection changes nothing");
     assert_eq!(e.state().reservations().len(), 1, "the rejected one left the view");
     // Bad requests are errors: a deadline before the work can finish, another queue.
@@ -418,7 +418,7 @@ fn without_a_planner_reservations_are_a_clear_error() {
         }
     }
     // A planner without a plan, or a `reserve` policy that does not plan: refused at construction.
-    let (planner, _) = gantry_engine::test_planner::EarliestFit::new();
+    let (planner, _) = gantry_engine::test_planner::TestPlanner::earliest();
     let err = Engine::new(
         EngineConfig::default(),
         vec![Box::new(StaticPolicy::new(planner))],
@@ -479,7 +479,7 @@ fn a_planner_may_move_others_to_make_room_and_every_move_is_reported() {
 mod properties {
     use super::*;
     use gantry_engine::ReservationRequest;
-    use gantry_engine::test_planner::Mode;
+    use gantry_engine::test_planner::{Fit, Mode};
     use proptest::prelude::*;
 
     /// One step of a random history.
@@ -599,8 +599,9 @@ mod properties {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
         #[test]
-        fn random_histories_keep_the_plan_sound(ops in proptest::collection::vec(op(), 1..40)) {
-            let (mut e, planner) = engine();
+        fn random_histories_keep_the_plan_sound(ops in proptest::collection::vec(op(), 1..40), late in any::<bool>()) {
+            let fit = if late { Fit::Latest } else { Fit::Earliest };
+            let (mut e, planner) = engine_fit(fit, config(), Vec::new(), Profile::default());
             let mut now = 0u64;
             let mut live: Vec<(ReservationId, ReservationRequest)> = Vec::new();
             for op in &ops {

@@ -2,7 +2,7 @@
 //! (`gantry_engine::test_planner`, earliest fit) as its `reserve` policy.
 #![allow(dead_code)] // each test binary uses a different subset
 
-use gantry_engine::test_planner::{EarliestFit, Handle};
+use gantry_engine::test_planner::{Fit, Handle, TestPlanner};
 use gantry_engine::{
     AppSpec, AtomInterval, Command, Engine, EngineConfig, Event, NodeSpec, PlanConfig, Policy, Profile,
     QueueSpec, RequestSpec, ReservationId, ReservationRequest, Resources, StaticPolicy,
@@ -42,7 +42,20 @@ pub fn config() -> EngineConfig {
 /// An engine of `config` with the test planner as `reserve` (policy 0) and `more` policies after
 /// it, `profile` otherwise; four 4-core / 8 GiB nodes, so the plan holds 8 cores / 16 GiB.
 pub fn engine_with(config: EngineConfig, more: Vec<Box<dyn Policy>>, profile: Profile) -> (Engine, Handle) {
-    let (planner, handle) = EarliestFit::new();
+    engine_fit(Fit::Earliest, config, more, profile)
+}
+
+/// [`engine_with`] a planner that fits as `fit` says.
+pub fn engine_fit(
+    fit: Fit,
+    config: EngineConfig,
+    more: Vec<Box<dyn Policy>>,
+    profile: Profile,
+) -> (Engine, Handle) {
+    let (planner, handle) = match fit {
+        Fit::Earliest => TestPlanner::earliest(),
+        Fit::Latest => TestPlanner::latest(),
+    };
     let mut policies: Vec<Box<dyn Policy>> = vec![Box::new(StaticPolicy::new(planner))];
     policies.extend(more);
     let mut e = Engine::new(config, policies, Profile { reserve: Some(0), ..profile }).expect("engine");
