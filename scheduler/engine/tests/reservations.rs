@@ -204,6 +204,27 @@ fn an_update_is_planned_anew_or_refused_and_a_started_reservation_cannot_change(
 }
 
 #[test]
+fn an_update_to_smaller_bundles_frees_what_the_old_ones_held() {
+    let (mut e, _) = engine();
+    admit(&mut e, 0, request("atom(1c/2GiB, 1, 8, 10s, 80s)", 100)); // 0-10 s, the whole plan
+    let (b, _, b_alloc) = admit(&mut e, 0, request("atom(4c/8GiB, 1, 1, 10s, 10s)", 100));
+    let (_, _, c_alloc) = admit(&mut e, 0, request("atom(1c/2GiB, 1, 4, 10s, 40s)", 100));
+    assert_eq!((b_alloc, c_alloc), (vec![piece(0, 10, 20, 1)], vec![piece(0, 10, 20, 4)]), "10-20 s full");
+    // B becomes four 1-core bundles where its one 4-core bundle was: it fits only if the host
+    // takes back what the old definition's bundle held, not what the new one's would.
+    let cmds = handle(
+        &mut e,
+        0,
+        Event::ReservationUpdated { id: b, request: request("atom(1c/2GiB, 1, 4, 10s, 40s)", 100) },
+    );
+    assert!(
+        matches!(cmds.as_slice(), [Command::ReservationAdmitted { allocation, .. }] if allocation[..] == [piece(0, 10, 20, 4)]),
+        "{cmds:?}"
+    );
+    plan_fits(&e, 0).expect("fits");
+}
+
+#[test]
 fn delete_moves_apps_to_default_and_frees_the_queue_for_the_next_reservation() {
     let (mut e, _) = engine();
     let (id, q, _) = admit(&mut e, 0, request("atom(1c/2GiB, 1, 2, 10s, 20s)", 100));

@@ -107,6 +107,8 @@ pub(crate) struct Subject<'a> {
     pub(crate) atoms: &'a [Atom],
     /// Its accepted allocation (empty while NEW).
     pub(crate) old: &'a [AtomInterval],
+    /// The atoms `old` names (an update's old definition's, else `atoms`).
+    pub(crate) old_atoms: &'a [Atom],
 }
 
 /// The plan and the reservations in it.
@@ -436,6 +438,7 @@ impl ReservationBook {
                 absolute: &s.prepared.absolute,
                 atoms: &s.prepared.atoms,
                 old: record.map_or(&[], |r| &r.allocation),
+                old_atoms: record.map_or(&[], |r| &r.atoms),
             }),
             _ => record.map(|r| Subject {
                 id: r.id,
@@ -443,6 +446,7 @@ impl ReservationBook {
                 absolute: &r.absolute,
                 atoms: &r.atoms,
                 old: &r.allocation,
+                old_atoms: &r.atoms,
             }),
         }
     }

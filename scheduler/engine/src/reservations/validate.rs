@@ -210,13 +210,13 @@ pub(crate) fn check(
                 for (reason, detail) in feasibility(&s, &allocation, call.now) {
                     refusals.push(Refusal { reservation: Some(s.id), reason, detail });
                 }
-                future(&mut delta, s.atoms, s.old, call.now, -1);
+                future(&mut delta, s.old_atoms, s.old, call.now, -1);
                 future(&mut delta, s.atoms, &allocation, call.now, 1);
                 answer.planned.push((s.id, allocation));
             }
             Some(code) => {
                 if call.cause == GANTRY_RESERVE_REPLAN {
-                    future(&mut delta, s.atoms, s.old, call.now, -1);
+                    future(&mut delta, s.old_atoms, s.old, call.now, -1);
                 }
                 answer.rejected.push((s.id, code));
             }
@@ -293,7 +293,8 @@ fn feasibility(s: &Subject<'_>, allocation: &[AtomInterval], now: u64) -> Vec<(R
         found.entry(reason).or_insert(detail);
     };
     let atoms = s.atoms;
-    let (old_past, new_past) = (past(atoms.len(), s.old, now), past(atoms.len(), allocation, now));
+    let n = atoms.len().max(s.old_atoms.len());
+    let (old_past, new_past) = (past(n, s.old, now), past(n, allocation, now));
     if old_past != new_past {
         if old_past.iter().all(Vec::is_empty) {
             note(RejectReason::OutsideWindow, format!("a piece starts before now ({now})"));
