@@ -597,6 +597,7 @@ mod properties {
     fn check(e: &Engine, now: u64) -> Result<(), TestCaseError> {
         e.state().check_invariants().map_err(TestCaseError::fail)?;
         let book = e.reservation_book().expect("book");
+        book.check().map_err(TestCaseError::fail)?;
         for r in book.reservations() {
             let a = r.atoms()[0];
             for p in &r.allocation {

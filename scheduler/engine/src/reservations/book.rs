@@ -611,6 +611,26 @@ impl ReservationBook {
         v.iter().map(|r| r.id).collect()
     }
 
+    /// Checks the book against itself: what all allocations hold together is the sum of the
+    /// records' allocations, each sorted and naming atoms of its definition, and no reservation is
+    /// left staged. Used by tests.
+    pub fn check(&self) -> Result<(), String> {
+        let mut sum = self.skyline.empty_like();
+        for r in self.reservations.values() {
+            if !r.allocation.is_sorted() || r.allocation.iter().any(|p| p.atom as usize >= r.atoms.len()) {
+                return Err(format!("reservation {}: allocation unsorted or naming no atom", r.id.0));
+            }
+            on_skyline(&mut sum, &r.atoms, &r.allocation, 1);
+        }
+        if sum != self.skyline {
+            return Err("the skyline is not the sum of the allocations".into());
+        }
+        if let Some(s) = &self.staged {
+            return Err(format!("reservation {} is still staged", s.id.0));
+        }
+        Ok(())
+    }
+
     /// Ids of the reservations whose deadline has passed at `now`.
     pub(crate) fn expired(&self, now: u64) -> Vec<u64> {
         self.reservations.values().filter(|r| r.deadline_ms <= now).map(|r| r.id.0).collect()

@@ -118,6 +118,11 @@ impl Skyline {
         self.steps.range(from.saturating_add(1)..).find(|(_, v)| exceeds(v, cap)).map(|(t, _)| *t)
     }
 
+    /// An empty skyline that forgets what lies before `floor`, as `self` does.
+    pub(crate) fn empty_like(&self) -> Skyline {
+        Skyline { steps: BTreeMap::new(), floor: self.floor }
+    }
+
     /// Forgets what lies before `t` (the past: nothing is checked there any more).
     pub(crate) fn forget_before(&mut self, t: u64) {
         if t <= self.floor {

@@ -86,6 +86,9 @@ pub fn request(rdl: &str, deadline_s: u64) -> ReservationRequest {
 pub fn handle(e: &mut Engine, now: u64, ev: Event) -> Vec<Command> {
     let cmds = e.handle(now, ev).expect("event accepted");
     e.state().check_invariants().expect("invariants");
+    if let Some(book) = e.reservation_book() {
+        book.check().expect("the book");
+    }
     cmds
 }
 
