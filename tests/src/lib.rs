@@ -48,6 +48,8 @@ pub fn build_artifacts() -> anyhow::Result<PathBuf> {
                     "gantry-packing",
                     "-p",
                     "gantry-preemption",
+                    "-p",
+                    "gantry-rayon",
                     "--lib",
                 ],
             ];
@@ -65,6 +67,17 @@ pub fn build_artifacts() -> anyhow::Result<PathBuf> {
         })
         .clone()
         .map_err(anyhow::Error::msg)
+}
+
+/// A scheduler configuration's planner: the Rayon planner plugin (`libgantry_rayon.so`, built on
+/// demand) with its admission `agent` (`gree`, `gree-l`), as `[profile] reserve`. Goes with a
+/// `[reservations]` section; the configuration must have no other `[profile]`.
+pub fn rayon_planner_toml(agent: &str) -> String {
+    let path = build_artifacts().expect("artifacts").join("libgantry_rayon.so");
+    format!(
+        "[[plugins]]\nname = \"rayon\"\npath = {:?}\n[plugins.config]\nagent = \"{agent}\"\n[profile]\nreserve = \"rayon\"\n",
+        path.display().to_string()
+    )
 }
 
 /// Path of the `gantry` CLI binary (built on demand).

@@ -2,7 +2,7 @@
 //! GREE-L on admission, the MILP on a one-hour subset, and replanning after a capacity loss.
 //!
 //! ```text
-//! cargo run --release -p gantry-sim --example rayon_planning -- \
+//! cargo run --release -p gantry-rayon --example rayon_planning -- \
 //!     --trace ../shared/traces/swim-fb-2009/FB-2009_samples_24_times_1hr_0.tsv [--out DIR] [--json FILE]
 //! ```
 //!
