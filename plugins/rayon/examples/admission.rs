@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use gantry_rayon::agents::{Agent, admit};
 use gantry_rayon::plan::{DEFAULT_STEP_MS, Plan};
-use gantry_rayon::rdl::{Atom, Expr, Window};
+use gantry_rdl::{Atom, Expr, Window};
 use gantry_sdk::abi::GantryResources;
 
 const NODES: u64 = 10_000;
