@@ -9,15 +9,24 @@
 //! adding the origin. A piece `[a, b)` of the view holds plan steps `[⌊a⌋, ⌈b⌉)`: a piece cut
 //! inside a step holds the whole step (conservative).
 //!
-//! **Keeping in step.** Each accepted reservation has a 64-bit fingerprint of its allocation
-//! (pieces in canonical form: sorted by atom then start, adjacent equal pieces merged), and the
-//! mirror keeps the wrapping sum of `mix(id, fingerprint)` over its reservations. Each call sums
-//! the same over the view's accepted reservations — one pass over the view's records and pieces,
-//! a few nanoseconds per piece, no allocation — and only when sum or count differ (the host
-//! refused an answer, applied its built-in replan, a reservation was deleted, the scheduler
-//! restarted) does [`Mirror::sync`] compare reservation by reservation and redo only those that
-//! differ. Reservations whose deadline has passed are left out on both sides, so expiry costs
-//! nothing either.
+//! **Keeping in step.** The host changes an accepted allocation only by applying an answer of
+//! this plugin; on its own it only removes reservations (deletion, expiry, its built-in replan
+//! after a refused REPLAN answer, a rejected ADMIT) and, after a restart, restores them into a new
+//! instance. So each call checks, in one pass over the view's reservation records (not their
+//! pieces) and without allocating:
+//!
+//! - **membership**: the wrapping sum of `mix(id)` and the count over the view's accepted
+//!   reservations whose deadline has not passed, against the mirror's (kept as it changes);
+//! - **the previous call's answers**: each reservation the plugin planned in its previous call
+//!   (the *unconfirmed* ones, usually one) must show exactly that allocation — a 64-bit
+//!   fingerprint of its pieces in canonical form (sorted by atom then start, adjacent equal
+//!   pieces merged), so a host that splits or reorders pieces still matches.
+//!
+//! Only when one of them differs (the host refused an answer, gave something up, a reservation
+//! was deleted, a restart) does [`Mirror::sync`] compare every reservation's fingerprint and redo
+//! those that differ. Reservations whose deadline has passed are left out on both sides, so
+//! expiry costs nothing either. [`Mirror::generation`] counts changes of the plan from now on,
+//! for work done on a snapshot (the background optimiser).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -76,10 +85,10 @@ pub fn fingerprint(pieces: &[GantryAllocation]) -> u64 {
     h.wrapping_add(piece_hash(&cur))
 }
 
-/// One reservation's term in the sums.
+/// One reservation's term in the membership sums.
 #[inline(always)]
-fn term(id: u64, fp: u64) -> u64 {
-    fold(id ^ K[5], fp ^ K[0]).wrapping_add(id)
+fn term(id: u64) -> u64 {
+    fold(id ^ K[5], K[0]).wrapping_add(id)
 }
 
 /// `pieces` in canonical form: sorted by atom then start, adjacent pieces of one atom and height
@@ -104,21 +113,6 @@ pub fn canonical(pieces: impl IntoIterator<Item = GantryAllocation>) -> Vec<Gant
 #[inline(always)]
 fn counted(r: &GantryReservation, d: &GantryReservationDetail, now: u64) -> bool {
     r.state == GANTRY_RESERVATION_ACCEPTED && d.deadline_ms > now
-}
-
-/// The sum of the view's terms and how many reservations it covers.
-pub fn view_digest(view: &View<'_>) -> (u64, usize) {
-    let now = view.now_ms;
-    let mut sum = 0u64;
-    let mut n = 0usize;
-    for (r, d) in view.reservations.iter().zip(view.plan.details) {
-        if counted(r, d, now) {
-            let fp = fingerprint(View::range(view.plan.allocations, d.allocation));
-            sum = sum.wrapping_add(term(r.id, fp));
-            n += 1;
-        }
-    }
-    (sum, n)
 }
 
 /// Reservation `i`'s definition, read back from the view's nodes (absolute times).
@@ -180,7 +174,11 @@ pub struct Mirror {
     capacity: GantryResources,
     entries: HashMap<u64, Entry>,
     by_deadline: BTreeSet<(u64, u64)>,
+    /// Membership sum over `entries`.
     sum: u64,
+    /// Reservations whose entry comes from an answer the host has not shown back yet.
+    unconfirmed: Vec<u64>,
+    generation: u64,
 }
 
 impl Mirror {
@@ -208,6 +206,8 @@ impl Mirror {
             entries: HashMap::new(),
             by_deadline: BTreeSet::new(),
             sum: 0,
+            unconfirmed: Vec::new(),
+            generation: 0,
         })
     }
 
@@ -229,9 +229,50 @@ impl Mirror {
         self.origin_ms.saturating_add(self.plan.horizon_ms())
     }
 
-    /// The sum of the terms and the number of reservations, to compare with [`view_digest`].
+    /// The membership sum and the number of reservations.
     pub fn digest(&self) -> (u64, usize) {
         (self.sum, self.entries.len())
+    }
+
+    /// Counts every change of what the plan holds from now on (not expiry, which only drops the
+    /// past): equal generations mean the same plan.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Whether the view shows what the mirror holds: the same membership, and the previous
+    /// call's answers applied as given (see the [module documentation](self)). One pass over the
+    /// reservation records; pieces are read only for the unconfirmed reservations.
+    pub fn in_step(&self, view: &View<'_>) -> bool {
+        let now = view.now_ms;
+        let mut sum = 0u64;
+        let mut n = 0usize;
+        let mut confirmed = 0usize;
+        let few = self.unconfirmed.len() <= 8;
+        let many: std::collections::HashSet<u64> =
+            if few { Default::default() } else { self.unconfirmed.iter().copied().collect() };
+        for (r, d) in view.reservations.iter().zip(view.plan.details) {
+            if !counted(r, d, now) {
+                continue;
+            }
+            sum = sum.wrapping_add(term(r.id));
+            n += 1;
+            let pending = if few { self.unconfirmed.contains(&r.id) } else { many.contains(&r.id) };
+            if pending {
+                let fp = fingerprint(View::range(view.plan.allocations, d.allocation));
+                if self.entries.get(&r.id).is_none_or(|e| e.fp != fp) {
+                    return false;
+                }
+                confirmed += 1;
+            }
+        }
+        let expected = self.unconfirmed.iter().filter(|id| self.entries.contains_key(id)).count();
+        (sum, n) == self.digest() && confirmed == expected
+    }
+
+    /// The view has shown everything answered so far.
+    pub fn confirmed(&mut self) {
+        self.unconfirmed.clear();
     }
 
     /// The reservation with id `id`.
@@ -271,13 +312,16 @@ impl Mirror {
         self.origin_ms.saturating_add(ms.saturating_sub(self.origin_ms).div_ceil(step).saturating_mul(step))
     }
 
-    /// Drops the reservations whose deadline is at or before `now`.
+    /// Drops the reservations whose deadline is at or before `now` (only their past goes, so the
+    /// generation stays).
     pub fn expire(&mut self, now: u64) {
         while let Some(&(deadline, id)) = self.by_deadline.first() {
             if deadline > now {
                 break;
             }
+            let generation = self.generation;
             self.remove(id);
+            self.generation = generation;
         }
     }
 
@@ -286,6 +330,7 @@ impl Mirror {
         if capacity == self.capacity {
             return;
         }
+        self.generation += 1;
         let from = self.step_of(now);
         let steps = self.plan.steps();
         if from < steps {
@@ -319,24 +364,38 @@ impl Mirror {
             .collect()
     }
 
-    /// Adds reservation `id` whose pieces the plan does not hold yet (no room check: the host's
-    /// word is the truth, even where it overcommits the plan).
-    pub fn insert(&mut self, id: u64, entry: Entry) {
+    /// Adds reservation `id` as the view shows it, pieces the plan does not hold yet (no room
+    /// check: the host's word is the truth, even where it overcommits the plan).
+    fn insert_seen(&mut self, id: u64, entry: Entry) {
         self.remove(id);
         let steps = self.to_steps(&entry.pieces, &entry.bundles);
         if !steps.is_empty() {
             // Ranges and signs are valid by construction; the id was just removed.
             let _ = self.plan.restore(id, steps);
         }
-        self.record(id, entry);
+        self.keep(id, entry);
     }
 
-    /// Adds reservation `id` whose pieces an admission agent has just put in the plan.
+    /// Puts in reservation `id` with the allocation an answer gives it, whose pieces the plan
+    /// does not hold yet.
+    pub fn insert(&mut self, id: u64, entry: Entry) {
+        self.insert_seen(id, entry);
+        self.unconfirmed.push(id);
+    }
+
+    /// Puts in reservation `id` with the allocation an answer gives it, which an admission
+    /// agent has just put in the plan.
     pub fn record(&mut self, id: u64, entry: Entry) {
-        self.sum = self.sum.wrapping_add(term(id, entry.fp));
+        self.keep(id, entry);
+        self.unconfirmed.push(id);
+    }
+
+    fn keep(&mut self, id: u64, entry: Entry) {
+        self.generation += 1;
+        self.sum = self.sum.wrapping_add(term(id));
         self.by_deadline.insert((entry.deadline_ms, id));
         if let Some(old) = self.entries.insert(id, entry) {
-            self.sum = self.sum.wrapping_sub(term(id, old.fp));
+            self.sum = self.sum.wrapping_sub(term(id));
             self.by_deadline.remove(&(old.deadline_ms, id));
         }
     }
@@ -346,17 +405,18 @@ impl Mirror {
     pub fn remove(&mut self, id: u64) -> Option<(Entry, Vec<Piece>)> {
         let steps = self.plan.remove(id).unwrap_or_default();
         let entry = self.entries.remove(&id)?;
-        self.sum = self.sum.wrapping_sub(term(id, entry.fp));
+        self.generation += 1;
+        self.sum = self.sum.wrapping_sub(term(id));
         self.by_deadline.remove(&(entry.deadline_ms, id));
         Some((entry, steps))
     }
 
-    /// Undoes [`Mirror::remove`].
+    /// Undoes [`Mirror::remove`] (the entry is as the view shows it).
     pub fn put_back(&mut self, id: u64, entry: Entry, steps: Vec<Piece>) {
         if !steps.is_empty() {
             let _ = self.plan.restore(id, steps);
         }
-        self.record(id, entry);
+        self.keep(id, entry);
     }
 
     /// Brings the mirror in step with the view, reservation by reservation: those that differ or
@@ -395,8 +455,9 @@ impl Mirror {
         changed += fresh.len();
         for (id, i) in fresh {
             let (entry, _) = Entry::from_view(view, i)?;
-            self.insert(id, entry);
+            self.insert_seen(id, entry);
         }
+        self.unconfirmed.clear();
         Ok(changed)
     }
 
@@ -484,6 +545,6 @@ mod tests {
         let other_atom = [piece(0, 0, 10, 2), piece(0, 10, 20, 3), piece(0, 25, 29, 1)];
         assert_ne!(fingerprint(&a), fingerprint(&other_atom));
         assert_ne!(fingerprint(&[]), fingerprint(&a[..1]));
-        assert_ne!(term(1, fingerprint(&a)), term(2, fingerprint(&a)));
+        assert_ne!(term(1), term(2));
     }
 }

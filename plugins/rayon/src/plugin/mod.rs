@@ -20,7 +20,7 @@ use crate::agents;
 use crate::config::{Optimizer, RayonConfig, Replanner};
 use crate::plan::Plan;
 use crate::replan::{self, ReservationInfo};
-use mirror::{DEFAULT_HORIZON_MS, DEFAULT_STEP_MS, Entry, Mirror, canonical, view_digest};
+use mirror::{DEFAULT_HORIZON_MS, DEFAULT_STEP_MS, Entry, Mirror, canonical};
 use optimize::Background;
 
 /// REJECT reason: no placement fits the reservation's windows in the plan as it stands.
@@ -148,7 +148,7 @@ impl Rayon {
 
     /// Makes the mirror serve this call: built (or rebuilt at a new origin) when needed, expired
     /// reservations dropped, the capacity from now on set, and re-synchronised with the view
-    /// only when its digest differs.
+    /// only when it is not in step ([`Mirror::in_step`]).
     fn prepare(&mut self, view: &View<'_>) -> Result<(), PluginError> {
         let now = view.now_ms;
         let step = if view.plan.step_ms > 0 { view.plan.step_ms } else { DEFAULT_STEP_MS };
@@ -161,13 +161,14 @@ impl Rayon {
         let Some(m) = self.mirror.as_mut() else { unreachable!("the mirror was just set") };
         m.expire(now);
         m.set_capacity(now, view.plan.capacity);
-        if view_digest(view) != m.digest() {
+        if fresh || !m.in_step(view) {
             let n = m.sync(view)?;
             if !fresh {
                 self.stats.syncs += 1;
                 self.stats.synced += n as u64;
             }
         }
+        m.confirmed();
         Ok(())
     }
 
@@ -303,7 +304,7 @@ impl Rayon {
             Optimizer::Background => {
                 if let Some(result) = self.background.finished() {
                     self.stats.optimizer_runs += 1;
-                    let current = self.mirror()?.digest();
+                    let current = self.mirror()?.generation();
                     if result.key == (current, view.plan.capacity) && result.still_movable(view.now_ms) {
                         self.apply_optimized(view, result, out)?;
                     } else {

@@ -1,10 +1,10 @@
 //! OPTIMIZE: the offline MILP ([`crate::milp`]) over the reservations that have not started, in
 //! the call (`inline`) or on a thread of the plugin's own (`background`).
 //!
-//! A background run works on a snapshot: the mirror's plan, the requests, and the digest of the
-//! accepted allocations and the capacity it saw. Its moves are answered at a later OPTIMIZE call
-//! only if that digest and capacity are unchanged and nothing it moves has begun since; else
-//! they are dropped. The model either keeps everything or moves reservations; an answer that
+//! A background run works on a snapshot: the mirror's plan, the requests, and the plan's
+//! generation and capacity it saw. Its moves are answered at a later OPTIMIZE call only if the
+//! generation and capacity are unchanged and nothing it moves has begun since; else they are
+//! dropped. The model either keeps everything or moves reservations; an answer that
 //! would reject any is dropped (OPTIMIZE may only move).
 
 use std::collections::HashMap;
@@ -19,8 +19,8 @@ use crate::milp::{self, Options, Request};
 use crate::plan::Plan;
 use crate::plugin::mirror::{self, Mirror, engine_pieces};
 
-/// What the plan looked like: the digest of the accepted allocations and the capacity.
-pub type Key = ((u64, usize), GantryResources);
+/// What the plan looked like: the mirror's generation and the capacity.
+pub type Key = (u64, GantryResources);
 
 /// One optimiser run's input.
 #[derive(Debug)]
@@ -79,7 +79,7 @@ impl Job {
             first_start,
             opts,
             origin_ms: m.origin_ms(),
-            key: (m.digest(), view.plan.capacity),
+            key: (m.generation(), view.plan.capacity),
         })
     }
 

@@ -174,8 +174,7 @@ fn an_allocation_the_host_changed_is_followed() {
     submit(&mut h, 1, 0, 4 * HOUR, atom(10, 10, HOUR, 10 * HOUR));
     let old = h.record(1).expect("accepted").allocation.clone();
     assert_eq!((old[0].start_ms, old[0].end_ms), (3 * HOUR, 4 * HOUR));
-    // The host has it in the first hour instead (say, an answer to move it was accepted while
-    // this instance believed otherwise).
+    // The host did not store the plan as answered: it has it in the first hour instead.
     let moved = vec![GantryAllocation { start_ms: 0, end_ms: HOUR, ..old[0] }];
     assert!(h.set_allocation(1, moved));
     let a = submit(&mut h, 2, 0, HOUR, atom(1, 1, SEC, MIN));
@@ -453,4 +452,20 @@ fn every_accepted_plan_is_the_agents_own_shape() {
         .collect();
     assert_eq!(pieces, want);
     check_allocation(&window(0, 2 * HOUR, def), &pieces).expect("valid");
+}
+
+#[test]
+fn a_refused_move_is_noticed_though_nothing_else_changed() {
+    // The host refuses an OPTIMIZE answer (nothing changes, no reservation comes or goes): the
+    // next call must see that the move it answered is not in the view.
+    let mut h = Host::new(Mode::Direct, r#"{"optimizer": "inline"}"#, cores(2), SEC, 4 * SEC).expect("host");
+    submit(&mut h, 1, 0, 4 * SEC, atom(1, 2, SEC, 2 * SEC));
+    let held = h.record(1).expect("accepted").allocation.clone();
+    let a = h.call(GANTRY_RESERVE_OPTIMIZE, GANTRY_NONE).expect("call");
+    assert!(a.planned(0).is_some_and(|p| p != held), "a move: {a:?}");
+    // Not applied. Another reservation that fits only where 1 really is not.
+    let a = submit(&mut h, 2, 2 * SEC, 3 * SEC, atom(1, 2, SEC, 2 * SEC));
+    assert!(a.planned(1).is_some(), "[2 s, 3 s) is free in the host's plan: {a:?}");
+    check_host(&h).expect("valid");
+    assert_eq!(stats(&h).syncs, 1);
 }
