@@ -186,6 +186,16 @@ impl Host {
         }
     }
 
+    /// A host with the same settings, clock and records, and a new plugin instance (a
+    /// restarted scheduler, or a second planner to compare on the same plan).
+    pub fn fork(&self, mode: Mode, config: &str) -> Result<Host, String> {
+        let mut h = Host::new(mode, config, self.capacity, self.step_ms, self.horizon_ms)?;
+        h.now_ms = self.now_ms;
+        h.records = self.records.clone();
+        h.dirty = true;
+        Ok(h)
+    }
+
     /// The plugin, in [`Mode::Direct`].
     pub fn plugin(&self) -> Option<&Rayon> {
         match &self.caller {
