@@ -5,7 +5,7 @@
 //! module's documented round trip).
 #![no_main]
 
-use gantry_rayon::rdl::{self, Expr};
+use gantry_rdl::{self as rdl, Expr};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -48,6 +48,8 @@ pub fn build_artifacts() -> anyhow::Result<PathBuf> {
                     "gantry-packing",
                     "-p",
                     "gantry-preemption",
+                    "-p",
+                    "gantry-rayon",
                     "--lib",
                 ],
             ];

@@ -558,7 +558,7 @@ fn a_reservation_gets_its_capacity_back_from_best_effort_work() {
         priority: 0,
         arrival_ms: Some(60_000),
         deadline_ms: Some(130_000),
-        definition: gantry_rayon::rdl::parse_text("atom(1c/1GiB, 10, 10, 60s, 600s)").expect("rdl"),
+        definition: gantry_rdl::parse_text("atom(1c/1GiB, 10, 10, 60s, 600s)").expect("rdl"),
     };
     let cmds =
         b.engine.handle(b.now_ms, Event::ReservationSubmitted { id: None, request }).expect("answered");
