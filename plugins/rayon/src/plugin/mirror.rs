@@ -266,7 +266,10 @@ impl Mirror {
                 confirmed += 1;
             }
         }
-        let expected = self.unconfirmed.iter().filter(|id| self.entries.contains_key(id)).count();
+        let mut ids = self.unconfirmed.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        let expected = ids.iter().filter(|id| self.entries.contains_key(id)).count();
         (sum, n) == self.digest() && confirmed == expected
     }
 

@@ -3,7 +3,7 @@
 //! The host keeps reservations as records and asks this plugin, at once, for an allocation
 //! whenever one is submitted (ADMIT) or updated (UPDATE), for moves when the plan's capacity
 //! drops under what is accepted (REPLAN), and periodically for a better layout (OPTIMIZE). The
-//! plugin keeps its own [`Plan`](crate::plan::Plan) as a mirror of the accepted allocations the
+//! plugin keeps its own [`Plan`] as a mirror of the accepted allocations the
 //! view shows ([`mirror`]); every answer updates the mirror as if the host accepted it, and the
 //! next call finds out cheaply whether it did. See `plugins/rayon/README.md`.
 
