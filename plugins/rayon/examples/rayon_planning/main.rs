@@ -83,7 +83,6 @@
 use std::error::Error;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use gantry_rayon::agents::Agent;
@@ -96,9 +95,13 @@ use gantry_sdk::abi::{
     GantryResources,
 };
 use gantry_sdk::rng::SplitMix64;
-use gantry_sim::report::{Series, stacked_plots};
 use gantry_sim::trace::{self, swim};
 use serde_json::{Value, json};
+
+mod args;
+mod skyline;
+
+use args::{Args, parse_args};
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
@@ -106,149 +109,6 @@ const HOUR_MS: u64 = 3_600_000;
 const MINUTE_MS: u64 = 60_000;
 const GIB: u64 = 1 << 30;
 const AGENTS: [Agent; 2] = [Agent::Gree, Agent::GreeL];
-
-/// Command-line settings (see the module documentation).
-struct Args {
-    trace: PathBuf,
-    nodes: u64,
-    node_cores: u64,
-    node_mem: u64,
-    plan_share: f64,
-    deadline_share: f64,
-    slack: (f64, f64),
-    max_parallel: u32,
-    lease: bool,
-    seed: u64,
-    step_ms: u64,
-    milp_hour: Option<u64>,
-    milp_n: usize,
-    milp_time_limit: Duration,
-    milp_cells: usize,
-    milp_slot: Option<usize>,
-    loss_at_ms: u64,
-    loss_share: f64,
-    out: Option<PathBuf>,
-    json: Option<PathBuf>,
-}
-
-const USAGE: &str = "usage: rayon_planning --trace FILE [--nodes 100] [--node-cpu 8] [--node-mem 16GiB] \
-[--plan-share 0.7] [--deadline-share 0.3] [--slack 2..3] [--max-parallel 200] [--lease task|none] [--seed 1] [--step-ms 1000] \
-[--milp-hour H] [--milp-n 25] [--milp-time-limit 20s] [--milp-cells 1500] [--milp-slot STEPS] [--loss-at 12h] \
-[--loss-share 0.05] [--out DIR] [--json FILE]";
-
-fn parse_args() -> Res<Args> {
-    let mut a = Args {
-        trace: PathBuf::new(),
-        nodes: 100,
-        node_cores: 8,
-        node_mem: 16 * GIB,
-        plan_share: 0.7,
-        deadline_share: 0.3,
-        slack: (2.0, 3.0),
-        max_parallel: 200,
-        lease: true,
-        seed: 1,
-        step_ms: 1000,
-        milp_hour: None,
-        milp_n: 25,
-        milp_time_limit: Duration::from_secs(20),
-        milp_cells: 1500,
-        milp_slot: None,
-        loss_at_ms: 12 * HOUR_MS,
-        loss_share: 0.05,
-        out: None,
-        json: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "-h" || flag == "--help" {
-            println!("{USAGE}");
-            std::process::exit(0);
-        }
-        let v = it.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        let bad = |what: &str| format!("{flag} {v}: expected {what}");
-        match flag.as_str() {
-            "--trace" => a.trace = PathBuf::from(&v),
-            "--nodes" => a.nodes = v.parse().map_err(|_| bad("a count"))?,
-            "--node-cpu" => a.node_cores = v.parse().map_err(|_| bad("cores"))?,
-            "--node-mem" => a.node_mem = parse_bytes(&v).ok_or_else(|| bad("a size like 16GiB"))?,
-            "--plan-share" => a.plan_share = parse_share(&v).ok_or_else(|| bad("a share in (0, 1]"))?,
-            "--deadline-share" => {
-                a.deadline_share = parse_share(&v).ok_or_else(|| bad("a share in (0, 1]"))?
-            }
-            "--slack" => a.slack = parse_range(&v).ok_or_else(|| bad("LO..HI or one number, at least 1"))?,
-            "--max-parallel" => {
-                a.max_parallel = v.parse().ok().filter(|&h| h > 0).ok_or_else(|| bad("a count"))?
-            }
-            "--lease" => {
-                a.lease = match v.as_str() {
-                    "task" => true,
-                    "none" => false,
-                    _ => return Err(bad("task or none").into()),
-                }
-            }
-            "--seed" => a.seed = v.parse().map_err(|_| bad("an integer"))?,
-            "--step-ms" => {
-                a.step_ms = v.parse().ok().filter(|&s| s > 0).ok_or_else(|| bad("milliseconds"))?
-            }
-            "--milp-hour" => a.milp_hour = Some(v.parse().map_err(|_| bad("an hour"))?),
-            "--milp-n" => a.milp_n = v.parse().map_err(|_| bad("a count"))?,
-            "--milp-time-limit" => {
-                a.milp_time_limit = Duration::from_millis(parse_ms(&v).ok_or_else(|| bad("a duration"))?)
-            }
-            "--milp-cells" => a.milp_cells = v.parse().map_err(|_| bad("a count"))?,
-            "--milp-slot" => {
-                a.milp_slot = Some(v.parse().ok().filter(|&s| s > 0).ok_or_else(|| bad("steps"))?)
-            }
-            "--loss-at" => a.loss_at_ms = parse_ms(&v).ok_or_else(|| bad("a time like 12h"))?,
-            "--loss-share" => a.loss_share = parse_share(&v).ok_or_else(|| bad("a share in (0, 1]"))?,
-            "--out" => a.out = Some(PathBuf::from(&v)),
-            "--json" => a.json = Some(PathBuf::from(&v)),
-            _ => return Err(format!("unknown option {flag}\n{USAGE}").into()),
-        }
-    }
-    if a.trace.as_os_str().is_empty() {
-        return Err(format!("--trace is required\n{USAGE}").into());
-    }
-    Ok(a)
-}
-
-fn parse_share(v: &str) -> Option<f64> {
-    v.parse::<f64>().ok().filter(|x| *x > 0.0 && *x <= 1.0)
-}
-
-fn parse_range(v: &str) -> Option<(f64, f64)> {
-    let (lo, hi) = match v.split_once("..") {
-        Some((lo, hi)) => (lo.parse::<f64>().ok()?, hi.parse::<f64>().ok()?),
-        None => {
-            let x = v.parse::<f64>().ok()?;
-            (x, x)
-        }
-    };
-    (lo >= 1.0 && hi >= lo && hi.is_finite()).then_some((lo, hi))
-}
-
-/// `16GiB`, `16G`, `512MiB`, or bytes.
-fn parse_bytes(v: &str) -> Option<u64> {
-    let v = v.trim();
-    let (num, mult) = [("GiB", GIB), ("G", GIB), ("MiB", 1 << 20), ("M", 1 << 20)]
-        .iter()
-        .find_map(|(suffix, m)| v.strip_suffix(suffix).map(|n| (n, *m)))
-        .unwrap_or((v, 1));
-    let x: f64 = num.trim().parse().ok()?;
-    (x > 0.0).then_some((x * mult as f64) as u64)
-}
-
-/// `12h`, `30m`, `20s`, `500ms`, or milliseconds.
-fn parse_ms(v: &str) -> Option<u64> {
-    let v = v.trim();
-    let (num, mult) = [("ms", 1.0), ("h", HOUR_MS as f64), ("m", MINUTE_MS as f64), ("s", 1000.0)]
-        .iter()
-        .find_map(|(suffix, m)| v.strip_suffix(suffix).map(|n| (n, *m)))
-        .unwrap_or((v, 1.0));
-    let x: f64 = num.trim().parse().ok()?;
-    (x >= 0.0).then_some((x * mult) as u64)
-}
 
 /// Prints progress when stderr is a terminal.
 fn progress(msg: &str) {
@@ -831,7 +691,7 @@ fn main() -> Res<()> {
         let mut series: Vec<(String, &Plan)> =
             runs.iter().map(|r| (r.agent.name().to_string(), &r.plan)).collect();
         series.extend(after_plans.iter().map(|(n, p)| (n.clone(), p)));
-        let (csv, svg) = skyline(&empty, &series, loss_step, &a);
+        let (csv, svg) = skyline::skyline(&empty, &series, loss_step, a.step_ms, a.loss_share);
         let csv_path = dir.join("skyline.csv");
         std::fs::write(&csv_path, csv).map_err(|e| format!("writing {}: {e}", csv_path.display()))?;
         let svg_path = dir.join("skyline.svg");
@@ -852,57 +712,4 @@ fn out_strategy(rows: &mut [Vec<String>], strategy: &str) {
     if let Some(row) = rows.last_mut() {
         row[1] = format!("{} ({strategy})", row[1]);
     }
-}
-
-/// Per minute: the plan's capacity before and after the loss, and each plan's cores held (mean
-/// and peak over the minute's steps); and the SVG of the means.
-fn skyline(empty: &Plan, series: &[(String, &Plan)], loss_step: usize, a: &Args) -> (String, String) {
-    let per_min = (MINUTE_MS / a.step_ms).max(1) as usize;
-    let minutes = empty.steps().div_ceil(per_min);
-    let cores = |v: Option<[i64; 3]>| v.map_or(0.0, |v| v[0] as f64 / 1000.0);
-    let mut csv = String::from("minute,capacity_cores,capacity_after_loss_cores");
-    for (name, _) in series {
-        let n = name.replace([' ', ',', '(', ')'], "_").replace("__", "_");
-        let _ = write!(csv, ",{n}_mean_cores,{n}_peak_cores");
-    }
-    csv.push('\n');
-    let cap = cores(empty.capacity_at(0));
-    let after = cap * (1.0 - a.loss_share);
-    let mut lines: Vec<Vec<(f64, f64)>> = vec![Vec::with_capacity(minutes); series.len() + 2];
-    for m in 0..minutes {
-        let (lo, hi) = (m * per_min, ((m + 1) * per_min).min(empty.steps()));
-        let cap_after = if lo >= loss_step { after } else { cap };
-        let _ = write!(csv, "{m},{cap:.3},{cap_after:.3}");
-        let x = (m * per_min) as f64 * a.step_ms as f64 / HOUR_MS as f64;
-        lines[0].push((x, cap));
-        lines[1].push((x, cap_after));
-        for (k, (_, plan)) in series.iter().enumerate() {
-            let (mut sum, mut peak) = (0.0, 0.0f64);
-            for i in lo..hi {
-                let c = cores(plan.used_at(i));
-                sum += c;
-                peak = peak.max(c);
-            }
-            let mean = sum / (hi - lo).max(1) as f64;
-            let _ = write!(csv, ",{mean:.3},{peak:.3}");
-            lines[k + 2].push((x, mean));
-        }
-        csv.push('\n');
-    }
-    // Panel 1: capacity and the two agents' plans; panel 2: after the loss.
-    let colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
-    let mut p1: Vec<Series<'_>> = vec![("plan capacity", "black", lines[0].clone())];
-    for (k, (name, _)) in series.iter().enumerate().take(2) {
-        p1.push((name, colours[k], lines[k + 2].clone()));
-    }
-    let mut p2: Vec<Series<'_>> = vec![("capacity after loss", "black", lines[1].clone())];
-    for (k, (name, _)) in series.iter().enumerate().skip(2) {
-        p2.push((name, colours[k], lines[k + 2].clone()));
-    }
-    let y_max = cap * 1.05;
-    let svg = stacked_plots(&[
-        ("Cores held by reservations (per-minute mean)", "hours", "cores", y_max, p1),
-        ("After the capacity loss (per-minute mean)", "hours", "cores", y_max, p2),
-    ]);
-    (csv, svg)
 }
