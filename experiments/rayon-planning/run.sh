@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Rayon planning (seed 001, plugins/rayon) on the SWIM Facebook 2009 day: GREE vs GREE-L
 # admission, the MILP on a one-hour subset, and replanning after a capacity loss (gantry's
-# replanner vs YARN's SimpleCapacityReplanner). The experiment program is
-# plugins/rayon/examples/rayon_planning.rs; its module documentation states the rule that turns SWIM jobs
+# replanner vs YARN's SimpleCapacityReplanner), with the planner driven through the plugin's
+# reserve hook. The experiment program is plugins/rayon/examples/rayon_planning/main.rs; its module
+# documentation states the rule that turns SWIM jobs
 # into reservations (30 % of the jobs, drawn with SplitMix64 from the seed, become deadline jobs
 # whose window is 2 to 3 times their ideal runtime from their arrival).
 #
