@@ -344,7 +344,7 @@ pub struct SimPlan {
     pub plan: PlanConfig,
     /// The planner's library.
     pub planner: PathBuf,
-    /// Its `[plugins.config]`: `agent` (`gree`, `gree-l`) and `replanner` (`rayon`, `yarn`).
+    /// Its `[plugins.config]`: `agent` (`gree`, `gree-l`) and `replanner` (`rayon`, `yarn-simple`).
     pub planner_config: toml::Table,
 }
 
@@ -408,7 +408,7 @@ pub fn deadline_options(args: &SimArgs) -> Result<Option<(DeadlineOptions, Optio
     };
     let replanner = match args.deadlines.replanner.unwrap_or(ReplannerArg::Rayon) {
         ReplannerArg::Rayon => "rayon",
-        ReplannerArg::Yarn => "yarn",
+        ReplannerArg::Yarn => "yarn-simple",
     };
     planner_config.insert("agent".into(), agent.into());
     planner_config.insert("replanner".into(), replanner.into());
@@ -844,7 +844,7 @@ mod tests {
         );
         assert_eq!(plan.planner, default_planner());
         assert_eq!(plan.planner_config.get("agent").and_then(|v| v.as_str()), Some("gree-l"));
-        assert_eq!(plan.planner_config.get("replanner").and_then(|v| v.as_str()), Some("yarn"));
+        assert_eq!(plan.planner_config.get("replanner").and_then(|v| v.as_str()), Some("yarn-simple"));
     }
 
     #[test]

@@ -21,8 +21,13 @@ pub enum Replanner {
 }
 
 impl Replanner {
-    const NAMES: [(&'static str, Replanner); 2] =
-        [("rayon", Replanner::Rayon), ("yarn-simple", Replanner::YarnSimple)];
+    /// `yarn` is the name the scheduler's own `[reservations] replanner` used before the planner
+    /// became a plugin, kept so a moved setting works as it was written.
+    const NAMES: [(&'static str, Replanner); 3] = [
+        ("rayon", Replanner::Rayon),
+        ("yarn-simple", Replanner::YarnSimple),
+        ("yarn", Replanner::YarnSimple),
+    ];
 
     /// The setting's spelling.
     pub fn name(self) -> &'static str {
@@ -64,7 +69,8 @@ impl Optimizer {
 pub struct RayonConfig {
     /// The admission agent (`agent`: `gree`, the default, or `gree-l`).
     pub agent: Agent,
-    /// How a capacity loss is re-planned (`replanner`: `rayon`, the default, or `yarn-simple`).
+    /// How a capacity loss is re-planned (`replanner`: `rayon`, the default, or `yarn-simple`, also
+    /// spelled `yarn`).
     pub replanner: Replanner,
     /// When the MILP runs (`optimizer`: `off`, the default, `inline` or `background`).
     pub optimizer: Optimizer,
@@ -198,8 +204,10 @@ mod tests {
         );
         assert_eq!(c.agent_name(), "gree-l");
         for (name, r) in Replanner::NAMES {
-            assert_eq!(r.name(), name);
+            assert_eq!(r.name(), if name == "yarn" { "yarn-simple" } else { name });
         }
+        let old = RayonConfig::parse(r#"{"replanner": "yarn"}"#).expect("the old spelling");
+        assert_eq!(old.replanner, Replanner::YarnSimple);
         for (name, o) in Optimizer::NAMES {
             assert_eq!(o.name(), name);
         }
@@ -210,7 +218,7 @@ mod tests {
         for (text, want) in [
             (r#"{"agent": "greedy"}"#, "`agent` must be one of gree, gree-l, got \"greedy\""),
             (r#"{"agent": 1}"#, "`agent` must be a string"),
-            (r#"{"replanner": "yarn"}"#, "`replanner` must be one of rayon, yarn-simple"),
+            (r#"{"replanner": "simple"}"#, "`replanner` must be one of rayon, yarn-simple, yarn"),
             (r#"{"optimizer": "on"}"#, "`optimizer` must be one of off, inline, background"),
             (
                 r#"{"optimizer_time_limit_ms": 0}"#,
