@@ -118,8 +118,8 @@ fn an_answer_with_too_many_pieces_is_refused() {
         let mut p = test_plugin("reserve-flood", budget);
         let mut out = Decisions::new();
         let err = p.call(&plan.view(0, GANTRY_RESERVE_ADMIT, s), &mut out).expect_err("flood");
-        // 2 × (1 piece + 64 × 3 atoms) + 65,536.
-        let limit = 2 * (1 + 64 * 3) + 65_536;
+        // 2 × (1 piece + 64 × 3 atoms) + 262,144.
+        let limit = 2 * (1 + 64 * 3) + 262_144;
         let PolicyError::Protocol(msg) = &err else { panic!("not a protocol error: {err:?}") };
         assert!(msg.contains(&format!("allocation slots (offered 1024, limit {limit})")), "{msg}");
         assert!(out.is_empty() && out.allocations().is_empty());

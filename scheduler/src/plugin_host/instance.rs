@@ -17,9 +17,11 @@ const INITIAL_ALLOCATIONS: usize = 1024;
 /// Pieces per atom of every reservation in the view that the limit on a `reserve` answer allows
 /// beyond the pieces the plan already holds: room to re-plan each atom in that many runs.
 const PIECES_PER_ATOM: u64 = 64;
-/// Slack over the view-derived bound on how many pieces a `reserve` call may return (2 MiB of
-/// pieces), so that planning one reservation finely is never a protocol violation.
-const ALLOCATION_SLACK: u64 = 65_536;
+/// Slack over the view-derived bound on how many pieces a `reserve` call may return (8 MiB of
+/// pieces): twice the engine's limit for one reservation (2^17 pieces, counted as
+/// `bad_allocation` when exceeded), so that a planner that overdoes one reservation meets that
+/// refusal, with its reason, rather than a protocol violation here.
+const ALLOCATION_SLACK: u64 = 1 << 18;
 
 /// A plugin instance with the host buffers its hooks write into: all one call needs. It lives
 /// on exactly one thread at a time (the engine's, or the plugin's worker), and destroys the
@@ -87,7 +89,7 @@ fn decision_limit(view: &View<'_>) -> u64 {
 }
 
 /// How many allocation pieces a `reserve` call could sensibly return for this view:
-/// `2 × (allocations_len + 64 × atoms) + 65 536`, where `allocations_len` is every piece the plan
+/// `2 × (allocations_len + 64 × atoms) + 262 144`, where `allocations_len` is every piece the plan
 /// holds now (a re-plan may restate all of them) and `atoms` counts the atoms of every
 /// reservation in the view (each may be planned anew in up to 64 runs). More is a broken plugin.
 fn allocation_limit(view: &View<'_>) -> u64 {
