@@ -25,9 +25,9 @@ pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
 }
 
-/// Builds (once per process) the `gantry` binary and the Rust plugin libraries in the debug
-/// profile, and returns the profile's output directory. Cargo makes this a no-op when they are
-/// up to date.
+/// Builds (once per process) the `gantry` binary and the Rust plugin libraries (the Rayon
+/// planner's `libgantry_rayon.so` among them) in the debug profile, and returns the profile's
+/// output directory. Cargo makes this a no-op when they are up to date.
 pub fn build_artifacts() -> anyhow::Result<PathBuf> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
@@ -50,6 +50,8 @@ pub fn build_artifacts() -> anyhow::Result<PathBuf> {
                     "gantry-packing",
                     "-p",
                     "gantry-preemption",
+                    "-p",
+                    "gantry-rayon",
                     "--lib",
                 ],
             ];

@@ -30,7 +30,7 @@
 //! | `reserve-gang-size`  | `reserve` plans bundles that are not whole gangs (or above `h`)    |
 //! | `reserve-past-changed` | REPLAN and OPTIMIZE restate started reservations without their past |
 //! | `reserve-flood`      | `reserve` returns over a million allocation pieces                 |
-//! | `reserve-bad-allocation` | `reserve` plans a piece of an atom the subject does not have   |
+//! | `reserve-bad-allocation` | `reserve` adds a piece of an atom the subject does not have     |
 //! | `reserve-panic`      | `reserve` panics with "test plugin panic in reserve"               |
 //! | `reserve-hang`       | `reserve` never returns                                            |
 

@@ -47,7 +47,7 @@ pub enum Spoil {
     PastChanged,
     /// The sane answer plus [`FLOOD_PIECES`] pieces for the subject: over the host's limit.
     Flood,
-    /// The subject's plan names an atom past its last.
+    /// The sane plan of the subject plus a copy of its first piece naming an atom past its last.
     BadAllocation,
 }
 
@@ -181,8 +181,9 @@ fn admit(view: &View<'_>, spoil: Spoil, out: &mut Decisions) -> Result<(), Plugi
                     pieces.extend(std::iter::repeat_n(first, FLOOD_PIECES));
                 }
                 Spoil::BadAllocation => {
-                    if let Some(p) = pieces.first_mut() {
-                        p.atom = u32::try_from(expr.atoms().len()).unwrap_or(u32::MAX).saturating_add(5);
+                    if let Some(&first) = pieces.first() {
+                        let atom = u32::try_from(expr.atoms().len()).unwrap_or(u32::MAX).saturating_add(5);
+                        pieces.push(GantryAllocation { atom, ..first });
                     }
                 }
                 _ => {}
@@ -394,7 +395,8 @@ mod tests {
         assert_eq!(spoilt(Spoil::BrokenOrder), vec![(0, 5000, 5500, 4), (1, 5000, 9000, 2)]);
         assert_eq!(spoilt(Spoil::GangSize), vec![(0, 5000, 5400, 5), (1, 5400, 13_400, 1)]);
         assert_eq!(spoilt(Spoil::Flood).len(), 2 + FLOOD_PIECES);
-        assert_eq!(spoilt(Spoil::BadAllocation)[0].0, 2 + 5);
+        let bad = spoilt(Spoil::BadAllocation);
+        assert_eq!((bad.len(), bad[2]), (3, (2 + 5, 5000, 5500, 4)));
     }
 
     #[test]
