@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+pub mod plan;
+
 /// One GiB.
 pub const GIB: u64 = 1 << 30;
 
@@ -23,9 +25,9 @@ pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
 }
 
-/// Builds (once per process) the `gantry` binary and the Rust plugin libraries in the debug
-/// profile, and returns the profile's output directory. Cargo makes this a no-op when they are
-/// up to date.
+/// Builds (once per process) the `gantry` binary and the Rust plugin libraries (the Rayon
+/// planner's `libgantry_rayon.so` among them) in the debug profile, and returns the profile's
+/// output directory. Cargo makes this a no-op when they are up to date.
 pub fn build_artifacts() -> anyhow::Result<PathBuf> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
@@ -473,7 +475,7 @@ pub fn release_rust_plugin(package: &str, lib: &str) -> anyhow::Result<PathBuf> 
 
 /// Compiles a C plugin source (path relative to the workspace root) into
 /// `target/c-plugins/lib<stem>.so` with the system C compiler, and returns the library's path.
-/// Each process writes to a temporary name and renames, so parallel tests do not collide.
+/// Each call writes to a temporary name and renames, so parallel tests do not collide.
 pub fn c_plugin(source: &str) -> anyhow::Result<PathBuf> {
     let root = workspace_root();
     let src = root.join(source);
@@ -481,7 +483,10 @@ pub fn c_plugin(source: &str) -> anyhow::Result<PathBuf> {
     let dir = target_dir().join("c-plugins");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let out = dir.join(format!("libgantry_{stem}.so"));
-    let tmp = dir.join(format!(".libgantry_{stem}.{}.so", std::process::id()));
+    // Unique per process and per call: tests of one process compile in parallel too.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".libgantry_{stem}.{}.{call}.so", std::process::id()));
     let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
     let status = Command::new(cc)
         .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-I"])
