@@ -18,10 +18,10 @@ const INITIAL_ALLOCATIONS: usize = 1024;
 /// beyond the pieces the plan already holds: room to re-plan each atom in that many runs.
 const PIECES_PER_ATOM: u64 = 64;
 /// Slack over the view-derived bound on how many pieces a `reserve` call may return (8 MiB of
-/// pieces): twice the engine's limit for one reservation (2^17 pieces, counted as
-/// `bad_allocation` when exceeded), so that a planner that overdoes one reservation meets that
-/// refusal, with its reason, rather than a protocol violation here.
-const ALLOCATION_SLACK: u64 = 1 << 18;
+/// pieces): twice the engine's limit for one reservation (counted as `bad_allocation` when
+/// exceeded), so that a planner that overdoes one reservation meets that refusal, with its
+/// reason, rather than a protocol violation here.
+const ALLOCATION_SLACK: u64 = 2 * gantry_engine::MAX_ALLOCATION_PIECES as u64;
 
 /// A plugin instance with the host buffers its hooks write into: all one call needs. It lives
 /// on exactly one thread at a time (the engine's, or the plugin's worker), and destroys the
