@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Rayon planning (seed 001, plugins/rayon) on the SWIM Facebook 2009 day: GREE vs GREE-L
 # admission, the MILP on a one-hour subset, and replanning after a capacity loss (gantry's
-# replanner vs YARN's SimpleCapacityReplanner). The experiment program is
-# sim/examples/rayon_planning.rs; its module documentation states the rule that turns SWIM jobs
+# replanner vs YARN's SimpleCapacityReplanner), with the planner driven through the plugin's
+# reserve hook. The experiment program is plugins/rayon/examples/rayon_planning/main.rs; its module
+# documentation states the rule that turns SWIM jobs
 # into reservations (30 % of the jobs, drawn with SplitMix64 from the seed, become deadline jobs
 # whose window is 2 to 3 times their ideal runtime from their arrival).
 #
@@ -29,7 +30,7 @@ TRACES="${GANTRY_TRACES:-$ROOT/../shared/traces}"
 OUT="${OUT:-$(mktemp -d)}"
 seeds="${SEEDS:-3}"
 trace="$TRACES/swim-fb-2009/FB-2009_samples_24_times_1hr_0.tsv"
-cargo build --quiet --release --manifest-path "$ROOT/Cargo.toml" -p gantry-sim --example rayon_planning >&2
+cargo build --quiet --release --manifest-path "$ROOT/Cargo.toml" -p gantry-rayon --example rayon_planning >&2
 bin="$ROOT/target/release/examples/rayon_planning"
 mkdir -p "$OUT"
 : > "$OUT/runs.txt"

@@ -32,6 +32,9 @@
 source "$(dirname "$0")/../common.sh"
 here="$(cd "$(dirname "$0")" && pwd)"
 plugin="$(plugin_so gantry-preemption gantry_preemption)"
+# The reservation planner: the Rayon plugin, which `gantry sim --reservations` loads from beside
+# the gantry binary (target/release/libgantry_rayon.so).
+plugin_so gantry-rayon gantry_rayon > /dev/null
 trace="$TRACES/swim-fb-2009/FB-2009_samples_24_times_1hr_0.tsv"
 seeds="${SEEDS:-3}"
 mkdir -p "$OUT/runs" "$OUT/configs"

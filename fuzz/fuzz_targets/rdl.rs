@@ -1,11 +1,11 @@
-//! The Rayon RDL parsers (text and JSON) and what callers do with a parsed expression.
+//! The RDL parsers (gantry-rdl) (text and JSON) and what callers do with a parsed expression.
 //!
 //! Properties checked besides "no panic": a parsed expression passes `validate()` (the parsers
 //! run the same checks), and both printers' output parses back to an equal expression (the
 //! module's documented round trip).
 #![no_main]
 
-use gantry_rayon::rdl::{self, Expr};
+use gantry_rdl::{self as rdl, Expr};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -21,22 +21,24 @@
 //! [plugins.config]             # passed to the plugin's create() as JSON
 //!
 //! [profile]
-//! place = "firstfit"           # admit / order / place / rebalance
+//! place = "firstfit"           # admit / order / place / rebalance / reserve
 //!
 //! [security]                   # absent: no authentication (loopback only, or --insecure)
 //! tokens_file = "tokens"       # REST bearer tokens, lines `TOKEN USER [admin]`
 //! join_token_file = "join"     # the token agents must present
 //! insecure = false             # allow listening beyond loopback without them
 //!
-//! [reservations]               # Rayon reservations (absent: none)
+//! [reservations]               # reservations (absent: none); needs [profile] reserve
 //! queue = "root.prod"          # the reservable leaf queue; its guarantee is what the plan hands out
-//! agent = "gree"               # admission agent: "gree" (late) or "gree-l" (flat)
-//! replanner = "rayon"          # after a capacity loss: "rayon" (move, reject fewest) or "yarn"
-//! step_ms = 1000               # plan step
+//! step_ms = 1000               # the follower's step (and the planner's grid)
 //! horizon_ms = 86400000        # how far ahead a deadline may lie
+//! optimize_interval_ms = 0     # ask the planner to re-organise the plan this often (0: never)
 //! ```
+//!
+//! The planner is a plugin answering `reserve` (e.g. `libgantry_rayon.so`, whose own
+//! `[plugins.config]` chooses its agent and replanner), named by `[profile] reserve`.
 
-use gantry_engine::{EngineConfig, PlanConfig, QueueSpec, Replanner};
+use gantry_engine::{EngineConfig, PlanConfig, QueueSpec};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
@@ -266,6 +268,8 @@ pub struct ProfileSection {
     pub place: Option<String>,
     /// Plugin answering `rebalance`.
     pub rebalance: Option<String>,
+    /// The reservation planner, answering `reserve` (needs `[reservations]`).
+    pub reserve: Option<String>,
 }
 
 /// Authentication (`[security]`); relative paths are relative to the config file.
@@ -302,32 +306,29 @@ pub struct SecuritySection {
     pub allow_root_containers: bool,
 }
 
-/// The Rayon reservation plan (`[reservations]`).
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+/// The reservation plan (`[reservations]`); the planner is the plugin of `[profile] reserve`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ReservationsSection {
     /// The reservable leaf queue.
     pub queue: String,
-    /// `gree` (as late as possible, the default) or `gree-l` (as flat as possible).
-    #[serde(default = "gree")]
-    pub agent: String,
-    /// `rayon` (move and reshape, reject fewest; the default) or `yarn` (delete newest).
-    #[serde(default = "rayon")]
-    pub replanner: String,
-    /// Plan step, ms (default 1000).
+    /// Moved to the Rayon plugin's `[plugins.config]`; refused here with a message saying so.
+    #[serde(default)]
+    pub agent: Option<toml::Value>,
+    /// Moved to the Rayon plugin's `[plugins.config]`; refused here with a message saying so.
+    #[serde(default)]
+    pub replanner: Option<toml::Value>,
+    /// The follower's step, ms (default 1000).
     #[serde(default = "second")]
     pub step_ms: u64,
     /// How far ahead a deadline may lie, ms (default 24 h).
     #[serde(default = "day")]
     pub horizon_ms: u64,
+    /// How often the planner is asked to re-organise the plan, ms (default 0: never).
+    #[serde(default)]
+    pub optimize_interval_ms: u64,
 }
 
-fn gree() -> String {
-    "gree".into()
-}
-fn rayon() -> String {
-    "rayon".into()
-}
 fn second() -> u64 {
     1_000
 }
@@ -338,28 +339,32 @@ fn day() -> u64 {
 impl ReservationsSection {
     /// The engine's plan configuration, or what is wrong with the section.
     pub fn plan_config(&self) -> Result<PlanConfig, String> {
-        let agent = match self.agent.as_str() {
-            "gree" => gantry_rayon::agents::Agent::Gree,
-            "gree-l" => gantry_rayon::agents::Agent::GreeL,
-            other => return Err(format!("reservations.agent `{other}` is not `gree` or `gree-l`")),
-        };
-        let replanner = match self.replanner.as_str() {
-            "rayon" => Replanner::Rayon,
-            "yarn" => Replanner::YarnSimple,
-            other => return Err(format!("reservations.replanner `{other}` is not `rayon` or `yarn`")),
-        };
+        for (key, value) in [("agent", &self.agent), ("replanner", &self.replanner)] {
+            if let Some(v) = value {
+                return Err(format!(
+                    "reservations.{key} moved to the reservation planner's own configuration: load the Rayon \
+                     planner as a plugin ([[plugins]] name = \"rayon\", path = \".../libgantry_rayon.so\") with \
+                     {key} = {v} in its [plugins.config], and set [profile] reserve = \"rayon\""
+                ));
+            }
+        }
         if !(100..=3_600_000).contains(&self.step_ms) {
             return Err(format!("reservations.step_ms {} is not in 100..=3600000", self.step_ms));
         }
         if self.horizon_ms < self.step_ms || self.horizon_ms > 366 * 86_400_000 {
             return Err(format!("reservations.horizon_ms {} is not in step_ms..=1 year", self.horizon_ms));
         }
+        if self.optimize_interval_ms != 0 && !(1_000..=7 * 86_400_000).contains(&self.optimize_interval_ms) {
+            return Err(format!(
+                "reservations.optimize_interval_ms {} is not 0 (never) or in 1000..=604800000",
+                self.optimize_interval_ms
+            ));
+        }
         Ok(PlanConfig {
             queue: self.queue.clone(),
-            agent,
-            replanner,
             step_ms: self.step_ms,
             horizon_ms: self.horizon_ms,
+            optimize_interval_ms: self.optimize_interval_ms,
         })
     }
 }
@@ -380,7 +385,7 @@ pub struct SchedulerConfig {
     pub plugins: Vec<PluginSection>,
     /// Extension point → plugin.
     pub profile: ProfileSection,
-    /// The reservation plan, if any.
+    /// The reservation plan, if any (with `profile.reserve`).
     pub reservations: Option<ReservationsSection>,
     /// Authentication.
     pub security: SecuritySection,
@@ -442,6 +447,7 @@ impl SchedulerConfig {
             ("order", &self.profile.order),
             ("place", &self.profile.place),
             ("rebalance", &self.profile.rebalance),
+            ("reserve", &self.profile.reserve),
         ];
         for (hook, name) in profile {
             if let Some(n) = name {
@@ -464,6 +470,21 @@ impl SchedulerConfig {
         }
         if let Some(r) = &self.reservations {
             r.plan_config()?;
+        }
+        match (&self.reservations, &self.profile.reserve) {
+            (Some(r), None) => {
+                return Err(format!(
+                    "[reservations] (queue `{}`) needs a planner: load one as a plugin and name it in [profile] reserve \
+                     (e.g. the Rayon planner, libgantry_rayon.so)",
+                    r.queue
+                ));
+            }
+            (None, Some(p)) => {
+                return Err(format!(
+                    "profile.reserve names the planner `{p}`, but no queue is reservable: add [reservations] with its queue"
+                ));
+            }
+            _ => {}
         }
         self.check_store()?;
         self.check_security()?;
@@ -691,6 +712,10 @@ mod tests {
             ("[engine]\nsede = 1\n", "unknown field"),
             ("[profile]\nplace = \"nope\"\n", "not in [[plugins]]"),
             (
+                "[profile]\nreserve = \"nope\"\n",
+                "profile.reserve names plugin `nope`, which is not in [[plugins]]",
+            ),
+            (
                 "[[queues]]\npath = \"root.a\"\nguaranteed = 0.7\n[[queues]]\npath = \"root.b\"\nguaranteed = 0.7\n",
                 "more than 1",
             ),
@@ -769,6 +794,47 @@ mod tests {
         ];
         for (text, want) in cases {
             let err = parse(text).expect_err(text).to_string();
+            assert!(err.contains(want), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn reservations_need_a_planner_plugin_and_old_planner_keys_say_where_they_went() {
+        let planner = "[[plugins]]\nname = \"rayon\"\npath = \"libgantry_rayon.so\"\n[plugins.config]\nagent = \"gree-l\"\n";
+        let queues = "[[queues]]\npath = \"root.prod\"\nguaranteed = 1.0\n";
+        let c = parse(&format!(
+            "{queues}{planner}[profile]\nreserve = \"rayon\"\n[reservations]\nqueue = \"root.prod\"\noptimize_interval_ms = 60000\n"
+        ))
+        .expect("valid");
+        assert_eq!(
+            c.engine_config().reservations,
+            Some(PlanConfig { optimize_interval_ms: 60_000, ..PlanConfig::new("root.prod") })
+        );
+        assert_eq!(c.profile.reserve.as_deref(), Some("rayon"));
+        let cases = [
+            (format!("{queues}[reservations]\nqueue = \"root.prod\"\n"), "needs a planner"),
+            (format!("{queues}{planner}[profile]\nreserve = \"rayon\"\n"), "no queue is reservable"),
+            (
+                format!(
+                    "{queues}{planner}[profile]\nreserve = \"rayon\"\n[reservations]\nqueue = \"root.prod\"\nagent = \"gree\"\n"
+                ),
+                "reservations.agent moved to the reservation planner's own configuration",
+            ),
+            (
+                format!(
+                    "{queues}{planner}[profile]\nreserve = \"rayon\"\n[reservations]\nqueue = \"root.prod\"\nreplanner = \"yarn\"\n"
+                ),
+                "replanner = \"yarn\" in its [plugins.config]",
+            ),
+            (
+                format!(
+                    "{queues}{planner}[profile]\nreserve = \"rayon\"\n[reservations]\nqueue = \"root.prod\"\noptimize_interval_ms = 10\n"
+                ),
+                "optimize_interval_ms 10",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = parse(&text).expect_err(&text).to_string();
             assert!(err.contains(want), "{text:?}: {err}");
         }
     }

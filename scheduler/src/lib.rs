@@ -123,6 +123,7 @@ pub fn build_engine_with(
             ("order", gantry_sdk::abi::GANTRY_HOOK_ORDER, &config.profile.order),
             ("place", gantry_sdk::abi::GANTRY_HOOK_PLACE, &config.profile.place),
             ("rebalance", gantry_sdk::abi::GANTRY_HOOK_REBALANCE, &config.profile.rebalance),
+            ("reserve", gantry_sdk::abi::GANTRY_HOOK_RESERVE, &config.profile.reserve),
         ] {
             if assigned.as_deref() == Some(p.name.as_str()) && !hooks.has(id) {
                 return Err(BuildError::Profile {
@@ -144,6 +145,7 @@ pub fn build_engine_with(
         order: index(&config.profile.order),
         place: index(&config.profile.place),
         rebalance: index(&config.profile.rebalance),
+        reserve: index(&config.profile.reserve),
     };
     Ok(Engine::new(engine_config, policies, profile)?)
 }

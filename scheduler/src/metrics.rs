@@ -1253,7 +1253,7 @@ mod tests {
         let metrics = Arc::new(SchedulerMetrics::new());
         // The reservation families first, from an engine with a plan (the engine below has none;
         // their series stay).
-        let mut planned = Engine::builtin(planned_config()).expect("engine");
+        let (mut planned, _) = planned_engine();
         run(&mut planned, 0, vec![node("n1", 0), reservation("atom(1c/1GiB, 1, 2, 10s, 20s)")]);
         metrics.update_from_engine(&planned);
         drop(timed_out_engine(&metrics));
@@ -1526,6 +1526,14 @@ mod tests {
         EngineConfig { reservations: Some(gantry_engine::PlanConfig::new("root.prod")), ..config() }
     }
 
+    /// An engine of `planned_config()` with the engine's test planner (earliest fit) as `reserve`.
+    fn planned_engine() -> (Engine, gantry_engine::test_planner::Handle) {
+        let (planner, handle) = gantry_engine::test_planner::TestPlanner::earliest();
+        let profile = Profile { reserve: Some(0), ..Profile::default() };
+        let policies: Vec<Box<dyn Policy>> = vec![Box::new(gantry_engine::StaticPolicy::new(planner))];
+        (Engine::new(planned_config(), policies, profile).expect("engine"), handle)
+    }
+
     /// A reservation in `root.prod` due at 100 s.
     fn reservation(rdl: &str) -> Event {
         Event::ReservationSubmitted {
@@ -1537,28 +1545,48 @@ mod tests {
                 priority: 0,
                 arrival_ms: None,
                 deadline_ms: Some(100_000),
-                definition: gantry_rayon::rdl::parse_text(rdl).expect("rdl"),
+                definition: gantry_rdl::parse_text(rdl).expect("rdl"),
             },
         }
     }
 
     #[test]
     fn the_reservation_plan_is_exposed() {
-        let mut engine = Engine::builtin(planned_config()).expect("engine");
+        let (mut engine, planner) = planned_engine();
         run(&mut engine, 0, vec![node("n1", 0), node("n2", 0)]);
-        // 2 cores for 10 s, placed at 90-100 s; then one too large for the plan (4.8 cores).
+        // 2 cores for 10 s, placed at 0-10 s; then one too large for the plan (4.8 cores).
         run(
             &mut engine,
             0,
             vec![reservation("atom(1c/1GiB, 1, 2, 10s, 20s)"), reservation("atom(5c/1GiB, 1, 1, 10s, 10s)")],
         );
-        run(&mut engine, 95_000, vec![Event::Tick]);
+        // A planner answer refused (bundles above the atom's most): counted by reason, per plugin.
+        planner.tamper(|_, out| {
+            let pieces: Vec<_> = out
+                .allocations()
+                .iter()
+                .map(|p| gantry_sdk::abi::GantryAllocation { bundles: p.bundles + 1, ..*p })
+                .collect();
+            let decisions = out.as_slice().to_vec();
+            out.clear();
+            out.extend_from_slice(&decisions);
+            out.extend_allocations(&pieces);
+        });
+        run(&mut engine, 0, vec![reservation("atom(1c/1GiB, 1, 1, 1s, 1s)")]);
+        run(&mut engine, 5_000, vec![Event::Tick]);
         let m = SchedulerMetrics::new();
         m.update_from_engine(&engine);
         let t = m.encode();
         assert_eq!(value(&t, "gantry_reservations"), 1.0);
         assert_eq!(value(&t, "gantry_reservation_events_total{outcome=\"admitted\"}"), 1.0);
-        assert_eq!(value(&t, "gantry_reservation_events_total{outcome=\"rejected\"}"), 1.0);
+        assert_eq!(value(&t, "gantry_reservation_events_total{outcome=\"rejected\"}"), 2.0);
+        assert_eq!(
+            value(
+                &t,
+                "gantry_scheduler_rejected_decisions_total{plugin=\"test-planner\",reason=\"gang_size\"}"
+            ),
+            1.0
+        );
         assert_eq!(value(&t, "gantry_reservation_plan_cpu_cores{kind=\"capacity\"}"), 4.8);
         assert_eq!(value(&t, "gantry_reservation_plan_cpu_cores{kind=\"reserved\"}"), 2.0);
         assert_eq!(value(&t, "gantry_reservation_plan_memory_bytes{kind=\"reserved\"}"), (2 * GIB) as f64);

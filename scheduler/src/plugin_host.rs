@@ -16,24 +16,28 @@
 //! call waits behind the first, and the late result is discarded. The stuck thread only reads its
 //! own snapshot, so nothing it reads is freed or changed under it. The copy costs time (see
 //! BENCHMARKS.md), which is why a budget of zero keeps the direct, zero-copy call.
+//!
+//! **Reservations (ABI 1.3).** A `reserve` call is offered, next to the decision buffer, a
+//! host-owned buffer of allocation pieces (none in other hooks); `GANTRY_BUFFER_FULL` grows
+//! whichever of the two is short, once, up to a limit derived from the view (`instance.rs`). The
+//! pieces come back in [`Decisions::allocations`] for the engine to validate; the snapshot of a
+//! budgeted call copies the plan (definitions, details, accepted allocations) with the rest.
 
-use gantry_engine::{Policy, PolicyError, hook_name};
+mod budget;
+mod instance;
+
+use budget::Worker;
+use gantry_engine::{Policy, PolicyError};
 use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, Hooks, View};
-use std::ffi::{CString, c_void};
+use instance::Instance;
+use std::ffi::c_void;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::time::Duration;
 use thiserror::Error;
 
 /// Longest plugin name or version string read from a vtable.
 const MAX_NAME_LEN: usize = 256;
-/// Bytes of room for a plugin's error message.
-const MESSAGE_CAPACITY: usize = 1024;
-/// Decision slots offered on a first call.
-const INITIAL_DECISIONS: usize = 256;
-/// Slack over the view-derived bound on how many decisions a hook may return.
-const DECISION_SLACK: u64 = 4096;
 
 /// Why a plugin could not be loaded.
 #[derive(Debug, Error)]
@@ -180,10 +184,16 @@ impl PluginInfo {
     /// The implemented hooks by name, e.g. `["order", "place"]`.
     pub fn hook_names(&self) -> Vec<&'static str> {
         let h = self.hooks;
-        [(h.admit, "admit"), (h.order, "order"), (h.place, "place"), (h.rebalance, "rebalance")]
-            .into_iter()
-            .filter_map(|(on, name)| on.then_some(name))
-            .collect()
+        [
+            (h.admit, "admit"),
+            (h.order, "order"),
+            (h.place, "place"),
+            (h.rebalance, "rebalance"),
+            (h.reserve, "reserve"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
     }
 }
 
@@ -383,44 +393,6 @@ impl std::fmt::Debug for DynamicPlugin {
     }
 }
 
-/// A plugin instance with the host buffers its hooks write into: all one call needs. It lives
-/// on exactly one thread at a time (the engine's, or the plugin's worker), and destroys the
-/// instance when dropped.
-struct Instance {
-    vtable: GantryPluginV1,
-    instance: *mut c_void,
-    /// Host-owned decision buffer; always fully initialised (`len` is the capacity offered).
-    decisions: Vec<GantryDecision>,
-    message: Vec<u8>,
-}
-
-// SAFETY: the instance pointer is only used through `&mut Instance`, so by one thread at a time,
-// which is what the ABI asks of hosts (sdk/ABI.md §12); the vtable points at static code and data.
-unsafe impl Send for Instance {}
-
-fn output(decisions: &mut [GantryDecision], message: &mut [u8], attempt: u32) -> GantryOutput {
-    GantryOutput {
-        struct_size: std::mem::size_of::<GantryOutput>() as u32,
-        attempt,
-        decisions: decisions.as_mut_ptr(),
-        capacity: decisions.len() as u64,
-        len: 0,
-        needed: 0,
-        message: message.as_mut_ptr(),
-        message_capacity: message.len() as u64,
-        message_len: 0,
-        allocations: std::ptr::null_mut(),
-        allocations_capacity: 0,
-        allocations_len: 0,
-        allocations_needed: 0,
-    }
-}
-
-fn message_text(message: &[u8], out: &GantryOutput) -> String {
-    let n = (out.message_len.min(message.len() as u64)) as usize;
-    String::from_utf8_lossy(&message[..n]).into_owned()
-}
-
 impl DynamicPlugin {
     /// Loads the library at `path` and creates an instance with `config_json` (a JSON object).
     pub fn load(path: &Path, config_json: &str) -> Result<Self, LoadError> {
@@ -428,34 +400,9 @@ impl DynamicPlugin {
         if let Some(warning) = info.newer_minor_warning() {
             tracing::warn!(plugin = %info.name, path = %path.display(), "{warning}");
         }
-        let vtable = loaded.vtable;
-        let mut message = vec![0u8; MESSAGE_CAPACITY];
-        let mut instance: *mut c_void = std::ptr::null_mut();
-        if let Some(create) = vtable.create {
-            let config = CString::new(config_json).map_err(|_| LoadError::Create {
-                path: path.to_owned(),
-                name: info.name.clone(),
-                code: GANTRY_ERR_CONFIG,
-                message: "configuration contains a NUL byte".into(),
-            })?;
-            let mut out = output(&mut [], &mut message, 0);
-            // SAFETY: per the ABI: config bytes + NUL, a slot for the instance, a valid output.
-            let rc = unsafe { create(config.as_ptr(), config_json.len() as u64, &mut instance, &mut out) };
-            if rc != GANTRY_OK {
-                return Err(LoadError::Create {
-                    path: path.to_owned(),
-                    name: info.name.clone(),
-                    code: rc,
-                    message: message_text(&message, &out),
-                });
-            }
-        }
-        let instance = Instance {
-            vtable,
-            instance,
-            decisions: vec![GantryDecision::default(); INITIAL_DECISIONS],
-            message,
-        };
+        let instance = Instance::create(loaded.vtable, config_json).map_err(|(code, message)| {
+            LoadError::Create { path: path.to_owned(), name: info.name.clone(), code, message }
+        })?;
         Ok(DynamicPlugin { info, caller: Caller::Direct(instance) })
     }
 
@@ -491,22 +438,6 @@ impl DynamicPlugin {
     }
 }
 
-/// How many decisions a hook could sensibly return for this view; more is a broken plugin.
-fn decision_limit(view: &View<'_>) -> u64 {
-    let n = match view.hook {
-        GANTRY_HOOK_ADMIT => (view.apps.len() + view.reservations.len()) as u64,
-        GANTRY_HOOK_ORDER => view.pending.len() as u64,
-        GANTRY_HOOK_PLACE => view
-            .pending
-            .iter()
-            .filter_map(|&r| view.requests.get(r as usize))
-            .map(|r| u64::from(r.count.saturating_sub(r.placed)) + 1)
-            .sum(),
-        _ => (view.containers.len() + view.queues.len()) as u64,
-    };
-    n.saturating_mul(2).saturating_add(DECISION_SLACK)
-}
-
 impl Policy for DynamicPlugin {
     fn name(&self) -> &str {
         &self.info.name
@@ -523,261 +454,6 @@ impl Policy for DynamicPlugin {
         match &mut self.caller {
             Caller::Direct(instance) => instance.call(view, out),
             Caller::Budgeted(worker) => worker.call(&self.info.name, view, out),
-        }
-    }
-}
-
-impl Instance {
-    /// Calls the hook named by `view.hook`, growing the decision buffer once if asked.
-    fn call(&mut self, view: &View<'_>, out: &mut Decisions) -> Result<(), PolicyError> {
-        let hook = match view.hook {
-            GANTRY_HOOK_ADMIT => self.vtable.admit,
-            GANTRY_HOOK_ORDER => self.vtable.order,
-            GANTRY_HOOK_PLACE => self.vtable.place,
-            GANTRY_HOOK_REBALANCE => self.vtable.rebalance,
-            _ => None,
-        }
-        .ok_or(PolicyError::Unsupported)?;
-        let raw = view.to_raw();
-        for attempt in 0..2 {
-            let mut o = output(&mut self.decisions, &mut self.message, attempt);
-            // SAFETY: the instance came from this vtable's `create` (or is null for a plugin
-            // without one); `raw` borrows `view`'s slices, which outlive the call; `o` points at
-            // our initialised buffers with their true sizes.
-            let rc = unsafe { hook(self.instance, &raw, &mut o) };
-            match rc {
-                GANTRY_OK => {
-                    if o.len > self.decisions.len() as u64 {
-                        return Err(PolicyError::Protocol(format!(
-                            "wrote {} decisions into a buffer of {}",
-                            o.len,
-                            self.decisions.len()
-                        )));
-                    }
-                    out.extend_from_slice(&self.decisions[..o.len as usize]);
-                    return Ok(());
-                }
-                GANTRY_BUFFER_FULL => {
-                    let limit = decision_limit(view);
-                    if attempt > 0 || o.needed <= self.decisions.len() as u64 || o.needed > limit {
-                        return Err(PolicyError::Protocol(format!(
-                            "asked for {} decision slots (offered {}, limit {limit})",
-                            o.needed,
-                            self.decisions.len()
-                        )));
-                    }
-                    self.decisions.resize(o.needed as usize, GantryDecision::default());
-                }
-                GANTRY_ERR_PANIC => return Err(PolicyError::Panicked(message_text(&self.message, &o))),
-                code if code < 0 => {
-                    return Err(PolicyError::Failed(format!(
-                        "code {code}: {}",
-                        message_text(&self.message, &o)
-                    )));
-                }
-                code => return Err(PolicyError::Protocol(format!("unknown return code {code}"))),
-            }
-        }
-        Err(PolicyError::Protocol("buffer still full after growing it".into()))
-    }
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        if let Some(destroy) = self.vtable.destroy {
-            if !self.instance.is_null() {
-                // SAFETY: the instance came from this vtable's `create` and is destroyed once.
-                unsafe { destroy(self.instance) };
-            }
-        }
-    }
-}
-
-/// An owned copy of a [`View`]: what a budgeted call reads, so that a call abandoned past its
-/// budget never reads memory the engine frees or changes. Its buffers are reused from call to
-/// call, so a copy allocates only when the cluster grew.
-#[derive(Debug, Default)]
-struct Snapshot {
-    hook: u32,
-    now_ms: u64,
-    cycle: u64,
-    seed: u64,
-    cluster: GantryResources,
-    strings: Vec<u8>,
-    labels: Vec<GantryLabel>,
-    nodes: Vec<GantryNode>,
-    gpus: Vec<GantryGpu>,
-    queues: Vec<GantryQueue>,
-    apps: Vec<GantryApp>,
-    requests: Vec<GantryRequest>,
-    containers: Vec<GantryContainer>,
-    reservations: Vec<GantryReservation>,
-    pending: Vec<u32>,
-    node_usage: Vec<GantryNodeUsage>,
-}
-
-/// Makes `to` an exact copy of `from`, reusing its allocation.
-fn copy_into<T: Copy>(to: &mut Vec<T>, from: &[T]) {
-    to.clear();
-    to.extend_from_slice(from);
-}
-
-impl Snapshot {
-    /// Makes this an exact copy of `view`.
-    fn copy_from(&mut self, view: &View<'_>) {
-        let View { hook, now_ms, cycle, seed, cluster, .. } = *view;
-        (self.hook, self.now_ms, self.cycle, self.seed, self.cluster) = (hook, now_ms, cycle, seed, cluster);
-        copy_into(&mut self.strings, view.strings);
-        copy_into(&mut self.labels, view.labels);
-        copy_into(&mut self.nodes, view.nodes);
-        copy_into(&mut self.gpus, view.gpus);
-        copy_into(&mut self.queues, view.queues);
-        copy_into(&mut self.apps, view.apps);
-        copy_into(&mut self.requests, view.requests);
-        copy_into(&mut self.containers, view.containers);
-        copy_into(&mut self.reservations, view.reservations);
-        copy_into(&mut self.pending, view.pending);
-        copy_into(&mut self.node_usage, view.node_usage);
-    }
-
-    /// The view over this copy.
-    fn view(&self) -> View<'_> {
-        View {
-            hook: self.hook,
-            now_ms: self.now_ms,
-            cycle: self.cycle,
-            seed: self.seed,
-            cluster: self.cluster,
-            strings: &self.strings,
-            labels: &self.labels,
-            nodes: &self.nodes,
-            gpus: &self.gpus,
-            queues: &self.queues,
-            apps: &self.apps,
-            requests: &self.requests,
-            containers: &self.containers,
-            reservations: &self.reservations,
-            pending: &self.pending,
-            node_usage: &self.node_usage,
-            plan: gantry_sdk::PlanView::default(),
-        }
-    }
-}
-
-/// One budgeted call, sent to the worker and sent back with its result; the same buffers go
-/// back and forth, so steady state allocates nothing.
-#[derive(Debug)]
-struct Job {
-    snapshot: Snapshot,
-    decisions: Decisions,
-    result: Result<(), PolicyError>,
-}
-
-impl Default for Job {
-    fn default() -> Self {
-        Job { snapshot: Snapshot::default(), decisions: Decisions::new(), result: Ok(()) }
-    }
-}
-
-/// The engine's side of a plugin's worker thread.
-struct Worker {
-    budget: Duration,
-    /// Calls to make; `None` once dropping (closing it ends the worker's loop).
-    jobs: Option<mpsc::Sender<Job>>,
-    replies: mpsc::Receiver<Job>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    /// The hook of a call that ran past its budget and has not returned yet.
-    stuck: Option<&'static str>,
-    /// The buffers of the last call that came back, for the next one.
-    spare: Option<Job>,
-}
-
-/// The error of a call to a plugin whose worker thread has ended (it only ends when its
-/// channels close, so this means the worker was lost; the plugin is not called again).
-fn worker_gone() -> PolicyError {
-    PolicyError::Failed("the plugin's worker thread has ended".into())
-}
-
-impl Worker {
-    /// Starts the thread `gantry-plugin:NAME`, which owns `instance` from now on.
-    fn start(name: &str, instance: Instance, budget: Duration) -> std::io::Result<Worker> {
-        let (jobs, job_rx) = mpsc::channel::<Job>();
-        let (reply_tx, replies) = mpsc::channel::<Job>();
-        let thread = std::thread::Builder::new()
-            .name(format!("gantry-plugin:{name}"))
-            .spawn(move || serve(instance, &job_rx, &reply_tx))?;
-        Ok(Worker { budget, jobs: Some(jobs), replies, thread: Some(thread), stuck: None, spare: None })
-    }
-
-    /// Copies `view`, hands it to the worker and waits at most the budget for the answer.
-    fn call(&mut self, name: &str, view: &View<'_>, out: &mut Decisions) -> Result<(), PolicyError> {
-        if let Some(hook) = self.stuck {
-            match self.replies.try_recv() {
-                Ok(late) => {
-                    tracing::info!(
-                        plugin = name,
-                        hook,
-                        "the call past its budget returned; its result is discarded"
-                    );
-                    self.stuck = None;
-                    self.spare = Some(late);
-                }
-                Err(mpsc::TryRecvError::Empty) => return Err(PolicyError::StillRunning { hook }),
-                Err(mpsc::TryRecvError::Disconnected) => return Err(worker_gone()),
-            }
-        }
-        let mut job = self.spare.take().unwrap_or_default();
-        job.snapshot.copy_from(view);
-        let Some(jobs) = &self.jobs else { return Err(worker_gone()) };
-        jobs.send(job).map_err(|_| worker_gone())?;
-        match self.replies.recv_timeout(self.budget) {
-            Ok(mut job) => {
-                let result = std::mem::replace(&mut job.result, Ok(()));
-                if result.is_ok() {
-                    out.extend_from_slice(job.decisions.as_slice());
-                }
-                self.spare = Some(job);
-                result
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                let hook = hook_name(view.hook);
-                self.stuck = Some(hook);
-                Err(PolicyError::TimedOut { hook, budget_ms: self.budget.as_millis() as u64 })
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => Err(worker_gone()),
-        }
-    }
-}
-
-/// The worker thread: calls the plugin for each job until the engine's side is dropped, then
-/// destroys the instance (dropping it) on this thread, after its last call.
-fn serve(mut instance: Instance, jobs: &mpsc::Receiver<Job>, replies: &mpsc::Sender<Job>) {
-    while let Ok(mut job) = jobs.recv() {
-        job.decisions.clear();
-        let Job { snapshot, decisions, .. } = &mut job;
-        // A plugin's own panics are caught by its SDK glue (or abort at the C boundary); this
-        // catches the host's, so that one bad call does not end the worker.
-        job.result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            instance.call(&snapshot.view(), decisions)
-        }))
-        .unwrap_or_else(|_| Err(PolicyError::Panicked("the plugin host panicked during the call".into())));
-        if replies.send(job).is_err() {
-            break;
-        }
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        self.jobs = None;
-        if self.stuck.is_some() && self.replies.try_recv().is_err() {
-            // A call is still running: waiting for it could block forever. The thread ends, and
-            // destroys the instance, when (if) that call returns.
-            return;
-        }
-        if let Some(thread) = self.thread.take() {
-            // Idle, so it ends at once: the instance is destroyed before the plugin is gone.
-            let _ = thread.join();
         }
     }
 }

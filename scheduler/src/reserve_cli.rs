@@ -19,8 +19,8 @@ pub enum ReserveCommand {
     Delete(ReserveIdArgs),
     /// List the reservations in the plan with their allocations.
     List(ReserveListArgs),
-    /// Re-organise the reservations that have not started with the offline MILP (cost,
-    /// smoothness), applied only if the plan did not change meanwhile.
+    /// Ask the reservation planner to re-organise the plan now (its OPTIMIZE call, e.g. the
+    /// Rayon planner's offline MILP); its answer is checked and applied at once.
     Optimize(OptimizeArgs),
 }
 
@@ -87,9 +87,6 @@ pub struct OptimizeArgs {
     /// Which scheduler.
     #[command(flatten)]
     pub conn: Connection,
-    /// The solver's time limit.
-    #[arg(long, default_value = "10s", value_parser = parse_duration_ms, value_name = "DURATION")]
-    pub time_limit: u64,
     /// Print the API's JSON.
     #[arg(long)]
     pub json: bool,
@@ -149,18 +146,15 @@ pub async fn execute(cmd: ReserveCommand, out: &mut dyn Write) -> Result<(), Cli
             Ok(())
         }
         ReserveCommand::Optimize(a) => {
-            let info = a.conn.client()?.optimize_reservations(a.time_limit).await?;
+            let info = a.conn.client()?.optimize_reservations().await?;
             if a.json {
                 return print(out, &info);
             }
             writeln!(
                 out,
-                "considered {} reservations, moved {}; objective {:.3} (was {:.3}){}; {} ms{}",
+                "considered {} reservations, moved {}; {} ms{}",
                 info.considered,
                 info.moved,
-                info.objective,
-                info.input_objective,
-                if info.optimal { ", optimal" } else { "" },
                 info.solve_ms,
                 if info.kept_because.is_empty() {
                     String::new()

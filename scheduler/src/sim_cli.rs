@@ -3,7 +3,7 @@
 //! written to a directory.
 
 use crate::config::SchedulerConfig;
-use gantry_engine::{Engine, EngineConfig, PlanConfig, Replanner};
+use gantry_engine::{Engine, EngineConfig, PlanConfig};
 use gantry_sim::cluster::ClusterSpec;
 use gantry_sim::deadlines::{self, DeadlineOptions};
 use gantry_sim::elastic::{ElasticError, ElasticOptions};
@@ -163,6 +163,10 @@ pub struct DeadlineArgs {
     /// With `--reservations`: how the plan is repaired when nodes are lost [default: rayon].
     #[arg(long, value_enum)]
     pub replanner: Option<ReplannerArg>,
+    /// With `--reservations`: the Rayon planner plugin to load [default: libgantry_rayon.so
+    /// beside this executable, where `cargo build -p gantry-rayon` puts it].
+    #[arg(long)]
+    pub planner: Option<PathBuf>,
     /// With `--reservations`: the plan's step (1s, 500ms) [default: 1s].
     #[arg(long, value_parser = duration_ms)]
     pub plan_step: Option<u64>,
@@ -331,12 +335,31 @@ pub fn elastic_options(args: &SimArgs, pool: usize) -> Result<Option<ElasticOpti
     Ok(Some(options))
 }
 
+/// The reservation plan of `--reservations`: the engine's plan, and the planner plugin that
+/// answers it (the Rayon planner, `libgantry_rayon.so`, with the agent and replanner in its
+/// configuration).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimPlan {
+    /// The engine's plan.
+    pub plan: PlanConfig,
+    /// The planner's library.
+    pub planner: PathBuf,
+    /// Its `[plugins.config]`: `agent` (`gree`, `gree-l`) and `replanner` (`rayon`, `yarn-simple`).
+    pub planner_config: toml::Table,
+}
+
+/// Where `libgantry_rayon.so` is when `--planner` does not say: beside this executable.
+pub fn default_planner() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("libgantry_rayon.so")))
+        .unwrap_or_else(|| PathBuf::from("libgantry_rayon.so"))
+}
+
 /// The deadline-job options `args` ask for: `None` without `--deadline-share`. Refuses the
 /// other deadline and reservation flags without it, reservation flags without
 /// `--reservations`, and values out of range.
-pub fn deadline_options(
-    args: &SimArgs,
-) -> Result<Option<(DeadlineOptions, Option<PlanConfig>)>, SimCliError> {
+pub fn deadline_options(args: &SimArgs) -> Result<Option<(DeadlineOptions, Option<SimPlan>)>, SimCliError> {
     let refuse = |m: String| Err(SimCliError::Args(m));
     let Some(share) = args.deadlines.deadline_share else {
         let given = [
@@ -371,14 +394,6 @@ pub fn deadline_options(
     };
     let defaults = PlanConfig::new(options.queue.clone());
     let plan = PlanConfig {
-        agent: match agent {
-            AgentArg::Gree => gantry_rayon::agents::Agent::Gree,
-            AgentArg::GreeL => gantry_rayon::agents::Agent::GreeL,
-        },
-        replanner: match args.deadlines.replanner.unwrap_or(ReplannerArg::Rayon) {
-            ReplannerArg::Rayon => Replanner::Rayon,
-            ReplannerArg::Yarn => Replanner::YarnSimple,
-        },
         step_ms: args.deadlines.plan_step.unwrap_or(defaults.step_ms),
         horizon_ms: args.deadlines.plan_horizon.unwrap_or(defaults.horizon_ms),
         ..defaults
@@ -386,13 +401,26 @@ pub fn deadline_options(
     if plan.step_ms == 0 {
         return refuse("--plan-step must be positive".into());
     }
-    Ok(Some((options, Some(plan))))
+    let mut planner_config = toml::Table::new();
+    let agent = match agent {
+        AgentArg::Gree => "gree",
+        AgentArg::GreeL => "gree-l",
+    };
+    let replanner = match args.deadlines.replanner.unwrap_or(ReplannerArg::Rayon) {
+        ReplannerArg::Rayon => "rayon",
+        ReplannerArg::Yarn => "yarn-simple",
+    };
+    planner_config.insert("agent".into(), agent.into());
+    planner_config.insert("replanner".into(), replanner.into());
+    let planner = args.deadlines.planner.clone().unwrap_or_else(default_planner);
+    Ok(Some((options, Some(SimPlan { plan, planner, planner_config }))))
 }
 
 /// Refuses the flags that need `--reservations` when it is absent.
 fn reservation_flags_without_plan(args: &SimArgs) -> Result<(), SimCliError> {
     let given = [
         args.deadlines.replanner.map(|_| "--replanner"),
+        args.deadlines.planner.as_ref().map(|_| "--planner"),
         args.deadlines.plan_step.map(|_| "--plan-step"),
         args.deadlines.plan_horizon.map(|_| "--plan-horizon"),
         args.deadlines.reservation_lead.map(|_| "--reservation-lead"),
@@ -482,22 +510,49 @@ pub fn engine_for(config: Option<&PathBuf>, seed: Option<u64>) -> Result<Engine,
     }
 }
 
-/// [`engine_for`], with Rayon's plan when `plan` is given: the configuration's queues and
-/// plugins ([`crate::build_engine_with`]), and `plan` as the engine's reservations (the
-/// configuration's own `[reservations]` section, if any, is replaced).
+/// The name the planner of `--reservations` is loaded under.
+const SIM_PLANNER: &str = "sim-planner";
+
+/// [`engine_for`], with a reservation plan when `plan` is given: the configuration's queues and
+/// plugins ([`crate::build_engine_with`]), `plan`'s planner loaded beside them (called directly,
+/// as every plugin of a simulation) as the `reserve` policy, and its plan as the engine's
+/// reservations (the configuration's own `[reservations]` section, if any, is replaced). A
+/// configuration that names a planner of its own cannot take another.
 pub fn engine_with_plan(
     config: Option<&PathBuf>,
     seed: Option<u64>,
-    plan: Option<PlanConfig>,
+    plan: Option<SimPlan>,
 ) -> Result<Engine, SimCliError> {
     let Some(plan) = plan else { return engine_for(config, seed) };
-    let Some(path) = config else {
-        let engine_config =
-            EngineConfig { seed: seed.unwrap_or(0), reservations: Some(plan), ..EngineConfig::default() };
-        return Ok(Engine::builtin(engine_config)?);
+    let mut cfg = match config {
+        Some(path) => sim_config(path, seed)?,
+        None => {
+            let mut cfg = SchedulerConfig::default();
+            cfg.engine.seed = seed;
+            cfg
+        }
     };
-    let cfg = sim_config(path, seed)?;
-    let engine_config = EngineConfig { reservations: Some(plan), ..cfg.engine_config() };
+    if let Some(other) = &cfg.profile.reserve {
+        return Err(SimCliError::Args(format!(
+            "--reservations loads the reservation planner, but the configuration names one already \
+             ([profile] reserve = \"{other}\"): give one or the other"
+        )));
+    }
+    if !plan.planner.is_file() {
+        return Err(SimCliError::Args(format!(
+            "the reservation planner {} does not exist: build it (cargo build --release -p gantry-rayon) or give --planner",
+            plan.planner.display()
+        )));
+    }
+    let path = std::path::absolute(&plan.planner).unwrap_or_else(|_| plan.planner.clone());
+    cfg.plugins.push(crate::config::PluginSection {
+        name: SIM_PLANNER.into(),
+        path,
+        call_budget_ms: 0,
+        config: plan.planner_config,
+    });
+    cfg.profile.reserve = Some(SIM_PLANNER.into());
+    let engine_config = EngineConfig { reservations: Some(plan.plan), ..cfg.engine_config() };
     Ok(crate::build_engine_with(&cfg, None, engine_config)?)
 }
 
@@ -543,9 +598,8 @@ pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliErro
             None => auto_sample_ms(&jobs),
         },
         failures,
-        // No trace format carries reservations; deadline jobs' Rayon reservations come from
+        // No trace format carries reservations; deadline jobs' reservations come from
         // `--deadline-share` with `--reservations`.
-        reservations: Vec::new(),
         job_reservations,
         elastic,
     };
@@ -783,16 +837,14 @@ mod tests {
                 ..DeadlineOptions::new(0.3, 2.0, "root.p", "root.adhoc")
             }
         );
+        let plan = plan.expect("a plan");
         assert_eq!(
-            plan,
-            Some(PlanConfig {
-                queue: "root.p".into(),
-                agent: gantry_rayon::agents::Agent::GreeL,
-                replanner: Replanner::YarnSimple,
-                step_ms: 500,
-                horizon_ms: 7_200_000,
-            })
+            plan.plan,
+            PlanConfig { step_ms: 500, horizon_ms: 7_200_000, ..PlanConfig::new("root.p") }
         );
+        assert_eq!(plan.planner, default_planner());
+        assert_eq!(plan.planner_config.get("agent").and_then(|v| v.as_str()), Some("gree-l"));
+        assert_eq!(plan.planner_config.get("replanner").and_then(|v| v.as_str()), Some("yarn-simple"));
     }
 
     #[test]

@@ -352,8 +352,8 @@ pub struct ReservationRecord {
     pub state: u32,
 }
 
-/// A Rayon reservation accepted into the plan, with its allocation (restored exactly, so a
-/// restart does not re-plan it).
+/// A reservation accepted into the plan, with its allocation (restored exactly, so a restart
+/// does not plan it again).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanReservationRecord {
     /// Its id.
@@ -362,8 +362,8 @@ pub struct PlanReservationRecord {
     pub request: gantry_engine::ReservationRequest,
     /// When it was accepted, ms since the Unix epoch.
     pub submit_ms: u64,
-    /// Its allocation.
-    pub pieces: Vec<gantry_engine::PlannedPiece>,
+    /// Its allocation, per atom.
+    pub allocation: Vec<gantry_engine::AtomInterval>,
 }
 
 /// The stored form of a [`PlanReservationRecord`]: the definition in RDL's text form.
@@ -377,8 +377,13 @@ struct PlanReservationJson {
     deadline_ms: Option<u64>,
     rdl: String,
     submit_ms: u64,
-    /// `[start_ms, end_ms, cpu_millis, memory_bytes, gpus]` per piece.
-    pieces: Vec<[u64; 5]>,
+    /// `[atom, start_ms, end_ms, bundles]` per piece (issue 20 on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    allocation: Option<Vec<[u64; 4]>>,
+    /// Before issue 20, when the planner was linked in: `[start_ms, end_ms, cpu_millis,
+    /// memory_bytes, gpus]` per piece, without the atom. Read, never written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pieces: Option<Vec<[u64; 5]>>,
 }
 
 impl PlanReservationRecord {
@@ -391,32 +396,48 @@ impl PlanReservationRecord {
             priority: r.priority,
             arrival_ms: r.arrival_ms,
             deadline_ms: r.deadline_ms,
-            rdl: gantry_rayon::rdl::to_text(&r.definition),
+            rdl: gantry_rdl::to_text(&r.definition),
             submit_ms: self.submit_ms,
-            pieces: self
-                .pieces
-                .iter()
-                .map(|p| {
-                    let x = &p.resources;
-                    [p.start_ms, p.end_ms, x.cpu_millis, x.memory_bytes, u64::from(x.gpus)]
-                })
-                .collect(),
+            allocation: Some(
+                self.allocation
+                    .iter()
+                    .map(|p| [u64::from(p.atom), p.start_ms, p.end_ms, p.bundles])
+                    .collect(),
+            ),
+            pieces: None,
         };
         serde_json::to_string(&j).unwrap_or_default()
     }
 
     fn from_json(id: u64, text: &str) -> Result<Self, String> {
         let j: PlanReservationJson = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        let definition = gantry_rayon::rdl::parse_text(&j.rdl).map_err(|e| e.to_string())?;
-        let pieces = j
-            .pieces
-            .iter()
-            .map(|&[start_ms, end_ms, cpu, mem, gpus]| gantry_engine::PlannedPiece {
-                start_ms,
-                end_ms,
-                resources: resources(cpu, mem, u32::try_from(gpus).unwrap_or(u32::MAX)),
-            })
-            .collect();
+        let definition = gantry_rdl::parse_text(&j.rdl).map_err(|e| e.to_string())?;
+        let allocation = match (&j.allocation, &j.pieces) {
+            (Some(a), _) => a
+                .iter()
+                .map(|&[atom, start_ms, end_ms, bundles]| {
+                    let atom = u32::try_from(atom).map_err(|_| format!("atom {atom} is out of range"))?;
+                    Ok(gantry_engine::AtomInterval { atom, start_ms, end_ms, bundles })
+                })
+                .collect::<Result<Vec<_>, String>>()?,
+            // A record of the previous version: its pieces are resources over time, each one
+            // atom's (the linked-in planner kept them so). They are attributed to atoms by
+            // their bundle and window, exactly for one atom, a best effort for several atoms of
+            // the same bundle (`gantry_engine::legacy_allocation`).
+            (None, Some(pieces)) => {
+                let pieces: Vec<gantry_engine::PlannedPiece> = pieces
+                    .iter()
+                    .map(|&[start_ms, end_ms, cpu, mem, gpus]| gantry_engine::PlannedPiece {
+                        start_ms,
+                        end_ms,
+                        resources: resources(cpu, mem, u32::try_from(gpus).unwrap_or(u32::MAX)),
+                    })
+                    .collect();
+                let arrival = j.arrival_ms.unwrap_or(j.submit_ms);
+                gantry_engine::legacy_allocation(&definition, arrival, &pieces)
+            }
+            (None, None) => Vec::new(),
+        };
         Ok(PlanReservationRecord {
             id: ReservationId(id),
             request: gantry_engine::ReservationRequest {
@@ -429,7 +450,7 @@ impl PlanReservationRecord {
                 definition,
             },
             submit_ms: j.submit_ms,
-            pieces,
+            allocation,
         })
     }
 }
@@ -1803,6 +1824,50 @@ mod tests {
         assert_eq!(r.queues, Some(queues()));
         assert_eq!((r.next_app_id, r.next_container_id, r.next_reservation_id), (3, 12, 6));
         store.check_integrity().unwrap();
+    }
+
+    #[test]
+    fn plan_reservations_round_trip_and_records_of_the_previous_version_restore_with_atoms() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let store = Store::open(&path).unwrap();
+        let request = gantry_engine::ReservationRequest {
+            queue: "root.prod".into(),
+            name: "nightly".into(),
+            user: "alice".into(),
+            priority: 2,
+            arrival_ms: None,
+            deadline_ms: Some(100_000),
+            definition: gantry_rdl::parse_text(
+                "order(atom(1c/2GiB, 1, 4, 10s, 40s), atom(2c/1GiB, 1, 1, 5s, 5s))",
+            )
+            .unwrap(),
+        };
+        let piece =
+            |atom, start_ms, end_ms, bundles| gantry_engine::AtomInterval { atom, start_ms, end_ms, bundles };
+        let record = PlanReservationRecord {
+            id: ReservationId(3),
+            request: request.clone(),
+            submit_ms: 1_000,
+            allocation: vec![piece(0, 10_000, 20_000, 4), piece(1, 20_000, 25_000, 1)],
+        };
+        store.write_blocking(vec![Write::PutPlanReservation(record.clone())]).unwrap();
+        drop(store);
+        // A record the previous version wrote: pieces of resources, no atoms.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let old = r#"{"queue":"root.prod","name":"old","user":"bob","priority":0,"arrival_ms":null,
+            "deadline_ms":100000,"rdl":"order(atom(1c/2GiB, 1, 4, 10s, 40s), atom(2c/1GiB, 1, 1, 5s, 5s))",
+            "submit_ms":0,"pieces":[[80000,90000,4000,8589934592,0],[90000,95000,2000,1073741824,0]]}"#;
+        conn.execute("INSERT INTO plan_reservations (id, record) VALUES (7, ?1)", params![old]).unwrap();
+        drop(conn);
+        let store = Store::open(&path).unwrap();
+        let r = store.load().unwrap();
+        assert_eq!(r.plan_reservations.len(), 2);
+        assert_eq!(r.plan_reservations[0], record);
+        let legacy = &r.plan_reservations[1];
+        assert_eq!((legacy.id, legacy.request.name.as_str()), (ReservationId(7), "old"));
+        // Each old piece went to the atom whose bundle divides it.
+        assert_eq!(legacy.allocation, vec![piece(0, 80_000, 90_000, 4), piece(1, 90_000, 95_000, 1)]);
     }
 
     #[test]

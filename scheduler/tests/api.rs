@@ -268,13 +268,13 @@ impl Backend for Fake {
         None
     }
 
-    // The fake has no reservable queue; the daemon's reservation API is tested live
+    // The fake has no reservation planner; the daemon's reservation API is tested live
     // (tests/tests/reservations_live.rs).
     async fn new_reservation(
         &self,
         _caller: Option<String>,
     ) -> Result<api::reservations::NewReservation, ApiError> {
-        Err(ApiError::not_found("no queue is reservable"))
+        Err(ApiError::bad_request(gantry_engine::EngineError::NoReservationPlanner.to_string()))
     }
 
     async fn submit_reservation(
@@ -283,7 +283,7 @@ impl Backend for Fake {
         _: gantry_engine::ReservationRequest,
         _: Option<String>,
     ) -> Result<api::reservations::ReservationInfo, ApiError> {
-        Err(ApiError::not_found("no queue is reservable"))
+        Err(ApiError::bad_request(gantry_engine::EngineError::NoReservationPlanner.to_string()))
     }
 
     async fn update_reservation(
@@ -291,19 +291,19 @@ impl Backend for Fake {
         _: gantry_engine::ReservationId,
         _: gantry_engine::ReservationRequest,
     ) -> Result<api::reservations::ReservationInfo, ApiError> {
-        Err(ApiError::not_found("no queue is reservable"))
+        Err(ApiError::bad_request(gantry_engine::EngineError::NoReservationPlanner.to_string()))
     }
 
     async fn delete_reservation(&self, _: gantry_engine::ReservationId) -> Result<(), ApiError> {
-        Err(ApiError::not_found("no queue is reservable"))
+        Err(ApiError::bad_request(gantry_engine::EngineError::NoReservationPlanner.to_string()))
     }
 
     async fn reservations(&self) -> Result<Vec<api::reservations::ReservationInfo>, ApiError> {
-        Err(ApiError::not_found("no queue is reservable"))
+        Err(ApiError::bad_request(gantry_engine::EngineError::NoReservationPlanner.to_string()))
     }
 
-    async fn optimize_reservations(&self, _: u64) -> Result<api::reservations::OptimizeInfo, ApiError> {
-        Err(ApiError::not_found("no queue is reservable"))
+    async fn optimize_reservations(&self) -> Result<api::reservations::OptimizeInfo, ApiError> {
+        Err(ApiError::bad_request(gantry_engine::EngineError::NoReservationPlanner.to_string()))
     }
 
     async fn logs(&self, container: u64, file: LogFile, tail: Option<u64>) -> Result<Vec<u8>, ApiError> {

@@ -139,13 +139,20 @@ fn alerts_cover_the_brief_and_use_only_metrics_the_daemons_expose() {
         pending: amount,
     }]);
     scheduler.set_plugin_quarantined("packing", false);
-    // The reservation families get theirs from an engine with a plan and one reservation.
+    // The reservation families get theirs from an engine with a plan, a planner (the engine's
+    // test planner) and one reservation.
     let planned = gantry_engine::EngineConfig {
         queues: vec![gantry_engine::QueueSpec { path: "root.prod".into(), guaranteed: 1.0, maximum: 1.0 }],
         reservations: Some(gantry_engine::PlanConfig::new("root.prod")),
         ..gantry_engine::EngineConfig::default()
     };
-    let mut with_plan = gantry_engine::Engine::builtin(planned).expect("engine");
+    let (planner, _) = gantry_engine::test_planner::TestPlanner::earliest();
+    let mut with_plan = gantry_engine::Engine::new(
+        planned,
+        vec![Box::new(gantry_engine::StaticPolicy::new(planner))],
+        gantry_engine::Profile { reserve: Some(0), ..gantry_engine::Profile::default() },
+    )
+    .expect("engine");
     let request = gantry_engine::ReservationRequest {
         queue: "root.prod".into(),
         name: String::new(),
@@ -153,7 +160,7 @@ fn alerts_cover_the_brief_and_use_only_metrics_the_daemons_expose() {
         priority: 0,
         arrival_ms: None,
         deadline_ms: Some(60_000),
-        definition: gantry_rayon::rdl::parse_text("atom(1c/1GiB, 1, 1, 1s, 1s)").expect("rdl"),
+        definition: gantry_rdl::parse_text("atom(1c/1GiB, 1, 1, 1s, 1s)").expect("rdl"),
     };
     with_plan
         .handle(0, gantry_engine::Event::ReservationSubmitted { id: None, request })

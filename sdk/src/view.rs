@@ -134,6 +134,37 @@ impl<'a> PlanView<'a> {
     pub fn allocation(&self, index: usize) -> &'a [GantryAllocation] {
         self.details.get(index).map_or(&[], |d| View::range(self.allocations, d.allocation))
     }
+
+    /// The node of atom `atom` (pre-order index) of reservation `index`'s definition, found by
+    /// walking the definition (a planner that asks often should keep its own table).
+    pub fn atom(&self, index: usize, atom: u32) -> Option<&'a GantryRdlNode> {
+        let mut stack = vec![self.definition(index)?];
+        // A well-formed definition has fewer nodes than the array; the bound stops a broken one.
+        let mut budget = self.rdl_nodes.len();
+        while let Some(node) = stack.pop() {
+            if node.kind == GANTRY_RDL_ATOM && node.atom == atom {
+                return Some(node);
+            }
+            budget = budget.checked_sub(1)?;
+            stack.extend(self.children(node).iter().rev());
+        }
+        None
+    }
+
+    /// What every accepted allocation in the view holds together at instant `t`, ms: what a
+    /// planner compares with [`PlanView::capacity`]. A scan of all pieces.
+    pub fn held_at(&self, t: u64) -> GantryResources {
+        let mut held = GantryResources::default();
+        for (index, _) in self.details.iter().enumerate() {
+            for piece in self.allocation(index).iter().filter(|p| p.start_ms <= t && t < p.end_ms) {
+                if let Some(atom) = self.atom(index, piece.atom) {
+                    let bundles = u32::try_from(piece.bundles).unwrap_or(u32::MAX);
+                    held = held.plus(&atom.bundle.times(bundles));
+                }
+            }
+        }
+        held
+    }
 }
 
 /// Turns a (pointer, length) pair of the raw view into a slice.

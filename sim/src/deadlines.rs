@@ -36,7 +36,7 @@
 use crate::sim::{JobOutcome, NodeFailure, SimResult};
 use crate::trace::Job;
 use gantry_engine::{NodeSpec, ReservationEnd, ReservationRequest, Resources};
-use gantry_rayon::rdl::{Atom, Expr, Window};
+use gantry_rdl::{Atom, Expr, Window};
 use gantry_sdk::rng::SplitMix64;
 use std::fmt::Write as _;
 use std::path::Path;

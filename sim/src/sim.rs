@@ -36,7 +36,7 @@ use crate::queues::{QueueStats, QueueTracker};
 use crate::trace::{Job, Stage};
 use gantry_engine::{
     AppId, AppSpec, Command, ContainerId, Engine, Event, KillReason, NodeCondition, NodeId, NodeSpec,
-    RackAffinity, RequestSpec, ReservationEnd, ReservationSpec, Resources,
+    RackAffinity, RequestSpec, ReservationEnd, Resources,
 };
 use gantry_sdk::abi::*;
 use std::cmp::Reverse;
@@ -58,9 +58,6 @@ pub struct SimOptions {
     pub sample_ms: u64,
     /// Nodes that fail (and when), by name: their containers are lost and rerun elsewhere.
     pub failures: Vec<NodeFailure>,
-    /// Reservation requests, each made at its time (ms), as a client of the daemon's
-    /// reservation API would; their outcomes are counted in the result.
-    pub reservations: Vec<(u64, ReservationSpec)>,
     /// Rayon reservations for deadline jobs ([`crate::deadlines`]), each submitted at its time;
     /// an admitted one's job runs its stages in the reservation's queue while it lasts.
     pub job_reservations: Vec<JobReservation>,
@@ -76,7 +73,6 @@ impl Default for SimOptions {
             until_ms: None,
             sample_ms: 60_000,
             failures: Vec::new(),
-            reservations: Vec::new(),
             job_reservations: Vec::new(),
             elastic: None,
         }
@@ -234,9 +230,11 @@ pub struct SimResult {
     pub cycles: u64,
     /// Containers launched.
     pub launches: u64,
-    /// Reservation requests the engine recorded, and those it refused outright.
+    /// Always `(0, 0)`: reservation requests of the ABI record alone (`ReservationRequested`)
+    /// are gone since reservations are planned by a plugin (issue 20); kept while the report
+    /// still reads it.
     pub reservations: (u64, u64),
-    /// Reservation state changes seen, by state (`GANTRY_RESERVATION_*`).
+    /// Always empty, for the same reason.
     pub reservation_states: BTreeMap<u32, u64>,
     /// What became of each of [`SimOptions::job_reservations`], in the same order.
     pub job_reservations: Vec<JobReservationRecord>,
@@ -264,8 +262,6 @@ enum Due {
     Limit(usize),
     /// A node fails (index into the failures).
     Fail(usize),
-    /// A reservation request (index into the options' reservations).
-    Reserve(usize),
     /// A deadline job's Rayon reservation (index into the options' job reservations).
     ReserveJob(usize),
     /// A failed node registers again.
@@ -338,10 +334,6 @@ struct Sim<'a> {
     refused_submissions: u64,
     /// Jobs that have ended (any outcome).
     ended_jobs: usize,
-    reservations_requested: u64,
-    reservations_refused: u64,
-    /// Reservation state changes seen, by state (`GANTRY_RESERVATION_*`).
-    reservation_states: BTreeMap<u32, u64>,
     /// What became of each job reservation.
     job_reservations: Vec<JobReservationRecord>,
     /// Reservation id → index into `job_reservations`.
@@ -446,9 +438,6 @@ pub fn run_with_progress<'a>(
         not_started: 0,
         refused_submissions: 0,
         ended_jobs: 0,
-        reservations_requested: 0,
-        reservations_refused: 0,
-        reservation_states: BTreeMap::new(),
         job_reservations: options
             .job_reservations
             .iter()
@@ -519,9 +508,6 @@ impl Sim<'_> {
             if let Some(limit) = job.time_limit_ms {
                 self.push(job.submit_ms.saturating_add(limit), Due::Limit(i));
             }
-        }
-        for (i, (at, _)) in self.options.reservations.iter().enumerate() {
-            self.push(*at, Due::Reserve(i));
         }
         for (i, f) in self.options.failures.iter().enumerate() {
             self.push(f.at_ms, Due::Fail(i));
@@ -777,20 +763,6 @@ impl Sim<'_> {
                 }
                 Ok(ready)
             }
-            Due::Reserve(r) => {
-                let spec = self.options.reservations[r].1.clone();
-                match self.engine.handle(self.now, Event::ReservationRequested(spec)) {
-                    Ok(cmds) => {
-                        self.reservations_requested += 1;
-                        self.apply(cmds);
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "reservation refused");
-                        self.reservations_refused += 1;
-                    }
-                }
-                Ok(true)
-            }
             Due::ReserveJob(k) => {
                 self.reserve_job(k);
                 Ok(true)
@@ -985,9 +957,6 @@ impl Sim<'_> {
                     self.push(at, Due::Killed(container.0));
                 }
                 Command::AppStateChanged { app, state, .. } => self.app_state(app, state),
-                Command::ReservationStateChanged { state, .. } => {
-                    *self.reservation_states.entry(state).or_default() += 1;
-                }
                 Command::ReservationReplanned { reservation, .. } => {
                     self.replans.0 += 1;
                     if let Some(&k) = self.reservation_of.get(&reservation.0) {
@@ -1007,7 +976,6 @@ impl Sim<'_> {
                     }
                 }
                 Command::AppAccepted { .. }
-                | Command::ReservationRecorded { .. }
                 | Command::ReservationAdmitted { .. }
                 | Command::ReservationRejected { .. } => {}
             }
@@ -1185,8 +1153,8 @@ impl Sim<'_> {
             preemptions: self.preemptions,
             cycles: self.cycles,
             launches: self.launches,
-            reservations: (self.reservations_requested, self.reservations_refused),
-            reservation_states: self.reservation_states,
+            reservations: (0, 0),
+            reservation_states: BTreeMap::new(),
             job_reservations: self.job_reservations,
             replans: self.replans,
             queues,
@@ -1347,30 +1315,6 @@ mod tests {
         assert_eq!(r.jobs[1].outcome, JobOutcome::Completed);
         assert_eq!(r.jobs[1].end_ms, Some(50 * S));
         assert!((r.node_hours - (50.0 + 10.0) / 3600.0).abs() < 1e-9, "{}", r.node_hours);
-    }
-
-    #[test]
-    fn reservation_requests_reach_the_engine_at_their_time() {
-        let nodes = [node("a", "r1", 4, &[])];
-        let jobs = [job("long", 0, vec![stage(1, false, 60 * S, 60 * S)])];
-        let spec = |start: u64, end: u64| ReservationSpec {
-            queue: "root.default".into(),
-            start_ms: start,
-            end_ms: end,
-            resources: Resources::new(1000, 1 << 30, 0),
-        };
-        let options = SimOptions {
-            reservations: vec![(5 * S, spec(10 * S, 30 * S)), (6 * S, spec(40 * S, 20 * S))],
-            ..SimOptions::default()
-        };
-        let r = run(&mut engine(), &nodes, &jobs, &options).expect("run");
-        assert_eq!(r.reservations, (1, 1), "one recorded, one refused (it ends before it starts)");
-        assert_eq!(
-            r.reservation_states.get(&GANTRY_RESERVATION_EXPIRED),
-            Some(&1),
-            "{:?}",
-            r.reservation_states
-        );
     }
 
     #[test]

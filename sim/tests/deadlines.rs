@@ -1,17 +1,21 @@
-//! Deadline jobs with Rayon reservations in the simulator (`gantry_sim::deadlines`): the rules
-//! (ideal run time, which jobs, the RDL, lost nodes) on hand-checkable inputs, and whole runs
-//! through the real engine with its plan — a reserved job meets its deadline although
-//! best-effort work had borrowed the whole cluster (thanks to the preemption plugin, linked
-//! statically), a rejected reservation's job runs best-effort in the plan's default queue, and
-//! losing a node re-plans (Rayon moves the reservation, YARN's replanner deletes it).
+//! Deadline jobs with reservations in the simulator (`gantry_sim::deadlines`): the rules (ideal
+//! run time, which jobs, the RDL, lost nodes) on hand-checkable inputs, and whole runs through
+//! the real engine with its plan and a planner plugin — the engine's test planner, latest fit
+//! (late, as GREE), linked statically; the Rayon planner itself is a plugin of its own
+//! (`libgantry_rayon.so`, tested in plugins/rayon and by `gantry sim --reservations`). A
+//! reserved job meets its deadline although best-effort work had borrowed the whole cluster
+//! (thanks to the preemption plugin, linked statically), a rejected reservation's job runs
+//! best-effort in the plan's default queue, and losing a node re-plans (the planner moves the
+//! reservation; when the planner's answer is unusable, the engine's YARN replanner deletes it).
 
+use gantry_engine::test_planner::{Handle, Mode, TestPlanner};
 use gantry_engine::{
-    Engine, EngineConfig, NodeSpec, PlanConfig, Policy, Profile, QueueSpec, RackAffinity, Replanner,
-    ReservationEnd, Resources, StaticPolicy,
+    Engine, EngineConfig, NodeSpec, PlanConfig, Policy, Profile, QueueSpec, RackAffinity, ReservationEnd,
+    Resources, StaticPolicy,
 };
 use gantry_preemption::Preemption;
-use gantry_rayon::agents::Agent;
-use gantry_rayon::rdl::{Atom, Expr, Window};
+use gantry_rdl::{Atom, Expr, Window};
+use gantry_sdk::abi::GANTRY_RESERVE_REPLAN;
 use gantry_sim::deadlines::{
     self, DeadlineJob, DeadlineOptions, ReservationAnswer, definition, ideal_ms, lose_nodes, pick,
 };
@@ -68,9 +72,19 @@ const FAST_PREEMPTION: &str = r#"{"monitoring_interval_ms": 1000, "max_wait_befo
     "total_preemption_per_round": 1.0, "natural_termination_factor": 1.0,
     "max_ignored_over_capacity": 0.0, "kill_grace_ms": 250}"#;
 
+/// How a capacity loss is re-planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Replanner {
+    /// The planner re-places what no longer fits.
+    Planner,
+    /// The planner answers nothing usable, so the engine's built-in, YARN's simple replanner,
+    /// deletes the newest until the plan fits.
+    YarnSimple,
+}
+
 /// `root.prod` and `root.adhoc`, half the cluster each, both allowed the whole cluster; the
-/// plan on `root.prod` (GREE, 1 s steps) unless `plan` is `None`; the preemption plugin
-/// (`order` and `rebalance`) if `preemption`.
+/// plan on `root.prod` (1 s steps, the test planner, latest fit) unless `plan` is `None`; the
+/// preemption plugin (`order` and `rebalance`) if `preemption`.
 fn engine(plan: Option<Replanner>, preemption: bool) -> Engine {
     let config = EngineConfig {
         queues: vec![
@@ -78,11 +92,7 @@ fn engine(plan: Option<Replanner>, preemption: bool) -> Engine {
             QueueSpec { path: ADHOC.into(), guaranteed: 0.5, maximum: 1.0 },
         ],
         rebalance_interval_ms: 1_000,
-        reservations: plan.map(|replanner| PlanConfig {
-            replanner,
-            agent: Agent::Gree,
-            ..PlanConfig::new(PLAN)
-        }),
+        reservations: plan.map(|_| PlanConfig::new(PLAN)),
         ..EngineConfig::default()
     };
     let mut policies: Vec<Box<dyn Policy>> = Vec::new();
@@ -90,6 +100,18 @@ fn engine(plan: Option<Replanner>, preemption: bool) -> Engine {
     if preemption {
         policies.push(Box::new(StaticPolicy::<Preemption>::create(FAST_PREEMPTION).expect("settings")));
         profile = Profile { order: Some(0), rebalance: Some(0), ..Profile::default() };
+    }
+    if let Some(replanner) = plan {
+        let (planner, handle): (TestPlanner, Handle) = TestPlanner::latest();
+        if replanner == Replanner::YarnSimple {
+            handle.set(Mode::Tamper(Box::new(|view, out| {
+                if view.plan.cause == GANTRY_RESERVE_REPLAN {
+                    out.clear();
+                }
+            })));
+        }
+        profile.reserve = Some(policies.len());
+        policies.push(Box::new(StaticPolicy::new(planner)));
     }
     Engine::new(config, policies, profile).expect("engine")
 }
@@ -222,12 +244,13 @@ fn lost_nodes_are_a_seeded_share_of_the_cluster() {
 
 /// Two 4-core nodes (8 slots); best-effort work fills all of them for 100 s from 0; at 10 s a
 /// deadline job of 4 tasks of 20 s arrives: ideal 20 s, slack 3, deadline 70 s. Its
-/// reservation's window ends 5 s early (65 s), so GREE reserves 4 cores for 45-65 s.
+/// reservation's window ends 5 s early (65 s), so the planner (latest fit, as GREE) reserves 4
+/// cores for 45-65 s.
 fn borrowed_capacity(preemption: bool, reservations: bool) -> (SimResult, Vec<DeadlineJob>) {
     let cluster = nodes(2, 4);
     let jobs =
         vec![job("filler", 0, vec![stage(8, 100 * S)]), job("deadline", 10 * S, vec![stage(4, 20 * S)])];
-    let plan = reservations.then_some(Replanner::Rayon);
+    let plan = reservations.then_some(Replanner::Planner);
     let mut e = engine(plan, preemption);
     simulate(&mut e, &cluster, jobs, &[1], &options(0.0, 3.0, reservations, 5 * S), Vec::new())
 }
@@ -299,7 +322,7 @@ fn a_rejected_reservation_runs_best_effort_in_the_plans_default_queue() {
     // with slack 1 (ideal 60 s on 16 slots): each needs the whole plan for the whole window.
     let cluster = nodes(4, 4);
     let jobs = vec![job("first", 0, vec![stage(8, 60 * S)]), job("second", 0, vec![stage(8, 60 * S)])];
-    let mut e = engine(Some(Replanner::Rayon), true);
+    let mut e = engine(Some(Replanner::Planner), true);
     let (r, picks) = simulate(&mut e, &cluster, jobs, &[0, 1], &options(0.0, 1.0, true, 0), Vec::new());
     assert!(matches!(r.job_reservations[0].answer, ReservationAnswer::Admitted { .. }));
     assert!(
@@ -317,9 +340,9 @@ fn a_rejected_reservation_runs_best_effort_in_the_plans_default_queue() {
 }
 
 /// 4 nodes of 4 cores (plan: 8 cores). A deadline job of 8 tasks of 40 s arrives at 0 with
-/// slack 5 (ideal 40 s on 16 slots, deadline 200 s): GREE reserves the whole plan for
-/// 160-200 s. At 10 s a node is lost: the plan has 6 cores from then on, and the reservation
-/// no longer fits as placed.
+/// slack 5 (ideal 40 s on 16 slots, deadline 200 s): the planner (latest fit) reserves the whole
+/// plan for 160-200 s. At 10 s a node is lost: the plan has 6 cores from then on, and the
+/// reservation no longer fits as placed.
 fn lose_a_node(replanner: Replanner) -> (SimResult, Vec<DeadlineJob>) {
     let cluster = nodes(4, 4);
     let lost = lose_nodes(&cluster, 0.25, 10 * S, 1).expect("share");
@@ -330,8 +353,8 @@ fn lose_a_node(replanner: Replanner) -> (SimResult, Vec<DeadlineJob>) {
 }
 
 #[test]
-fn losing_a_node_replans_rayon_moves_the_reservation_yarn_deletes_it() {
-    let (r, picks) = lose_a_node(Replanner::Rayon);
+fn losing_a_node_replans_the_planner_moves_the_reservation_yarn_deletes_it() {
+    let (r, picks) = lose_a_node(Replanner::Planner);
     assert_eq!(picks[0].deadline_ms, 200 * S);
     assert_eq!(r.replans, (1, 0), "moved once, removed none");
     assert_eq!(r.job_reservations[0].replanned, 1);

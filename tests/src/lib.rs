@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+pub mod plan;
+
 /// One GiB.
 pub const GIB: u64 = 1 << 30;
 
@@ -23,9 +25,9 @@ pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
 }
 
-/// Builds (once per process) the `gantry` binary and the Rust plugin libraries in the debug
-/// profile, and returns the profile's output directory. Cargo makes this a no-op when they are
-/// up to date.
+/// Builds (once per process) the `gantry` binary and the Rust plugin libraries (the Rayon
+/// planner's `libgantry_rayon.so` among them) in the debug profile, and returns the profile's
+/// output directory. Cargo makes this a no-op when they are up to date.
 pub fn build_artifacts() -> anyhow::Result<PathBuf> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
@@ -49,6 +51,8 @@ pub fn build_artifacts() -> anyhow::Result<PathBuf> {
                     "-p",
                     "gantry-preemption",
                     "-p",
+                    "gantry-rayon",
+                    "-p",
                     "gantry-spread",
                     "--lib",
                 ],
@@ -67,6 +71,17 @@ pub fn build_artifacts() -> anyhow::Result<PathBuf> {
         })
         .clone()
         .map_err(anyhow::Error::msg)
+}
+
+/// A scheduler configuration's planner: the Rayon planner plugin (`libgantry_rayon.so`, built on
+/// demand) with its admission `agent` (`gree`, `gree-l`), as `[profile] reserve`. Goes with a
+/// `[reservations]` section; the configuration must have no other `[profile]`.
+pub fn rayon_planner_toml(agent: &str) -> String {
+    let path = build_artifacts().expect("artifacts").join("libgantry_rayon.so");
+    format!(
+        "[[plugins]]\nname = \"rayon\"\npath = {:?}\n[plugins.config]\nagent = \"{agent}\"\n[profile]\nreserve = \"rayon\"\n",
+        path.display().to_string()
+    )
 }
 
 /// Path of the `gantry` CLI binary (built on demand).
@@ -462,7 +477,7 @@ pub fn release_rust_plugin(package: &str, lib: &str) -> anyhow::Result<PathBuf> 
 
 /// Compiles a C plugin source (path relative to the workspace root) into
 /// `target/c-plugins/lib<stem>.so` with the system C compiler, and returns the library's path.
-/// Each process writes to a temporary name and renames, so parallel tests do not collide.
+/// Each call writes to a temporary name and renames, so parallel tests do not collide.
 pub fn c_plugin(source: &str) -> anyhow::Result<PathBuf> {
     let root = workspace_root();
     let src = root.join(source);
@@ -470,7 +485,10 @@ pub fn c_plugin(source: &str) -> anyhow::Result<PathBuf> {
     let dir = target_dir().join("c-plugins");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let out = dir.join(format!("libgantry_{stem}.so"));
-    let tmp = dir.join(format!(".libgantry_{stem}.{}.so", std::process::id()));
+    // Unique per process and per call: tests of one process compile in parallel too.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".libgantry_{stem}.{}.{call}.so", std::process::id()));
     let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
     let status = Command::new(cc)
         .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-I"])

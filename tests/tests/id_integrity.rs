@@ -83,11 +83,15 @@ fn container_ids(rt: &tokio::runtime::Runtime, client: &Client, app: u64) -> Vec
 fn ids_are_never_reused_across_restarts_and_ended_apps_keep_their_records() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let dir = tempfile::tempdir().expect("tempdir");
+    // Reservations are planned by the Rayon planner plugin.
     let files = gantry_tests::scheduler_config(
         dir.path(),
         "node_timeout_ms = 3000\ncycle_interval_ms = 50",
-        "[[queues]]\npath = \"root.prod\"\nguaranteed = 0.5\n[[queues]]\npath = \"root.default\"\nguaranteed = 0.5\n\
-         [reservations]\nqueue = \"root.prod\"\nhorizon_ms = 3600000\n",
+        &format!(
+            "[[queues]]\npath = \"root.prod\"\nguaranteed = 0.5\n[[queues]]\npath = \"root.default\"\nguaranteed = 0.5\n\
+             [reservations]\nqueue = \"root.prod\"\nhorizon_ms = 3600000\n{}",
+            gantry_tests::rayon_planner_toml("gree")
+        ),
     );
     let client = Client::new(&files.api).expect("client").with_timeout(Duration::from_secs(20));
     let agents: std::net::SocketAddr = files.agents.parse().expect("address");

@@ -129,7 +129,7 @@ impl Policy for Recorder {
 fn checksums(budget: Duration) -> Vec<Result<(), PolicyError>> {
     let answers = Arc::new(Mutex::new(Vec::new()));
     let recorder = Recorder { inner: test_plugin("checksum", budget), answers: Arc::clone(&answers) };
-    let all = Profile { admit: Some(0), order: Some(0), place: Some(0), rebalance: Some(0) };
+    let all = Profile { admit: Some(0), order: Some(0), place: Some(0), rebalance: Some(0), reserve: None };
     let mut e = engine_with(Box::new(recorder), all, 1000);
     for (t, gpus) in [(0, 0), (3_000, 1), (6_000, 2)] {
         e.handle(t, Event::AppSubmitted(app(&format!("cpu-{t}"), 1000, 2, 0, 3, false))).expect("submit");

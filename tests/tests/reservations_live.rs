@@ -1,8 +1,10 @@
-//! Rayon reservations live: the real `gantry-scheduler` with a reservable queue, a real agent on
+//! Rayon reservations live: the real `gantry-scheduler` with a reservable queue and the Rayon
+//! planner loaded as a plugin (`libgantry_rayon.so`, `[profile] reserve`), a real agent on
 //! loopback, and the real `gantry` CLI. A reservation is accepted at once with its allocation, a
 //! too large one is rejected with the reason and changes nothing, an application runs in the
 //! reservation's queue, the plan survives `kill -9` of the scheduler with the same allocation,
-//! and a delete is stored too. Timeouts are failure guards, never timing assertions.
+//! and a delete is stored too. Without a planner every reservation endpoint answers a clear 400.
+//! Timeouts are failure guards, never timing assertions.
 
 use gantry_tests::{TestAgent, gantry_cli, start_scheduler, wait_until};
 use std::time::Duration;
@@ -34,9 +36,12 @@ fn reservations_are_admitted_at_once_run_apps_and_survive_a_scheduler_kill_9() {
     let files = gantry_tests::scheduler_config(
         dir.path(),
         "node_timeout_ms = 5000\ncycle_interval_ms = 50",
-        "[[queues]]\npath = \"root.prod\"\nguaranteed = 0.5\n\
-         [[queues]]\npath = \"root.adhoc\"\nguaranteed = 0.5\n\
-         [reservations]\nqueue = \"root.prod\"\nagent = \"gree\"\nhorizon_ms = 3600000\n",
+        &format!(
+            "[[queues]]\npath = \"root.prod\"\nguaranteed = 0.5\n\
+             [[queues]]\npath = \"root.adhoc\"\nguaranteed = 0.5\n\
+             [reservations]\nqueue = \"root.prod\"\nhorizon_ms = 3600000\n{}",
+            gantry_tests::rayon_planner_toml("gree")
+        ),
     );
     let (api, config) = (files.api.clone(), files.config.clone());
     let mut scheduler = start_scheduler(&config);
@@ -169,8 +174,9 @@ fn the_yarn_shaped_rest_api_round_trip() {
     let dir = tempfile::tempdir().expect("tempdir");
     let text = format!(
         "[server]\nagent_listen = \"127.0.0.1:0\"\nlisten = \"127.0.0.1:0\"\ncycle_interval_ms = 50\ndata_dir = {:?}\n\
-         [[queues]]\npath = \"root.prod\"\nguaranteed = 1.0\n[reservations]\nqueue = \"root.prod\"\nhorizon_ms = 3600000\n",
-        dir.path().join("data").display().to_string()
+         [[queues]]\npath = \"root.prod\"\nguaranteed = 1.0\n[reservations]\nqueue = \"root.prod\"\nhorizon_ms = 3600000\n{}",
+        dir.path().join("data").display().to_string(),
+        gantry_tests::rayon_planner_toml("gree")
     );
     let (bound, _stop) = gantry_tests::start_daemon(&rt, &text);
     // Its own node name: the agents' cgroups are named by process and node, and `cargo test` runs
@@ -232,9 +238,59 @@ fn the_yarn_shaped_rest_api_round_trip() {
     let listed = rt.block_on(client.reservations(None)).expect("list");
     assert_eq!(listed[0].resource_allocations, accepted.resource_allocations);
 
-    // The optimiser looks at the reservations that have not started.
-    let info = rt.block_on(client.optimize_reservations(2_000)).expect("optimize");
-    assert!(info.considered <= 1, "{info:?}");
+    // The planner is asked to optimise; it may move the reservations that have not started.
+    let info = rt.block_on(client.optimize_reservations()).expect("optimize");
+    assert!(info.considered <= 1 && info.moved <= info.considered, "{info:?}");
     rt.block_on(client.delete_reservation(&id)).expect("delete");
     assert!(rt.block_on(client.reservations(None)).expect("list").is_empty());
+}
+
+/// Without a planner (no `[reservations]`, no `[profile] reserve`) every reservation endpoint
+/// answers 400 with a YARN-style `RemoteException` that says what to configure.
+#[test]
+fn without_a_planner_every_reservation_endpoint_answers_a_clear_400() {
+    use gantry_scheduler::api::client::{Client, ClientError};
+    use gantry_scheduler::api::reservations::{ReservationDefinition, ReservationSubmit};
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "[server]\nagent_listen = \"127.0.0.1:0\"\nlisten = \"127.0.0.1:0\"\ndata_dir = {:?}\n",
+        dir.path().join("data").display().to_string()
+    );
+    let (bound, _stop) = gantry_tests::start_daemon(&rt, &text);
+    let client = Client::new(&bound.api_addr.to_string()).expect("client");
+    let definition: ReservationDefinition =
+        serde_json::from_value(serde_json::json!({"rdl": "atom(1c/1GiB, 1, 1, 1s, 1s)"}))
+            .expect("definition");
+    let submit = ReservationSubmit {
+        queue: Some("root.default".into()),
+        reservation_id: None,
+        definition: definition.clone(),
+    };
+    let update = ReservationSubmit { queue: None, reservation_id: Some("reservation_1".into()), definition };
+    let answers: Vec<(&str, Result<(), ClientError>)> = vec![
+        ("new-reservation", rt.block_on(client.new_reservation()).map(drop)),
+        ("submit", rt.block_on(client.submit_reservation(&submit, false)).map(drop)),
+        ("update", rt.block_on(client.submit_reservation(&update, true)).map(drop)),
+        ("delete", rt.block_on(client.delete_reservation("reservation_1"))),
+        ("optimize", rt.block_on(client.optimize_reservations()).map(drop)),
+        ("list", rt.block_on(client.reservations(None)).map(drop)),
+    ];
+    for (call, answer) in answers {
+        match answer {
+            Err(ClientError::Api { status: 400, exception, message }) => {
+                assert_eq!(exception, "BadRequestException", "{call}");
+                assert!(message.contains("no reservation planner is configured"), "{call}: {message}");
+            }
+            other => panic!("{call}: {other:?}"),
+        }
+    }
+    // The CLI says so too.
+    let out = run(&bound.api_addr.to_string(), &["reserve", "list"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no reservation planner is configured"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -76,8 +76,15 @@ impl Bed {
     /// As [`Bed::new`], with any engine configuration (e.g. a reservation plan).
     fn with_engine(config: &str, engine_config: EngineConfig, nodes: Vec<NodeSpec>, order: bool) -> Bed {
         let plugin = StaticPolicy::<Preemption>::create(config).expect("config accepted");
-        let profile = Profile { rebalance: Some(0), order: order.then_some(0), ..Profile::default() };
-        let mut engine = Engine::new(engine_config, vec![Box::new(plugin)], profile).expect("engine");
+        let mut profile = Profile { rebalance: Some(0), order: order.then_some(0), ..Profile::default() };
+        let mut policies: Vec<Box<dyn gantry_engine::Policy>> = vec![Box::new(plugin)];
+        if engine_config.reservations.is_some() {
+            // A plan needs a planner: the engine's test planner, late as GREE.
+            let (planner, _) = gantry_engine::test_planner::TestPlanner::latest();
+            profile.reserve = Some(1);
+            policies.push(Box::new(StaticPolicy::new(planner)));
+        }
+        let mut engine = Engine::new(engine_config, policies, profile).expect("engine");
         for n in nodes {
             engine.handle(0, Event::NodeRegistered(n)).expect("register");
         }
@@ -531,8 +538,9 @@ fn the_shared_library_entry_offers_order_and_rebalance() {
     assert!(gantry_preemption::gantry_plugin_v1(2, 0).is_null());
 }
 
-/// Rayon's plan follower with this plugin: best-effort work in `root.adhoc` borrows the whole
-/// cluster; a reservation in `root.prod` (the plan) holds 10 cores from 70 to 130 s. Before 70 s
+/// The plan follower with this plugin: best-effort work in `root.adhoc` borrows the whole
+/// cluster; a reservation in `root.prod` (the plan; the engine's test planner places it last,
+/// as GREE) holds 10 cores from 70 to 130 s. Before 70 s
 /// the reservation's waiting app takes nothing (its queue is guaranteed nothing yet); from 70 s
 /// its queue is guaranteed its allocation, and preemption (set to take the whole excess a round)
 /// takes the room back from the borrower within a mark's 15 s wait and a round or two.
@@ -558,12 +566,14 @@ fn a_reservation_gets_its_capacity_back_from_best_effort_work() {
         priority: 0,
         arrival_ms: Some(60_000),
         deadline_ms: Some(130_000),
-        definition: gantry_rayon::rdl::parse_text("atom(1c/1GiB, 10, 10, 60s, 600s)").expect("rdl"),
+        definition: gantry_rdl::parse_text("atom(1c/1GiB, 10, 10, 60s, 600s)").expect("rdl"),
     };
     let cmds =
         b.engine.handle(b.now_ms, Event::ReservationSubmitted { id: None, request }).expect("answered");
-    let Some(Command::ReservationAdmitted { queue, pieces, .. }) = cmds.first() else { panic!("{cmds:?}") };
-    assert_eq!((pieces[0].start_ms, pieces[0].end_ms), (70_000, 130_000), "GREE places it last");
+    let Some(Command::ReservationAdmitted { queue, allocation, .. }) = cmds.first() else {
+        panic!("{cmds:?}")
+    };
+    assert_eq!((allocation[0].start_ms, allocation[0].end_ms), (70_000, 130_000), "placed last");
     let queue = queue.clone();
     b.run_until(60_000);
     b.submit("reserved", &queue, vec![ask(10, SLOT, false)]);

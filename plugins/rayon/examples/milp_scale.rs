@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use gantry_rayon::agents::{Agent, admit};
 use gantry_rayon::milp::{self, Options, Request};
 use gantry_rayon::plan::Plan;
-use gantry_rayon::rdl::{Atom, Expr, Window};
+use gantry_rdl::{Atom, Expr, Window};
 use gantry_sdk::abi::GantryResources;
 
 fn cpu(c: u64) -> GantryResources {

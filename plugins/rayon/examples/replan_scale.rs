@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use gantry_rayon::agents::{Agent, admit};
 use gantry_rayon::plan::Plan;
-use gantry_rayon::rdl::{Atom, Expr, Window};
 use gantry_rayon::replan::{ReservationInfo, affected, replan, replan_yarn_simple};
+use gantry_rdl::{Atom, Expr, Window};
 use gantry_sdk::abi::GantryResources;
 
 const GIB: u64 = 1 << 30;

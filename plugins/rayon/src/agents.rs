@@ -47,7 +47,7 @@
 use std::fmt;
 
 use crate::plan::{self, Piece, Plan, Vector};
-use crate::rdl::{Atom, Expr};
+use gantry_rdl::{Atom, Expr};
 
 /// Which greedy agent places a reservation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -85,8 +85,9 @@ use good_lp::highs as solver;
 #[cfg(not(feature = "highs"))]
 use good_lp::microlp as solver;
 
+use crate::agents::{Allocation, Interval};
 use crate::plan::{self, DIMS, Piece, Plan, Vector};
-use crate::rdl::{Atom, Expr};
+use gantry_rdl::{Atom, Expr};
 
 /// A reservation to re-organise: its id in the plan and its expression.
 #[derive(Debug, Clone, PartialEq)]
@@ -184,6 +185,10 @@ pub struct Outcome {
     /// Requests that could not be placed at all (only when the input plan no longer fits, e.g.
     /// after a capacity loss): [`Outcome::apply`] takes them out of the plan.
     pub rejected: Vec<u64>,
+    /// The requests the model placed anew (not kept as they were), per atom as an admission
+    /// agent reports them ([`Allocation`], plan time, atoms in pre-order), in request order:
+    /// what a planner answers a host with. Their `pieces` are the same allocations.
+    pub allocations: Vec<(u64, Allocation)>,
     /// What happened.
     pub stats: Stats,
 }
@@ -217,6 +222,10 @@ impl Outcome {
 /// An atom of a request in plan units.
 struct AtomVars {
     req: usize,
+    /// Its pre-order index within its request.
+    index: usize,
+    /// `g`: bundles per gang.
+    g: u64,
     gang: Vector,
     max_gangs: u64,
     /// Gang-steps of work.
@@ -262,7 +271,12 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
     let steps = plan.steps();
     let step_ms = plan.step_ms();
     if requests.is_empty() {
-        return Ok(Outcome { pieces: Vec::new(), rejected: Vec::new(), stats: Stats::default() });
+        return Ok(Outcome {
+            pieces: Vec::new(),
+            rejected: Vec::new(),
+            allocations: Vec::new(),
+            stats: Stats::default(),
+        });
     }
     let changes_before: usize = input.iter().map(|(_, p)| changes(p, steps)).sum();
 
@@ -290,7 +304,10 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
     }
 
     let mut atoms = Vec::with_capacity(flat.len());
+    let mut index_in_req = vec![0usize; requests.len()];
     for f in flat {
+        let index = index_in_req[f.req];
+        index_in_req[f.req] += 1;
         let g = u64::from(f.atom.min_parallel);
         if g == 0 || f.atom.max_parallel < f.atom.min_parallel {
             return Err(MilpError::Invalid(requests[f.req].id, "g is 0 or above h".into()));
@@ -308,6 +325,8 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
         };
         atoms.push(AtomVars {
             req: f.req,
+            index,
+            g,
             gang: plan::scale(&plan::vector(&f.atom.bundle), i64::from(f.atom.min_parallel)),
             max_gangs,
             work,
@@ -462,7 +481,7 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
     let keep = |mut stats: Stats, why: String| {
         stats.kept_input = Some(why);
         stats.changes_after = stats.changes_before;
-        Outcome { pieces: input.clone(), rejected: Vec::new(), stats }
+        Outcome { pieces: input.clone(), rejected: Vec::new(), allocations: Vec::new(), stats }
     };
     let sol = match solved {
         Ok(s) => s,
@@ -477,12 +496,22 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
         .zip(&kept)
         .map(|(r, k)| (sol.value(*r) < 0.5 && sol.value(*k) < 0.5).then(Vec::new))
         .collect();
+    let mut new_atoms: Vec<Vec<Vec<Interval>>> = index_in_req.iter().map(|&n| vec![Vec::new(); n]).collect();
     for a in &atoms {
         let Some(pieces) = new[a.req].as_mut() else { continue };
         let mut run: Option<Piece> = None;
         for &(k, x) in &a.cells {
             let gangs = sol.value(x).round().clamp(0.0, a.max_gangs as f64) as i64;
             let (s, e) = slot_range(k);
+            if gangs > 0 {
+                let ivs = &mut new_atoms[a.req][a.index];
+                let (start_ms, end_ms) = (s as u64 * step_ms, e as u64 * step_ms);
+                let bundles = gangs as u64 * a.g;
+                match ivs.last_mut() {
+                    Some(l) if l.end_ms == start_ms && l.bundles == bundles => l.end_ms = end_ms,
+                    _ => ivs.push(Interval { start_ms, end_ms, bundles }),
+                }
+            }
             let demand = plan::scale(&a.gang, gangs);
             match run.as_mut() {
                 Some(p) if p.end == s && p.demand == demand => p.end = e,
@@ -507,12 +536,14 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
     // still fit.
     let mut check = base;
     let mut placed: Vec<Option<Vec<Piece>>> = vec![None; requests.len()];
+    let mut allocations = Vec::new();
     for (j, r) in requests.iter().enumerate() {
         if let Some(p) = new[j].take() {
             if let Err(e) = check.add(r.id, p.clone()) {
                 return Ok(keep(stats, format!("reservation {}: {e}", r.id)));
             }
             placed[j] = Some(p);
+            allocations.push((r.id, Allocation { atoms: std::mem::take(&mut new_atoms[j]) }));
         }
     }
     for pass in [true, false] {
@@ -546,7 +577,7 @@ pub fn optimize(plan: &Plan, requests: &[Request], opts: &Options) -> Result<Out
     }
     stats.rejections = rejected_ids.len();
     stats.changes_after = pieces.iter().map(|(_, p)| changes(p, steps)).sum();
-    Ok(Outcome { pieces, rejected: rejected_ids, stats })
+    Ok(Outcome { pieces, rejected: rejected_ids, allocations, stats })
 }
 
 /// What `pieces` hold together at `step`.

@@ -34,7 +34,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::agents::{Agent, Allocation, admit};
 use crate::plan::{DIMS, Piece, Plan};
-use crate::rdl::Expr;
+use gantry_rdl::Expr;
 
 /// What the replanner knows of one reservation in the plan.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,7 +2,7 @@
 
 use gantry_rayon::agents::{Agent, Allocation, Interval, admit};
 use gantry_rayon::plan::{Piece, Plan};
-use gantry_rayon::rdl::Expr;
+use gantry_rdl::Expr;
 
 mod common;
 use common::{atom, cpu, window};

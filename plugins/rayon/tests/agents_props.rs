@@ -7,7 +7,7 @@
 
 use gantry_rayon::agents::{Agent, Allocation, admit, count_atoms};
 use gantry_rayon::plan::{DIMS, Plan, Vector, vector};
-use gantry_rayon::rdl::{Atom, Expr, Window};
+use gantry_rdl::{Atom, Expr, Window};
 use gantry_sdk::abi::GantryResources;
 use proptest::prelude::*;
 

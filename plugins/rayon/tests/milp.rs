@@ -7,7 +7,7 @@ use std::time::Duration;
 use gantry_rayon::agents::{Agent, admit};
 use gantry_rayon::milp::{self, Options, Request};
 use gantry_rayon::plan::{Piece, Plan};
-use gantry_rayon::rdl::Expr;
+use gantry_rdl::Expr;
 use proptest::prelude::*;
 
 mod common;

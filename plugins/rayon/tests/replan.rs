@@ -4,8 +4,8 @@
 
 use gantry_rayon::agents::{Agent, admit};
 use gantry_rayon::plan::{Piece, Plan};
-use gantry_rayon::rdl::{Atom, Expr, Window};
 use gantry_rayon::replan::{ReservationInfo, affected, replan, replan_yarn_simple};
+use gantry_rdl::{Atom, Expr, Window};
 use gantry_sdk::abi::GantryResources;
 
 fn res(cpu_millis: u64, memory_bytes: u64) -> GantryResources {

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gantry_rayon::agents::{Agent, Allocation, admit, count_atoms};
 use gantry_rayon::plan::{DIMS, Piece, Plan, Vector, vector};
-use gantry_rayon::rdl::{Atom, Expr, Window};
 use gantry_rayon::replan::{ReservationInfo, affected, replan, replan_yarn_simple};
+use gantry_rdl::{Atom, Expr, Window};
 use gantry_sdk::abi::GantryResources;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};

@@ -7,7 +7,8 @@ use crate::fifo::FirstFitFifo;
 use crate::model::*;
 use crate::plugin_log::{Incident, LogLimiter};
 use crate::policy::{Policy, PolicyError, Profile, StaticPolicy, hook_name};
-use crate::reservations::{PlannedPiece, ReservationBook, ReservationEnd, ReservationRequest, Restored};
+use crate::reservations::book::Restored;
+use crate::reservations::{ReservationBook, ReservationEnd};
 use crate::rng::SplitMix64;
 use crate::state::{AppMeta, AppSummary, ClusterState, ContainerMeta, app_is_terminal, container_is_live};
 use crate::validate::{self, PlaceNote, RebalanceAction, Rejections};
@@ -83,6 +84,9 @@ pub struct ReservationStats {
     pub deleted: u64,
     /// Reservations a replan after a capacity loss could not keep.
     pub replan_rejected: u64,
+    /// `reserve` calls the built-in answered instead of the planner (none configured,
+    /// quarantined, failed, or its answer refused).
+    pub builtin: u64,
 }
 
 /// What rebalancing took from one queue since the engine started.
@@ -95,12 +99,12 @@ pub struct Reclaimed {
 }
 
 /// A loaded policy, its health and its record.
-struct PolicySlot {
-    policy: Box<dyn Policy>,
+pub(crate) struct PolicySlot {
+    pub(crate) policy: Box<dyn Policy>,
     consecutive_failures: u32,
-    quarantined_until: Option<u64>,
+    pub(crate) quarantined_until: Option<u64>,
     /// Its decisions refused by validation, by reason, since the engine started.
-    rejected: Rejections,
+    pub(crate) rejected: Rejections,
     /// Its failed calls since the engine started.
     failures: u64,
     /// Times it was quarantined since the engine started.
@@ -110,6 +114,13 @@ struct PolicySlot {
     timeouts: u64,
     /// Which of its incidents to log.
     log: LogLimiter,
+}
+
+impl PolicySlot {
+    /// A call succeeded: the failures in a row start again from zero.
+    pub(crate) fn succeeded(&mut self) {
+        self.consecutive_failures = 0;
+    }
 }
 
 /// What a policy call produced.
@@ -144,25 +155,25 @@ pub struct PolicyStatus {
 /// The sans-IO scheduling engine.
 pub struct Engine {
     config: EngineConfig,
-    state: ClusterState,
-    policies: Vec<PolicySlot>,
-    profile: Profile,
+    pub(crate) state: ClusterState,
+    pub(crate) policies: Vec<PolicySlot>,
+    pub(crate) profile: Profile,
     fallback: StaticPolicy<FirstFitFifo>,
-    rng: SplitMix64,
-    now_ms: u64,
-    cycle: u64,
+    pub(crate) rng: SplitMix64,
+    pub(crate) now_ms: u64,
+    pub(crate) cycle: u64,
     next_rebalance_ms: u64,
-    stats: EngineStats,
-    buf: Decisions,
+    pub(crate) stats: EngineStats,
+    pub(crate) buf: Decisions,
     pending: Vec<u32>,
     /// Apps that may have containers left to place (indexes): new apps, and apps whose
     /// containers were stopped, lost or failed since. Saves walking every app each cycle.
     maybe_pending: Vec<u32>,
     /// Compaction renumbered the apps: the next pending computation walks them all.
     rescan_pending: bool,
-    commands: Vec<Command>,
-    /// The Rayon reservation plan, when a queue is reservable.
-    book: Option<ReservationBook>,
+    pub(crate) commands: Vec<Command>,
+    /// The reservations, when a queue is reservable.
+    pub(crate) book: Option<ReservationBook>,
     /// What this cycle's `place` call said besides placing (WAITs, refusals), by request.
     place_notes: Vec<(u32, PlaceNote)>,
     /// The plugin (policy index) whose decisions this cycle's placement used; `None` for the
@@ -196,6 +207,7 @@ impl Engine {
             ("order", profile.order, GANTRY_HOOK_ORDER),
             ("place", profile.place, GANTRY_HOOK_PLACE),
             ("rebalance", profile.rebalance, GANTRY_HOOK_REBALANCE),
+            ("reserve", profile.reserve, GANTRY_HOOK_RESERVE),
         ];
         for (name, slot, hook) in hooks {
             if let Some(i) = slot {
@@ -215,6 +227,12 @@ impl Engine {
                 what: "quarantine_after",
                 reason: "must be at least 1".into(),
             });
+        }
+        if profile.reserve.is_some() && config.reservations.is_none() {
+            return Err(EngineError::Profile(
+                "reserve names a reservation planner, but no queue is reservable: configure [reservations]"
+                    .into(),
+            ));
         }
         let mut state = ClusterState::new(&config)?;
         let book = config.reservations.clone().map(|c| ReservationBook::new(c, &mut state)).transpose()?;
@@ -266,22 +284,20 @@ impl Engine {
         self.now_ms = self.now_ms.max(now_ms);
         self.commands.clear();
         let result = self.apply(event);
-        if result.is_ok() {
-            if let Some(book) = &mut self.book {
-                book.capacity_changed(&mut self.state, self.now_ms, &mut self.commands);
-                let r = &mut self.stats.reservations;
-                for c in &self.commands {
-                    match c {
-                        Command::ReservationAdmitted { .. } => r.admitted += 1,
-                        Command::ReservationRejected { .. } => r.rejected += 1,
-                        Command::ReservationReplanned { .. } => r.moved += 1,
-                        Command::ReservationEnded { why: ReservationEnd::Expired, .. } => r.expired += 1,
-                        Command::ReservationEnded { why: ReservationEnd::Deleted, .. } => r.deleted += 1,
-                        Command::ReservationEnded { why: ReservationEnd::Replanned, .. } => {
-                            r.replan_rejected += 1
-                        }
-                        _ => {}
+        if result.is_ok() && self.book.is_some() {
+            self.follow_plan_capacity();
+            let r = &mut self.stats.reservations;
+            for c in &self.commands {
+                match c {
+                    Command::ReservationAdmitted { .. } => r.admitted += 1,
+                    Command::ReservationRejected { .. } => r.rejected += 1,
+                    Command::ReservationReplanned { .. } => r.moved += 1,
+                    Command::ReservationEnded { why: ReservationEnd::Expired, .. } => r.expired += 1,
+                    Command::ReservationEnded { why: ReservationEnd::Deleted, .. } => r.deleted += 1,
+                    Command::ReservationEnded { why: ReservationEnd::Replanned, .. } => {
+                        r.replan_rejected += 1
                     }
+                    _ => {}
                 }
             }
         }
@@ -384,29 +400,23 @@ impl Engine {
                     self.end_app(i, GANTRY_APP_KILLED, reason, KillReason::AppKilled);
                 }
             }
-            Event::ReservationRequested(spec) => self.request_reservation(spec)?,
             Event::ReservationSubmitted { id, request } => self.submit_reservation(id, request)?,
-            Event::ReservationUpdated { id, request } => {
-                let now = self.now_ms;
-                let book = self.book_mut()?;
-                let mut commands = Vec::new();
-                let answer = book.update(now, id, request, &mut commands)?;
-                self.answer_reservation(id, answer);
-                self.commands.extend(commands);
-            }
+            Event::ReservationUpdated { id, request } => self.update_reservation(id, request)?,
             Event::ReservationDeleted { id } => {
-                let book = self.book.as_mut().ok_or(EngineError::NoPlan)?;
+                let book = self.book.as_mut().ok_or(EngineError::NoReservationPlanner)?;
                 book.delete(&mut self.state, id, &mut self.commands)?;
             }
-            Event::ReservationRestored { id, request, submit_ms, pieces } => {
+            Event::ReservationRestored { id, request, submit_ms, allocation } => {
                 let now = self.now_ms;
-                let book = self.book.as_mut().ok_or(EngineError::NoPlan)?;
-                let restored = Restored { id, request, submit_ms, pieces };
+                let book = self.book.as_mut().ok_or(EngineError::NoReservationPlanner)?;
+                let restored = Restored { id, request, submit_ms, allocation };
                 book.restore(&mut self.state, now, restored, &mut self.commands)?;
             }
-            Event::PlanOptimized { generation, outcome } => {
-                let book = self.book.as_mut().ok_or(EngineError::NoPlan)?;
-                book.apply_optimized(generation, &outcome, &mut self.commands)?;
+            Event::OptimizeReservations => {
+                if self.book.is_none() || self.profile.reserve.is_none() {
+                    return Err(EngineError::NoReservationPlanner);
+                }
+                self.optimize_reservations();
             }
             Event::ContainerStarted { container } => {
                 let i = self.container_idx(container)?;
@@ -619,74 +629,6 @@ impl Engine {
                 st.apps[app as usize].state = GANTRY_APP_RUNNING;
             }
         }
-        Ok(())
-    }
-
-    fn book_mut(&mut self) -> Result<&mut ReservationBook, EngineError> {
-        self.book.as_mut().ok_or(EngineError::NoPlan)
-    }
-
-    fn submit_reservation(
-        &mut self,
-        id: Option<ReservationId>,
-        request: ReservationRequest,
-    ) -> Result<(), EngineError> {
-        let id = match id {
-            Some(id) if id.0 == 0 => {
-                return Err(EngineError::Invalid { what: "reservation id", reason: "must not be 0".into() });
-            }
-            Some(id) if self.state.reservations.iter().any(|r| r.id == id.0) => {
-                return Err(EngineError::Conflict(format!("reservation {} already exists", id.0)));
-            }
-            Some(id) => id,
-            None => ReservationId(self.state.next_reservation),
-        };
-        let now = self.now_ms;
-        let book = self.book.as_mut().ok_or(EngineError::NoPlan)?;
-        let answer = book.submit(&mut self.state, now, id, request)?;
-        self.state.next_reservation = self.state.next_reservation.max(id.0 + 1);
-        self.answer_reservation(id, answer);
-        Ok(())
-    }
-
-    fn answer_reservation(&mut self, id: ReservationId, answer: Result<Vec<PlannedPiece>, String>) {
-        match answer {
-            Ok(pieces) => {
-                let queue = self
-                    .book
-                    .as_ref()
-                    .and_then(|b| b.get(id))
-                    .map(|r| self.state.queue_path(r.queue).to_owned())
-                    .unwrap_or_default();
-                self.commands.push(Command::ReservationAdmitted { reservation: id, queue, pieces });
-            }
-            Err(reason) => self.commands.push(Command::ReservationRejected { reservation: id, reason }),
-        }
-    }
-
-    fn request_reservation(&mut self, spec: ReservationSpec) -> Result<(), EngineError> {
-        let queue = *self
-            .state
-            .queue_index
-            .get(&spec.queue)
-            .ok_or_else(|| EngineError::UnknownQueue(spec.queue.clone()))?;
-        if spec.end_ms <= spec.start_ms || spec.resources.is_zero() {
-            return Err(EngineError::Invalid {
-                what: "reservation",
-                reason: "needs start < end and non-zero resources".into(),
-            });
-        }
-        let id = self.state.next_reservation;
-        self.state.next_reservation += 1;
-        self.state.reservations.push(GantryReservation {
-            id,
-            queue,
-            state: GANTRY_RESERVATION_NEW,
-            start_ms: spec.start_ms,
-            end_ms: spec.end_ms,
-            resources: spec.resources,
-        });
-        self.commands.push(Command::ReservationRecorded { reservation: ReservationId(id) });
         Ok(())
     }
 
@@ -920,16 +862,7 @@ impl Engine {
         if let Some(book) = &mut self.book {
             book.follow(&mut self.state, self.now_ms, &mut self.commands);
         }
-        for r in &mut self.state.reservations {
-            if r.state == GANTRY_RESERVATION_ACCEPTED && r.end_ms <= self.now_ms {
-                r.state = GANTRY_RESERVATION_EXPIRED;
-                self.state.dirty = true;
-                self.commands.push(Command::ReservationStateChanged {
-                    reservation: ReservationId(r.id),
-                    state: GANTRY_RESERVATION_EXPIRED,
-                });
-            }
-        }
+        self.optimize_when_due();
         self.admit_phase();
         self.rescan_pending |= self.state.compact();
         self.compute_pending();
@@ -985,7 +918,7 @@ impl Engine {
 
     /// Counts a failed call of policy `i` toward its quarantine, and logs it (rate-limited,
     /// [`crate::plugin_log`]).
-    fn policy_failed(&mut self, i: usize, hook: u32, e: &PolicyError) {
+    pub(crate) fn policy_failed(&mut self, i: usize, hook: u32, e: &PolicyError) {
         self.stats.policy_failures += 1;
         let now = self.now_ms;
         let p = &mut self.policies[i];
@@ -1072,8 +1005,7 @@ impl Engine {
     }
 
     fn admit_phase(&mut self) {
-        let any_new = self.state.apps.iter().any(|a| a.state == GANTRY_APP_NEW)
-            || self.state.reservations.iter().any(|r| r.state == GANTRY_RESERVATION_NEW);
+        let any_new = self.state.apps.iter().any(|a| a.state == GANTRY_APP_NEW);
         if !any_new {
             return;
         }
@@ -1091,28 +1023,10 @@ impl Engine {
             self.state.dirty = true;
             self.app_changed(app, msg);
         }
-        for (r, _) in outcome.rejected_reservations {
-            let res = &mut self.state.reservations[r as usize];
-            res.state = GANTRY_RESERVATION_REJECTED;
-            self.state.dirty = true;
-            self.commands.push(Command::ReservationStateChanged {
-                reservation: ReservationId(res.id),
-                state: GANTRY_RESERVATION_REJECTED,
-            });
-        }
         for i in 0..self.state.apps.len() as u32 {
             if self.state.apps[i as usize].state == GANTRY_APP_NEW {
                 self.state.apps[i as usize].state = GANTRY_APP_ACCEPTED;
                 self.app_changed(i, String::new());
-            }
-        }
-        for r in &mut self.state.reservations {
-            if r.state == GANTRY_RESERVATION_NEW {
-                r.state = GANTRY_RESERVATION_ACCEPTED;
-                self.commands.push(Command::ReservationStateChanged {
-                    reservation: ReservationId(r.id),
-                    state: GANTRY_RESERVATION_ACCEPTED,
-                });
             }
         }
     }
@@ -1349,9 +1263,14 @@ impl Engine {
         self.now_ms
     }
 
-    /// The Rayon reservation plan, if a queue is reservable.
+    /// The reservations, if a queue is reservable.
     pub fn reservation_book(&self) -> Option<&ReservationBook> {
         self.book.as_ref()
+    }
+
+    /// Whether reservations can be planned: a reservable queue and a planner (`Profile::reserve`).
+    pub fn plans_reservations(&self) -> bool {
+        self.book.is_some() && self.profile.reserve.is_some()
     }
 
     /// The id the next reservation submitted without one gets.

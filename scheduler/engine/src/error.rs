@@ -39,7 +39,10 @@ pub enum EngineError {
     /// maximum.
     #[error("invalid resource request: {0}")]
     InvalidResourceRequest(String),
-    /// A reservation event, but no queue is reservable.
-    #[error("no queue is reservable: configure [reservations] to use reservations")]
-    NoPlan,
+    /// A reservation event, but no reservation planner is configured (no reservable queue, or
+    /// no policy answering `reserve`).
+    #[error(
+        "no reservation planner is configured: reservations need [reservations] and a planner plugin in [profile] reserve"
+    )]
+    NoReservationPlanner,
 }

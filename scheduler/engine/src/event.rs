@@ -1,9 +1,7 @@
 //! The engine's interface: events in, commands out (see DESIGN.md, "The engine is sans-IO").
 
-use crate::model::{
-    AppId, AppSpec, ContainerId, NodeId, NodeSpec, ReservationId, ReservationSpec, Resources,
-};
-use crate::reservations::{PlannedPiece, ReservationEnd, ReservationRequest};
+use crate::model::{AppId, AppSpec, ContainerId, NodeId, NodeSpec, ReservationId, Resources};
+use crate::reservations::{AtomInterval, ReservationEnd, ReservationRequest};
 
 /// Something that happened, as a driver (the daemon or the simulator) reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,19 +98,20 @@ pub enum Event {
         /// Why, for its diagnostics.
         reason: String,
     },
-    /// A client asked for a reservation.
-    ReservationRequested(ReservationSpec),
-    /// A client submitted a Rayon reservation to the plan (needs `EngineConfig::reservations`).
-    /// Answered at once: `ReservationAdmitted` or `ReservationRejected`.
+    /// A client submitted a reservation to the plan (needs `EngineConfig::reservations` and a
+    /// planner, `Profile::reserve`, else `EngineError::NoReservationPlanner`). The planner is
+    /// asked at once (ADMIT); answered `ReservationAdmitted` (and `ReservationReplanned` for
+    /// reservations it moved) or `ReservationRejected`.
     ReservationSubmitted {
         /// An id handed out earlier (`new-reservation`), or `None` for a new one.
         id: Option<ReservationId>,
         /// What it asks for.
         request: ReservationRequest,
     },
-    /// A client replaced an accepted reservation's definition (e.g. the job turned out larger).
-    /// Answered `ReservationAdmitted` (and `ReservationReplanned` for reservations moved to make
-    /// room) or `ReservationRejected` (the old allocation stays).
+    /// A client replaced the definition of an accepted reservation that has not started (e.g.
+    /// the job turned out larger; one that has started is refused). The planner is asked at once
+    /// (UPDATE); answered `ReservationAdmitted` (and `ReservationReplanned` for reservations
+    /// moved to make room) or `ReservationRejected` (the old allocation stays).
     ReservationUpdated {
         /// The reservation.
         id: ReservationId,
@@ -124,7 +123,8 @@ pub enum Event {
         /// The reservation.
         id: ReservationId,
     },
-    /// A reservation recovered from the driver's store with the allocation it had.
+    /// A reservation recovered from the driver's store with the allocation it had (not planned
+    /// again; answered `ReservationEnded { Expired }` if its deadline has passed).
     ReservationRestored {
         /// Its id.
         id: ReservationId,
@@ -133,16 +133,12 @@ pub enum Event {
         /// When it was accepted, ms.
         submit_ms: u64,
         /// Its allocation.
-        pieces: Vec<PlannedPiece>,
+        allocation: Vec<AtomInterval>,
     },
-    /// The offline optimiser's answer for the plan of `generation`
-    /// (see `ReservationBook::optimizer_job`). Refused if the plan changed since.
-    PlanOptimized {
-        /// The plan generation it was computed on.
-        generation: u64,
-        /// Its answer.
-        outcome: gantry_rayon::milp::Outcome,
-    },
+    /// A client asked the planner to re-organise the plan now (the `reserve` hook with
+    /// OPTIMIZE, as `[reservations] optimize_interval_ms` does periodically). Answered
+    /// `ReservationReplanned` for each reservation it moved.
+    OptimizeReservations,
     /// An agent confirmed a container started.
     ContainerStarted {
         /// The container.
@@ -240,19 +236,14 @@ pub enum Command {
         /// Human-readable reason.
         diagnostics: String,
     },
-    /// A reservation was recorded under this id (the reply to a request).
-    ReservationRecorded {
-        /// The new id.
-        reservation: ReservationId,
-    },
     /// A reservation was accepted into the plan (the answer to a submission or update).
     ReservationAdmitted {
         /// Its id.
         reservation: ReservationId,
         /// The queue its applications are submitted to.
         queue: String,
-        /// Its allocation over time.
-        pieces: Vec<PlannedPiece>,
+        /// Its allocation, sorted by atom, then start.
+        allocation: Vec<AtomInterval>,
     },
     /// A reservation could not be placed; nothing changed.
     ReservationRejected {
@@ -261,12 +252,12 @@ pub enum Command {
         /// Why.
         reason: String,
     },
-    /// A reservation's allocation changed (a replan, an update that made room, the optimiser).
+    /// A reservation's allocation changed (a replan, an update that made room, an optimisation).
     ReservationReplanned {
         /// Its id.
         reservation: ReservationId,
-        /// Its new allocation.
-        pieces: Vec<PlannedPiece>,
+        /// Its new allocation, sorted by atom, then start.
+        allocation: Vec<AtomInterval>,
     },
     /// A reservation left the plan; its applications moved to the plan's default queue.
     ReservationEnded {
@@ -274,13 +265,6 @@ pub enum Command {
         reservation: ReservationId,
         /// Why.
         why: ReservationEnd,
-    },
-    /// A reservation changed state.
-    ReservationStateChanged {
-        /// The reservation.
-        reservation: ReservationId,
-        /// New state (`GANTRY_RESERVATION_*`).
-        state: u32,
     },
 }
 

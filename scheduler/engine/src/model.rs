@@ -126,19 +126,6 @@ pub struct AppSpec {
     pub requests: Vec<RequestSpec>,
 }
 
-/// A reservation request: capacity for a queue over a window.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReservationSpec {
-    /// Queue path.
-    pub queue: String,
-    /// Earliest start, ms.
-    pub start_ms: u64,
-    /// Deadline, ms.
-    pub end_ms: u64,
-    /// Peak resources.
-    pub resources: Resources,
-}
-
 /// The engine's configuration. Every field has a default.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
@@ -156,7 +143,7 @@ pub struct EngineConfig {
     pub rebalance_interval_ms: u64,
     /// Terminal applications remembered for queries.
     pub history_len: usize,
-    /// The Rayon reservation plan, if one queue is reservable.
+    /// The reservation plan, if one queue is reservable (its planner is `Profile::reserve`).
     pub reservations: Option<crate::reservations::PlanConfig>,
 }
 

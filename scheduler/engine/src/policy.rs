@@ -38,7 +38,8 @@ pub enum PolicyError {
     },
 }
 
-/// The name of hook `GANTRY_HOOK_*` (`admit`, `order`, `place`, `rebalance`; `unknown` otherwise),
+/// The name of hook `GANTRY_HOOK_*` (`admit`, `order`, `place`, `rebalance`, `reserve`; `unknown`
+/// otherwise),
 /// for errors, logs and metric labels.
 pub fn hook_name(hook: u32) -> &'static str {
     use gantry_sdk::abi::*;
@@ -47,6 +48,7 @@ pub fn hook_name(hook: u32) -> &'static str {
         GANTRY_HOOK_ORDER => "order",
         GANTRY_HOOK_PLACE => "place",
         GANTRY_HOOK_REBALANCE => "rebalance",
+        GANTRY_HOOK_RESERVE => "reserve",
         _ => "unknown",
     }
 }
@@ -113,7 +115,7 @@ impl<P: Plugin> Policy for StaticPolicy<P> {
 
 /// Which loaded policy serves each extension point: indexes into the list of policies given to
 /// the engine. An empty slot means the engine's built-in behaviour (accept all; default order;
-/// first-fit FIFO placement; no rebalancing).
+/// first-fit FIFO placement; no rebalancing; no reservations).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Profile {
     /// Policy answering `admit`.
@@ -124,4 +126,6 @@ pub struct Profile {
     pub place: Option<usize>,
     /// Policy answering `rebalance`.
     pub rebalance: Option<usize>,
+    /// The reservation planner, answering `reserve` (needs `EngineConfig::reservations`).
+    pub reserve: Option<usize>,
 }

@@ -144,7 +144,10 @@ pub struct ClusterState {
     pub(crate) containers: Vec<GantryContainer>,
     pub(crate) container_meta: Vec<ContainerMeta>,
     pub(crate) container_index: IdMap<u32>,
+    /// The reservations' records (see `crate::reservations::view`), parallel to `plan.details`.
     pub(crate) reservations: Vec<GantryReservation>,
+    /// The rest of the reservation side of the view.
+    pub(crate) plan: crate::reservations::view::PlanArrays,
     pub(crate) cluster: GantryResources,
     pub(crate) history: VecDeque<AppSummary>,
     pub(crate) history_len: usize,
@@ -653,8 +656,6 @@ impl ClusterState {
             }
             n.gpus = GantryRange { start, len: new_gpus.len() as u32 - start };
         }
-        self.reservations
-            .retain(|r| !matches!(r.state, GANTRY_RESERVATION_REJECTED | GANTRY_RESERVATION_EXPIRED));
         self.apps = kept_apps;
         self.app_meta = kept_meta;
         self.requests = kept_reqs;
@@ -693,7 +694,17 @@ impl ClusterState {
             reservations: &self.reservations,
             pending,
             node_usage: &self.node_usage,
-            plan: gantry_sdk::PlanView::default(),
+            plan: gantry_sdk::PlanView {
+                cause: 0,
+                subject: GANTRY_NONE,
+                queue: self.plan.queue,
+                capacity: self.plan.capacity,
+                step_ms: self.plan.step_ms,
+                horizon_ms: self.plan.horizon_ms,
+                details: &self.plan.details,
+                rdl_nodes: &self.plan.nodes,
+                allocations: &self.plan.allocations,
+            },
         }
     }
 
@@ -844,6 +855,7 @@ impl ClusterState {
                 }
             }
         }
+        self.check_plan_arrays()?;
         Ok(())
     }
 }

@@ -44,11 +44,28 @@ pub enum RejectReason {
     QueueCapacity,
     /// The container is already stopping (e.g. preempted again during its grace period).
     AlreadyStopping,
+    /// `reserve`: an allocation piece for a reservation without a PLAN decision, of an atom the
+    /// definition lacks, empty, of zero bundles, or too many pieces.
+    BadAllocation,
+    /// `reserve`: a piece outside its atom's window, or a new piece before now.
+    OutsideWindow,
+    /// `reserve`: bundles not a multiple of the atom's gang `g`, or above its `h`.
+    GangSize,
+    /// `reserve`: a run of an atom's allocation shorter than its lease.
+    ShortLease,
+    /// `reserve`: the definition's work is not all allocated.
+    WorkMissing,
+    /// `reserve`: a part of an `order` starts before the previous one ends.
+    OrderBroken,
+    /// `reserve`: the allocations would exceed the plan's capacity.
+    OverCapacity,
+    /// `reserve`: an accepted reservation's allocation before now changed.
+    PastChanged,
 }
 
 impl RejectReason {
     /// Every reason, in a fixed order (for metrics).
-    pub const ALL: [RejectReason; 15] = [
+    pub const ALL: [RejectReason; 23] = [
         RejectReason::BadKind,
         RejectReason::UnknownSubject,
         RejectReason::UnknownNode,
@@ -64,6 +81,14 @@ impl RejectReason {
         RejectReason::TooMany,
         RejectReason::QueueCapacity,
         RejectReason::AlreadyStopping,
+        RejectReason::BadAllocation,
+        RejectReason::OutsideWindow,
+        RejectReason::GangSize,
+        RejectReason::ShortLease,
+        RejectReason::WorkMissing,
+        RejectReason::OrderBroken,
+        RejectReason::OverCapacity,
+        RejectReason::PastChanged,
     ];
 
     /// A short snake_case name for logs and metric labels.
@@ -84,6 +109,14 @@ impl RejectReason {
             RejectReason::TooMany => "too_many",
             RejectReason::QueueCapacity => "queue_capacity",
             RejectReason::AlreadyStopping => "already_stopping",
+            RejectReason::BadAllocation => "bad_allocation",
+            RejectReason::OutsideWindow => "outside_window",
+            RejectReason::GangSize => "gang_size",
+            RejectReason::ShortLease => "short_lease",
+            RejectReason::WorkMissing => "work_missing",
+            RejectReason::OrderBroken => "order_broken",
+            RejectReason::OverCapacity => "over_capacity",
+            RejectReason::PastChanged => "past_changed",
         }
     }
 
@@ -111,6 +144,14 @@ impl RejectReason {
             RejectReason::TooMany => "more placements than the request has containers left",
             RejectReason::QueueCapacity => "sibling queues would be guaranteed more than their parent",
             RejectReason::AlreadyStopping => "the container was already stopping",
+            RejectReason::BadAllocation => "an allocation piece was malformed",
+            RejectReason::OutsideWindow => "an allocation piece lay outside its window",
+            RejectReason::GangSize => "an allocation broke the gang size or the most bundles at once",
+            RejectReason::ShortLease => "an allocation ran shorter than the lease",
+            RejectReason::WorkMissing => "an allocation did not hold all the work",
+            RejectReason::OrderBroken => "an allocation broke an order",
+            RejectReason::OverCapacity => "the allocations would exceed the plan's capacity",
+            RejectReason::PastChanged => "an allocation changed what was held before now",
         }
     }
 
@@ -125,6 +166,7 @@ impl RejectReason {
                 | RejectReason::Duplicate
                 | RejectReason::WrongState
                 | RejectReason::InvalidValue
+                | RejectReason::BadAllocation
         )
     }
 
@@ -151,6 +193,12 @@ impl PartialEq for Rejections {
 impl Eq for Rejections {}
 
 impl Rejections {
+    /// Counts `n` refusals for `reason` of something that is no decision record (a reservation
+    /// planner's allocation piece, which logs itself).
+    pub(crate) fn add(&mut self, reason: RejectReason, n: u64) {
+        self.counts[reason.index()] += n;
+    }
+
     /// Counts `n` refusals for `reason`; `decision` is one of them.
     fn refuse_n(&mut self, reason: RejectReason, n: u64, decision: GantryDecision) {
         self.counts[reason.index()] += n;
@@ -195,47 +243,37 @@ impl Rejections {
     }
 }
 
-/// The outcome of `admit`: which new apps and reservations to reject (with the plugin's reason).
+/// The outcome of `admit`: which new apps to reject (with the plugin's reason).
 #[derive(Debug, Default)]
 pub struct AdmitOutcome {
     /// (app index, reason code).
     pub rejected_apps: Vec<(u32, u32)>,
-    /// (reservation index, reason code).
-    pub rejected_reservations: Vec<(u32, u32)>,
 }
 
 /// Checks `admit` decisions.
 pub fn admit(state: &ClusterState, decisions: &[GantryDecision], rej: &mut Rejections) -> AdmitOutcome {
     let mut out = AdmitOutcome::default();
     let mut seen_apps = vec![false; state.apps.len()];
-    let mut seen_res = vec![false; state.reservations.len()];
     for d in decisions {
-        let (is_app, accept) = match d.kind {
-            GANTRY_DECISION_ACCEPT_APP => (true, true),
-            GANTRY_DECISION_REJECT_APP => (true, false),
-            GANTRY_DECISION_ACCEPT_RESERVATION => (false, true),
-            GANTRY_DECISION_REJECT_RESERVATION => (false, false),
+        let accept = match d.kind {
+            GANTRY_DECISION_ACCEPT_APP => true,
+            GANTRY_DECISION_REJECT_APP => false,
+            // Reservations are planned by `reserve` (ABI 1.3): admit never sees a NEW one.
+            GANTRY_DECISION_ACCEPT_RESERVATION | GANTRY_DECISION_REJECT_RESERVATION => {
+                rej.refuse(RejectReason::WrongState, d);
+                continue;
+            }
             _ => {
                 rej.refuse(RejectReason::BadKind, d);
                 continue;
             }
         };
         let i = d.subject as usize;
-        let (seen, state_ok) = if is_app {
-            match state.apps.get(i) {
-                Some(a) => (&mut seen_apps[i], a.state == GANTRY_APP_NEW),
-                None => {
-                    rej.refuse(RejectReason::UnknownSubject, d);
-                    continue;
-                }
-            }
-        } else {
-            match state.reservations.get(i) {
-                Some(r) => (&mut seen_res[i], r.state == GANTRY_RESERVATION_NEW),
-                None => {
-                    rej.refuse(RejectReason::UnknownSubject, d);
-                    continue;
-                }
+        let (seen, state_ok) = match state.apps.get(i) {
+            Some(a) => (&mut seen_apps[i], a.state == GANTRY_APP_NEW),
+            None => {
+                rej.refuse(RejectReason::UnknownSubject, d);
+                continue;
             }
         };
         if *seen {
@@ -248,11 +286,7 @@ pub fn admit(state: &ClusterState, decisions: &[GantryDecision], rej: &mut Rejec
             continue;
         }
         if !accept {
-            if is_app {
-                out.rejected_apps.push((d.subject, d.reason));
-            } else {
-                out.rejected_reservations.push((d.subject, d.reason));
-            }
+            out.rejected_apps.push((d.subject, d.reason));
         }
     }
     out

@@ -707,9 +707,7 @@ impl Sim {
                         container
                     );
                 }
-                Command::ReservationRecorded { .. }
-                | Command::ReservationStateChanged { .. }
-                | Command::ReservationAdmitted { .. }
+                Command::ReservationAdmitted { .. }
                 | Command::ReservationRejected { .. }
                 | Command::ReservationReplanned { .. }
                 | Command::ReservationEnded { .. } => {

@@ -1,125 +1,54 @@
-//! The Rayon reservation system inside the engine: admission at submission, the plan follower
-//! (reservation queues whose guarantee is their planned allocation), expiry to the default
-//! queue, updates, deletes, restores and replanning after a node is lost. Every accepted event
-//! is followed by `check_invariants()`.
+//! Reservations in the engine with a planner plugin (the test planner, earliest fit, through
+//! `StaticPolicy`): admission at submission, the plan follower (reservation queues whose
+//! guarantee is their allocation now), the plan in every hook's view, expiry to the default
+//! queue, updates, deletes, restores, replanning after a node is lost (by the planner, and by the
+//! built-in when the planner fails), periodic optimisation. Every accepted event is followed by
+//! `check_invariants()`, which checks the view's reservation arrays too.
 
+mod planning;
+
+use std::sync::{Arc, Mutex};
+
+use gantry_engine::test_planner::Seen;
 use gantry_engine::{
-    AppId, AppSpec, Command, Engine, EngineConfig, EngineError, Event, NodeSpec, PlanConfig, PlannedPiece,
-    QueueSpec, Replanner, RequestSpec, ReservationEnd, ReservationId, ReservationRequest, Resources,
+    AppId, Command, Engine, EngineConfig, EngineError, Event, PlanConfig, Profile, ReservationEnd,
+    ReservationId, Resources, StaticPolicy,
 };
-use gantry_rayon::rdl::parse_text;
-
-const GIB: u64 = 1 << 30;
-const PLAN: &str = "root.prod";
-
-fn res(cpu_millis: u64, mem_gib: u64) -> Resources {
-    Resources::new(cpu_millis, mem_gib * GIB, 0)
-}
-
-fn node(name: &str) -> NodeSpec {
-    NodeSpec {
-        name: name.into(),
-        rack: "r1".into(),
-        labels: Vec::new(),
-        capacity: res(4000, 8),
-        gpu_list: Vec::new(),
-    }
-}
-
-/// Four 4-core / 8 GiB nodes; `root.prod` (half, reservable) and `root.adhoc` (half).
-fn engine(replanner: Replanner) -> Engine {
-    let config = EngineConfig {
-        queues: vec![
-            QueueSpec { path: PLAN.into(), guaranteed: 0.5, maximum: 1.0 },
-            QueueSpec { path: "root.adhoc".into(), guaranteed: 0.5, maximum: 1.0 },
-        ],
-        reservations: Some(PlanConfig { replanner, ..PlanConfig::new(PLAN) }),
-        ..EngineConfig::default()
-    };
-    let mut e = Engine::builtin(config).expect("engine");
-    for i in 0..4 {
-        e.handle(0, Event::NodeRegistered(node(&format!("n{i}")))).expect("node");
-    }
-    e
-}
-
-fn request(rdl: &str, deadline_s: u64) -> ReservationRequest {
-    ReservationRequest {
-        queue: PLAN.into(),
-        name: "nightly".into(),
-        user: "alice".into(),
-        priority: 0,
-        arrival_ms: None,
-        deadline_ms: Some(deadline_s * 1000),
-        definition: parse_text(rdl).expect("rdl"),
-    }
-}
-
-fn handle(e: &mut Engine, now: u64, ev: Event) -> Vec<Command> {
-    let cmds = e.handle(now, ev).expect("event accepted");
-    e.state().check_invariants().expect("invariants");
-    cmds
-}
-
-/// Submits and returns `(id, queue, pieces)` of the admission, panicking on a rejection.
-fn admit(e: &mut Engine, now: u64, req: ReservationRequest) -> (ReservationId, String, Vec<PlannedPiece>) {
-    let cmds = handle(e, now, Event::ReservationSubmitted { id: None, request: req });
-    match cmds.as_slice() {
-        [Command::ReservationAdmitted { reservation, queue, pieces }] => {
-            (*reservation, queue.clone(), pieces.clone())
-        }
-        other => panic!("expected one admission, got {other:?}"),
-    }
-}
-
-fn work_ms(pieces: &[PlannedPiece], bundle: &Resources) -> u64 {
-    pieces.iter().map(|p| (p.end_ms - p.start_ms) * (p.resources.cpu_millis / bundle.cpu_millis)).sum()
-}
-
-fn queue(e: &Engine, path: &str) -> gantry_sdk::abi::GantryQueue {
-    *e.state()
-        .queues()
-        .iter()
-        .find(|q| e.state().str(q.name) == path)
-        .unwrap_or_else(|| panic!("queue {path}"))
-}
-
-fn app(queue: &str) -> AppSpec {
-    AppSpec {
-        name: "job".into(),
-        queue: queue.into(),
-        user: "alice".into(),
-        requests: vec![RequestSpec { resources: res(1000, 2), count: 2, ..Default::default() }],
-        ..Default::default()
-    }
-}
+use gantry_sdk::abi::*;
+use gantry_sdk::{Decisions, Hooks, Plugin, PluginError, View};
+use planning::*;
 
 #[test]
-fn gree_places_late_and_the_follower_guarantees_the_allocation_then_expiry_moves_apps() {
-    let mut e = engine(Replanner::Rayon);
-    // 4 bundles of 1 core / 2 GiB for 10 s (40 bundle-seconds) between 0 and 100 s.
-    let (id, q, pieces) = admit(&mut e, 0, request("atom(1c/2GiB, 1, 4, 10s, 40s)", 100));
+fn the_planner_admits_at_once_and_the_follower_guarantees_the_allocation_then_expiry_moves_apps() {
+    let (mut e, planner) = engine();
+    // 4 bundles of 1 core / 2 GiB for 10 s (40 bundle-seconds) before 100 s: earliest fit takes
+    // the first 10 s, 4 wide.
+    let (id, q, allocation) = admit(&mut e, 0, request("atom(1c/2GiB, 1, 4, 10s, 40s)", 100));
     assert_eq!(q, "root.prod.reservation_1");
-    let bundle = res(1000, 2);
-    assert_eq!(work_ms(&pieces, &bundle), 40_000, "{pieces:?}");
-    // GREE procrastinates: everything in the last 10 s, 4 wide.
-    assert_eq!(pieces, vec![PlannedPiece { start_ms: 90_000, end_ms: 100_000, resources: res(4000, 8) }]);
+    assert_eq!(allocation, vec![piece(0, 0, 10, 4)]);
+    assert_eq!(
+        planner.calls(),
+        vec![Seen { cause: GANTRY_RESERVE_ADMIT, subject: Some(id.0), reservations: 1 }],
+        "asked once, at once, about the new reservation"
+    );
+    let r = e.reservation_book().expect("book").get(id).expect("accepted");
+    assert_eq!(r.pieces()[0].resources, res(4000, 8));
 
-    // Before its allocation the reservation queue is guaranteed nothing; default gets the plan.
+    // During the allocation its queue is guaranteed exactly it; default the rest of the plan.
     handle(&mut e, 1_000, Event::Tick);
-    assert_eq!(queue(&e, &q).absolute_guaranteed, Resources::default());
-    assert_eq!(queue(&e, "root.prod.default").absolute_guaranteed, res(8000, 16));
-    // An app in the reservation runs (it may borrow idle plan capacity).
+    assert_eq!(queue(&e, &q).absolute_guaranteed, res(4000, 8));
+    assert_eq!(queue(&e, "root.prod.default").absolute_guaranteed, res(4000, 8));
+    // An app in the reservation runs there.
     let cmds = handle(&mut e, 1_000, Event::AppSubmitted(app(&q)));
     let app_id = Command::accepted_app(&cmds).expect("accepted");
     let cmds = handle(&mut e, 2_000, Event::Tick);
     assert_eq!(cmds.iter().filter(|c| matches!(c, Command::Launch { .. })).count(), 2);
-
-    // During the allocation the queue is guaranteed exactly it; default the rest.
-    handle(&mut e, 95_000, Event::Tick);
-    assert_eq!(queue(&e, &q).absolute_guaranteed, res(4000, 8));
-    assert_eq!(queue(&e, "root.prod.default").absolute_guaranteed, res(4000, 8));
     assert_eq!(queue(&e, &q).used, res(2000, 4));
+
+    // After it the queue is guaranteed nothing (its app may still borrow idle plan capacity).
+    handle(&mut e, 20_000, Event::Tick);
+    assert_eq!(queue(&e, &q).absolute_guaranteed, Resources::default());
+    assert_eq!(queue(&e, "root.prod.default").absolute_guaranteed, res(8000, 16));
 
     // At the deadline the reservation ends; its app (and what it holds) moves to default.
     let cmds = handle(&mut e, 100_000, Event::Tick);
@@ -131,111 +60,173 @@ fn gree_places_late_and_the_follower_guarantees_the_allocation_then_expiry_moves
     assert_eq!(e.state().queue_path(e.state().apps()[i as usize].queue), "root.prod.default");
     assert_eq!(queue(&e, "root.prod.default").used, res(2000, 4));
     assert!(e.reservation_book().expect("book").get(id).is_none());
-    // The reservation's queue no longer takes submissions.
+    assert!(e.state().reservations().is_empty(), "the view no longer shows it");
     let err = e.handle(100_000, Event::AppSubmitted(app(&q))).expect_err("retired queue");
     assert!(matches!(err, EngineError::UnknownQueue(_)), "{err}");
+    assert_eq!(e.stats().reservations.admitted, 1);
+    assert_eq!(e.stats().reservations.expired, 1);
+}
+
+/// What a place call saw of the plan: cause, plan queue, reservations, definition nodes, pieces,
+/// capacity.
+type PlanSeen = (u32, u32, usize, usize, usize, GantryResources);
+
+/// A place plugin that writes down what the plan looks like in its view.
+struct PlanWatcher(Arc<Mutex<Vec<PlanSeen>>>);
+
+impl Plugin for PlanWatcher {
+    const NAME: &'static std::ffi::CStr = c"plan-watcher";
+    const VERSION: &'static std::ffi::CStr = c"0";
+    const HOOKS: Hooks = Hooks { admit: false, order: false, place: true, rebalance: false, reserve: false };
+    fn create(_: &str) -> Result<Self, PluginError> {
+        Err(PluginError::new("made by the test"))
+    }
+    fn place(&mut self, view: &View<'_>, _out: &mut Decisions) -> Result<(), PluginError> {
+        let p = &view.plan;
+        let seen = (p.cause, p.queue, p.details.len(), p.rdl_nodes.len(), p.allocations.len(), p.capacity);
+        self.0.lock().map_err(|_| "poisoned")?.push(seen);
+        Ok(())
+    }
 }
 
 #[test]
-fn gree_l_is_flat_and_apps_sent_to_the_plan_queue_run_in_default() {
-    let config = EngineConfig {
-        queues: vec![QueueSpec { path: PLAN.into(), guaranteed: 1.0, maximum: 1.0 }],
-        reservations: Some(PlanConfig { agent: gantry_rayon::agents::Agent::GreeL, ..PlanConfig::new(PLAN) }),
-        ..EngineConfig::default()
-    };
-    let mut e = Engine::builtin(config).expect("engine");
-    handle(&mut e, 0, Event::NodeRegistered(node("n0")));
-    let (_, _, pieces) = admit(&mut e, 0, request("atom(1c/2GiB, 1, 4, 10s, 40s)", 100));
-    // As flat as possible: one bundle over 40 s.
-    assert_eq!(work_ms(&pieces, &res(1000, 2)), 40_000);
-    assert!(pieces.iter().all(|p| p.resources == res(1000, 2)), "{pieces:?}");
-    let cmds = handle(&mut e, 0, Event::AppSubmitted(app(PLAN)));
-    let id = Command::accepted_app(&cmds).expect("accepted");
-    let i = e.state().app_index(id).expect("app");
-    assert_eq!(e.state().queue_path(e.state().apps()[i as usize].queue), "root.prod.default");
+fn every_hook_sees_the_plan_with_definitions_and_allocations() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let watcher = Box::new(StaticPolicy::new(PlanWatcher(seen.clone())));
+    let (mut e, _) = engine_with(config(), vec![watcher], Profile { place: Some(1), ..Profile::default() });
+    admit(&mut e, 0, request("order(atom(1c/2GiB, 1, 2, 5s, 10s), atom(2c/2GiB, 1, 1, 5s, 5s))", 100));
+    handle(&mut e, 0, Event::AppSubmitted(app("root.adhoc")));
+    handle(&mut e, 1_000, Event::Tick);
+    let seen = seen.lock().expect("lock").clone();
+    let plan_queue =
+        e.state().queues().iter().position(|q| e.state().str(q.name) == PLAN).expect("plan") as u32;
+    // No cause outside reserve; the plan queue; one reservation, its definition
+    // (window, order, two atoms) and its two pieces; the plan's capacity.
+    assert_eq!(seen, vec![(0, plan_queue, 1, 4, 2, res(8000, 16))]);
+    let r = &e.state().reservations()[0];
+    assert_eq!((r.state, r.start_ms, r.end_ms), (GANTRY_RESERVATION_ACCEPTED, 0, 100_000));
+    assert_eq!(r.resources, res(2000, 4), "the most it holds at once");
 }
 
 #[test]
-fn a_reservation_that_cannot_fit_is_rejected_and_changes_nothing() {
-    let mut e = engine(Replanner::Rayon);
+fn a_reservation_that_cannot_fit_is_rejected_and_bad_requests_are_errors() {
+    let (mut e, _) = engine();
     admit(&mut e, 0, request("atom(1c/2GiB, 1, 8, 10s, 80s)", 10));
-    let generation = e.reservation_book().expect("book").generation();
+    let before = book(&e);
     // The plan (8 cores) is full for the first 10 s.
-    let cmds = handle(
-        &mut e,
+    let reason = rejected(&mut e, 0, request("atom(1c/2GiB, 1, 1, 5s, 5s)", 10));
+    assert!(reason.contains("no room") && reason.contains("test-planner"), "{reason}");
+    assert_eq!(book(&e), before, "a rejection changes nothing");
+    assert_eq!(e.state().reservations().len(), 1, "the rejected one left the view");
+    // Bad requests are errors: a deadline before the work can finish, another queue.
+    let err = e.handle(
         0,
-        Event::ReservationSubmitted { id: None, request: request("atom(1c/2GiB, 1, 1, 5s, 5s)", 10) },
+        Event::ReservationSubmitted { id: None, request: request("atom(1c/2GiB, 1, 1, 50s, 50s)", 10) },
     );
-    assert!(
-        matches!(cmds.as_slice(), [Command::ReservationRejected { reason, .. }] if reason.contains("no room")),
-        "{cmds:?}"
-    );
-    assert_eq!(e.reservation_book().expect("book").generation(), generation);
-    assert_eq!(e.reservation_book().expect("book").reservations().count(), 1);
-    // Bad requests are errors: a deadline before the work can finish, another queue, beyond the horizon.
-    assert!(
-        e.handle(
-            0,
-            Event::ReservationSubmitted { id: None, request: request("atom(1c/2GiB, 1, 1, 50s, 50s)", 10) }
-        )
-        .is_err()
-    );
+    assert!(matches!(err, Err(EngineError::Invalid { .. })), "{err:?}");
     let mut other = request("atom(1c/2GiB, 1, 1, 5s, 5s)", 10);
     other.queue = "root.adhoc".into();
     assert!(matches!(
         e.handle(0, Event::ReservationSubmitted { id: None, request: other }),
         Err(EngineError::UnknownQueue(_))
     ));
-    let cmds = handle(
-        &mut e,
+    // Beyond the horizon: rejected without asking the planner.
+    let reason = rejected(&mut e, 0, request("atom(1c/2GiB, 1, 1, 5s, 5s)", 3 * 86_400));
+    assert!(reason.contains("horizon"), "{reason}");
+    // An id taken is refused.
+    let err = e.handle(
         0,
-        Event::ReservationSubmitted { id: None, request: request("atom(1c/2GiB, 1, 1, 5s, 5s)", 3 * 86_400) },
+        Event::ReservationSubmitted {
+            id: Some(ReservationId(1)),
+            request: request("atom(1c/1GiB, 1, 1, 1s, 1s)", 50),
+        },
     );
-    assert!(
-        matches!(cmds.as_slice(), [Command::ReservationRejected { reason, .. }] if reason.contains("horizon")),
-        "{cmds:?}"
-    );
+    assert!(matches!(err, Err(EngineError::Conflict(_))), "{err:?}");
+    assert_eq!(book(&e), before);
 }
 
 #[test]
-fn an_update_that_does_not_fit_moves_reservations_that_have_not_started() {
-    let mut e = engine(Replanner::Rayon);
-    // A: 8 bundles (the whole plan) for 10 s somewhere in [0, 100 s): GREE puts it at 90-100 s.
-    let (a, _, a_pieces) = admit(&mut e, 0, request("atom(1c/2GiB, 1, 8, 10s, 80s)", 100));
-    assert_eq!(a_pieces[0].start_ms, 90_000);
-    // B: 4 bundles for 10 s before 100 s: at 80-90 s.
-    let (b, _, _) = admit(&mut e, 0, request("atom(1c/2GiB, 1, 4, 10s, 40s)", 100));
-    // B turns out larger: 8 bundles for 20 s, not before 80 s, so only 80-100 s will do and A
-    // must move earlier.
-    let mut larger = request("atom(1c/2GiB, 8, 8, 20s, 160s)", 100);
-    larger.arrival_ms = Some(80_000);
-    let cmds = handle(&mut e, 0, Event::ReservationUpdated { id: b, request: larger });
-    let moved: Vec<_> = cmds
-        .iter()
-        .filter_map(|c| match c {
-            Command::ReservationReplanned { reservation, pieces } => Some((*reservation, pieces.clone())),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(moved.len(), 1, "{cmds:?}");
-    assert_eq!(moved[0].0, a);
-    assert!(moved[0].1.iter().all(|p| p.end_ms <= 80_000), "{moved:?}");
-    assert!(cmds.iter().any(|c| matches!(c, Command::ReservationAdmitted { reservation, pieces, .. }
-        if *reservation == b && pieces[..] == [PlannedPiece { start_ms: 80_000, end_ms: 100_000, resources: res(8000, 16) }])), "{cmds:?}");
-    // An update nothing can make room for is rejected and B keeps its allocation.
-    let before = e.reservation_book().expect("book").get(b).expect("b").pieces.clone();
+fn an_update_is_planned_anew_or_refused_and_a_started_reservation_cannot_change() {
+    let (mut e, planner) = engine();
+    // A: the whole plan for the first 10 s. B: 4 bundles after it, 10-20 s.
+    let (a, _, a_alloc) = admit(&mut e, 0, request("atom(1c/2GiB, 1, 8, 10s, 80s)", 100));
+    let (b, qb, b_alloc) = admit(&mut e, 0, request("atom(1c/2GiB, 1, 4, 10s, 40s)", 100));
+    assert_eq!(b_alloc, vec![piece(0, 10, 20, 4)]);
+    // B turns out larger: whole gangs of 4 for 20 s.
+    let cmds = handle(
+        &mut e,
+        0,
+        Event::ReservationUpdated { id: b, request: request("atom(1c/2GiB, 4, 4, 20s, 80s)", 100) },
+    );
+    assert_eq!(
+        cmds,
+        vec![Command::ReservationAdmitted {
+            reservation: b,
+            queue: qb.clone(),
+            allocation: vec![piece(0, 10, 30, 4)]
+        }]
+    );
+    assert_eq!(
+        planner.calls().last().map(|c| (c.cause, c.subject)),
+        Some((GANTRY_RESERVE_UPDATE, Some(b.0)))
+    );
+    let r = e.reservation_book().expect("book").get(b).expect("b");
+    assert_eq!(r.atoms()[0].min_parallel, 4, "the new definition is kept");
+    assert_eq!(e.state().queue_path(r.queue), qb, "same queue");
+    // An update nothing can make room for is refused; B keeps its allocation and definition.
+    let before = book(&e);
     let cmds = handle(
         &mut e,
         0,
         Event::ReservationUpdated { id: b, request: request("atom(1c/2GiB, 1, 8, 10s, 800s)", 100) },
     );
-    assert!(matches!(cmds.as_slice(), [Command::ReservationRejected { .. }]), "{cmds:?}");
-    assert_eq!(e.reservation_book().expect("book").get(b).expect("b").pieces, before);
+    assert!(
+        matches!(cmds.as_slice(), [Command::ReservationRejected { reason, .. }] if reason.contains("refused the update")),
+        "{cmds:?}"
+    );
+    assert_eq!(book(&e), before);
+    assert_eq!(e.reservation_book().expect("book").get(a).expect("a").allocation, a_alloc);
+    // Once it has started it cannot change.
+    handle(&mut e, 15_000, Event::Tick);
+    let err = e.handle(
+        15_000,
+        Event::ReservationUpdated { id: b, request: request("atom(1c/2GiB, 1, 1, 1s, 1s)", 100) },
+    );
+    assert!(matches!(&err, Err(EngineError::Conflict(m)) if m.contains("started")), "{err:?}");
+    let err = e.handle(
+        15_000,
+        Event::ReservationUpdated {
+            id: ReservationId(9),
+            request: request("atom(1c/2GiB, 1, 1, 1s, 1s)", 100),
+        },
+    );
+    assert!(matches!(err, Err(EngineError::Conflict(_))), "{err:?}");
+}
+
+#[test]
+fn an_update_to_smaller_bundles_frees_what_the_old_ones_held() {
+    let (mut e, _) = engine();
+    admit(&mut e, 0, request("atom(1c/2GiB, 1, 8, 10s, 80s)", 100)); // 0-10 s, the whole plan
+    let (b, _, b_alloc) = admit(&mut e, 0, request("atom(4c/8GiB, 1, 1, 10s, 10s)", 100));
+    let (_, _, c_alloc) = admit(&mut e, 0, request("atom(1c/2GiB, 1, 4, 10s, 40s)", 100));
+    assert_eq!((b_alloc, c_alloc), (vec![piece(0, 10, 20, 1)], vec![piece(0, 10, 20, 4)]), "10-20 s full");
+    // B becomes four 1-core bundles where its one 4-core bundle was: it fits only if the host
+    // takes back what the old definition's bundle held, not what the new one's would.
+    let cmds = handle(
+        &mut e,
+        0,
+        Event::ReservationUpdated { id: b, request: request("atom(1c/2GiB, 1, 4, 10s, 40s)", 100) },
+    );
+    assert!(
+        matches!(cmds.as_slice(), [Command::ReservationAdmitted { allocation, .. }] if allocation[..] == [piece(0, 10, 20, 4)]),
+        "{cmds:?}"
+    );
+    plan_fits(&e, 0).expect("fits");
 }
 
 #[test]
 fn delete_moves_apps_to_default_and_frees_the_queue_for_the_next_reservation() {
-    let mut e = engine(Replanner::Rayon);
+    let (mut e, _) = engine();
     let (id, q, _) = admit(&mut e, 0, request("atom(1c/2GiB, 1, 2, 10s, 20s)", 100));
     let cmds = handle(&mut e, 0, Event::AppSubmitted(app(&q)));
     let app_id = Command::accepted_app(&cmds).expect("app");
@@ -253,82 +244,263 @@ fn delete_moves_apps_to_default_and_frees_the_queue_for_the_next_reservation() {
 
 #[test]
 fn a_restored_reservation_keeps_its_allocation_and_its_apps() {
-    let mut e = engine(Replanner::Rayon);
-    let (id, q, pieces) = admit(&mut e, 0, request("atom(1c/2GiB, 1, 4, 10s, 40s)", 100));
+    let (mut e, _) = engine();
+    let (id, q, allocation) = admit(&mut e, 0, request("atom(1c/2GiB, 1, 8, 10s, 80s)", 100));
     let req = e.reservation_book().expect("book").get(id).expect("r").request.clone();
 
-    let mut fresh = engine(Replanner::Rayon);
-    handle(
-        &mut fresh,
-        5_000,
-        Event::ReservationRestored { id, request: req, submit_ms: 0, pieces: pieces.clone() },
-    );
+    let (mut fresh, planner) = engine();
+    let restore =
+        |allocation| Event::ReservationRestored { id, request: req.clone(), submit_ms: 0, allocation };
+    // A piece of an atom the definition lacks: refused, nothing changed.
+    let err = fresh.handle(5_000, restore(vec![piece(3, 0, 10, 1)])).expect_err("bad atom");
+    assert!(matches!(err, EngineError::Invalid { .. }), "{err}");
+    assert!(fresh.state().reservations().is_empty());
+    handle(&mut fresh, 5_000, restore(allocation.clone()));
     let r = fresh.reservation_book().expect("book").get(id).expect("restored");
-    assert_eq!(r.pieces, pieces);
+    assert_eq!(r.allocation, allocation);
+    assert!(planner.calls().is_empty(), "a restore is not planned again");
     // Its queue exists again, and a restored app of an ended reservation lands in default.
     handle(&mut fresh, 5_000, Event::AppSubmitted(app(&q)));
     let gone = Event::AppRestored {
         app: AppId(77),
         spec: app("root.prod.reservation_9"),
-        state: gantry_sdk::abi::GANTRY_APP_ACCEPTED,
+        state: GANTRY_APP_ACCEPTED,
         failures: 0,
         submit_ms: 0,
         completed: Vec::new(),
     };
     handle(&mut fresh, 5_000, gone);
-    // The plan holds it: a second reservation wanting the whole plan at 90-100 s must go earlier.
+    // The plan holds it: another reservation wanting the whole plan goes after it.
     let (_, _, p2) = admit(&mut fresh, 5_000, request("atom(1c/2GiB, 1, 8, 10s, 80s)", 100));
-    assert!(p2.iter().all(|p| p.end_ms <= 90_000 || p.resources.cpu_millis <= 4000), "{p2:?}");
-    // Next ids move past the restored one.
+    assert_eq!(p2, vec![piece(0, 10, 20, 8)]);
     assert!(fresh.next_reservation_id() > id.0);
+    // One whose deadline passed meanwhile ends at once.
+    let (mut late, _) = engine();
+    let cmds =
+        handle(&mut late, 200_000, Event::ReservationRestored { id, request: req, submit_ms: 0, allocation });
+    assert_eq!(cmds, vec![Command::ReservationEnded { reservation: id, why: ReservationEnd::Expired }]);
 }
 
-/// Fills the plan with reservations, loses a node, and checks the plan fits the new capacity.
-fn lose_a_node(replanner: Replanner) -> (usize, usize, usize, bool) {
-    let mut e = engine(replanner);
-    // Eight 1-core reservations, each 1 bundle for 40 s somewhere in [0, 200 s): they fit side
-    // by side (8 cores) or one after another.
+/// Eight 1-core reservations of 40 s in `[20 s, 200 s)`, side by side at 20-60 s; then a node
+/// is lost at 10 s, so the plan has 6 cores. Returns the engine, the ids and the loss's commands.
+fn lose_a_node(e: &mut Engine) -> (Vec<ReservationId>, Vec<Command>) {
     let mut ids = Vec::new();
     for k in 0..8 {
         let mut r = request("atom(1c/2GiB, 1, 1, 40s, 40s)", 200);
+        r.arrival_ms = Some(20_000);
         r.priority = if k == 7 { 10 } else { 0 };
-        ids.push(admit(&mut e, 0, r).0);
+        let (id, _, allocation) = admit(e, k, r);
+        assert_eq!(allocation, vec![piece(0, 20, 60, 1)]);
+        ids.push(id);
     }
-    handle(&mut e, 1_000, Event::Tick);
-    // A node lost: the cluster is 12 cores, the plan 6.
-    let cmds = handle(&mut e, 10_000, Event::NodeLost { node: "n3".into() });
-    let moved = cmds.iter().filter(|c| matches!(c, Command::ReservationReplanned { .. })).count();
-    let ended: Vec<ReservationId> = cmds
-        .iter()
+    handle(e, 1_000, Event::Tick);
+    let cmds = handle(e, 10_000, Event::NodeLost { node: "n3".into() });
+    assert_eq!(e.reservation_book().expect("book").capacity(), res(6000, 12));
+    plan_fits(e, 10_000).expect("the plan fits after the replan");
+    (ids, cmds)
+}
+
+fn ended(cmds: &[Command]) -> Vec<ReservationId> {
+    cmds.iter()
         .filter_map(|c| match c {
             Command::ReservationEnded { reservation, why: ReservationEnd::Replanned } => Some(*reservation),
             _ => None,
         })
-        .collect();
-    let book = e.reservation_book().expect("book");
-    assert_eq!(book.capacity(), res(6000, 12));
-    for (t, cap, used) in book.skyline(10_000, 200_000, 1_000) {
-        assert!(used.fits_in(&cap), "over capacity at {t}: {used:?} > {cap:?}");
-    }
-    let high_priority_rejected = ended.contains(&ids[7]);
-    (moved, ended.len(), book.reservations().count(), high_priority_rejected)
+        .collect()
 }
 
 #[test]
-fn rayon_replanning_moves_reservations_where_yarn_deletes_them() {
-    let (moved, rejected, kept, _) = lose_a_node(Replanner::Rayon);
-    // 8 × 40 core-seconds = 320 fit in 6 cores × 190 s: nothing needs rejecting.
-    assert_eq!(rejected, 0);
-    assert!(moved >= 2, "moved {moved}");
-    assert_eq!(kept, 8);
-    let (_, rejected_yarn, kept_yarn, high_priority_rejected) = lose_a_node(Replanner::YarnSimple);
-    assert_eq!(rejected_yarn, 2, "YARN deletes the newest until the plan fits");
-    assert_eq!(kept_yarn, 6);
-    assert!(high_priority_rejected, "YARN's replanner ignores priority");
+fn after_a_capacity_loss_the_planner_moves_what_no_longer_fits() {
+    let (mut e, planner) = engine();
+    let (ids, cmds) = lose_a_node(&mut e);
+    assert_eq!(planner.calls().last().map(|c| c.cause), Some(GANTRY_RESERVE_REPLAN));
+    let moved: Vec<_> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            Command::ReservationReplanned { reservation, allocation } => {
+                Some((*reservation, allocation.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    // Oldest first keep their place; the two newest move after them.
+    assert_eq!(moved, vec![(ids[6], vec![piece(0, 60, 100, 1)]), (ids[7], vec![piece(0, 60, 100, 1)])]);
+    assert!(ended(&cmds).is_empty());
+    assert_eq!(e.stats().reservations.moved, 2);
+    assert_eq!(e.stats().reservations.builtin, 0);
+}
+
+#[test]
+fn when_the_planner_fails_to_replan_yarns_simple_replanner_gives_up_the_newest() {
+    use gantry_engine::test_planner::Mode;
+    // The planner fails: the built-in gives up the newest until the plan fits, priority or not.
+    let (mut e, planner) = engine();
+    let mut ids = Vec::new();
+    for k in 0..8 {
+        let mut r = request("atom(1c/2GiB, 1, 1, 40s, 40s)", 200);
+        r.arrival_ms = Some(20_000);
+        r.priority = if k == 7 { 10 } else { 0 };
+        ids.push(admit(&mut e, k, r).0);
+    }
+    planner.set(Mode::Fail);
+    let cmds = handle(&mut e, 10_000, Event::NodeLost { node: "n3".into() });
+    assert_eq!(ended(&cmds), vec![ids[7], ids[6]], "newest first, priority ignored");
+    plan_fits(&e, 10_000).expect("fits");
+    assert_eq!(e.reservation_book().expect("book").len(), 6);
+    assert_eq!((e.stats().reservations.builtin, e.stats().policy_failures), (1, 1));
+    assert_eq!(e.stats().reservations.replan_rejected, 2);
+
+    // An answer that leaves the plan over capacity (here: none at all) is refused the same way.
+    let (mut e, planner) = engine();
+    for k in 0..8 {
+        let mut r = request("atom(1c/2GiB, 1, 1, 40s, 40s)", 200);
+        r.arrival_ms = Some(20_000);
+        admit(&mut e, k, r);
+    }
+    planner.set(Mode::Silent);
+    let cmds = handle(&mut e, 10_000, Event::NodeLost { node: "n3".into() });
+    assert_eq!(ended(&cmds).len(), 2);
+    assert_eq!(e.stats().rejected.get(gantry_engine::RejectReason::OverCapacity), 1);
+    plan_fits(&e, 10_000).expect("fits");
+}
+
+#[test]
+fn capacity_that_comes_back_is_not_a_loss_and_replans_nothing() {
+    let (mut e, planner) = engine();
+    let (_, cmds) = lose_a_node(&mut e);
+    assert!(!cmds.is_empty());
+    let calls = planner.calls().len();
+    handle(&mut e, 11_000, Event::NodeRegistered(node("n3")));
+    assert_eq!(e.reservation_book().expect("book").capacity(), res(8000, 16));
+    // A loss that leaves the plan fitting asks nothing either.
+    handle(&mut e, 12_000, Event::NodeLost { node: "n3".into() });
+    assert_eq!(planner.calls().len(), calls);
+}
+
+#[test]
+fn the_planner_optimises_periodically_and_when_asked() {
+    let config = EngineConfig {
+        reservations: Some(PlanConfig { optimize_interval_ms: 10_000, ..PlanConfig::new(PLAN) }),
+        ..config()
+    };
+    let (mut e, planner) = engine_with(config, Vec::new(), Profile::default());
+    handle(&mut e, 0, Event::Tick);
+    assert!(planner.calls().is_empty(), "nothing to optimise in an empty plan");
+    let mut later = request("atom(1c/2GiB, 1, 4, 10s, 40s)", 100);
+    later.arrival_ms = Some(50_000);
+    let (id, _, _) = admit(&mut e, 0, later);
+    // On OPTIMIZE this planner moves every reservation 1 s later.
+    planner.tamper(|view, out| {
+        if view.plan.cause != GANTRY_RESERVE_OPTIMIZE {
+            return;
+        }
+        for i in 0..view.reservations.len() {
+            let moved = view.plan.allocation(i).iter().map(|p| GantryAllocation {
+                start_ms: p.start_ms + 1_000,
+                end_ms: p.end_ms + 1_000,
+                ..*p
+            });
+            out.plan_reservation(i as u32, moved);
+        }
+    });
+    // Not due again before the interval; a client may ask at any time.
+    assert!(handle(&mut e, 500, Event::Tick).is_empty());
+    let cmds = handle(&mut e, 900, Event::OptimizeReservations);
+    assert_eq!(
+        cmds,
+        vec![Command::ReservationReplanned { reservation: id, allocation: vec![piece(0, 51, 61, 4)] }]
+    );
+    let cmds = handle(&mut e, 10_000, Event::Tick);
+    assert_eq!(
+        cmds,
+        vec![Command::ReservationReplanned { reservation: id, allocation: vec![piece(0, 52, 62, 4)] }]
+    );
+    let optimize = planner.calls().iter().filter(|c| c.cause == GANTRY_RESERVE_OPTIMIZE).count();
+    assert_eq!(optimize, 2);
+}
+
+#[test]
+fn without_a_planner_reservations_are_a_clear_error() {
+    // A plan but no planner, or neither: the same error, nothing changed.
+    let with_plan = Engine::builtin(config()).expect("engine");
+    let without = Engine::builtin(EngineConfig::default()).expect("engine");
+    for mut e in [with_plan, without] {
+        for ev in [
+            Event::ReservationSubmitted { id: None, request: request("atom(1c/1GiB, 1, 1, 1s, 1s)", 10) },
+            Event::ReservationUpdated {
+                id: ReservationId(1),
+                request: request("atom(1c/1GiB, 1, 1, 1s, 1s)", 10),
+            },
+            Event::OptimizeReservations,
+        ] {
+            let err = e.handle(0, ev).expect_err("no planner");
+            assert_eq!(err, EngineError::NoReservationPlanner);
+            assert!(err.to_string().contains("no reservation planner is configured"), "{err}");
+        }
+    }
+    // A planner without a plan, or a `reserve` policy that does not plan: refused at construction.
+    let (planner, _) = gantry_engine::test_planner::TestPlanner::earliest();
+    let err = Engine::new(
+        EngineConfig::default(),
+        vec![Box::new(StaticPolicy::new(planner))],
+        Profile { reserve: Some(0), ..Profile::default() },
+    )
+    .expect_err("no reservable queue");
+    assert!(err.to_string().contains("[reservations]"), "{err}");
+    let err = Engine::new(
+        config(),
+        vec![Box::new(StaticPolicy::new(PlanWatcher(Arc::default())))],
+        Profile { reserve: Some(0), ..Profile::default() },
+    )
+    .expect_err("no reserve hook");
+    assert!(err.to_string().contains("does not implement"), "{err}");
+}
+
+#[test]
+fn a_planner_may_move_others_to_make_room_and_every_move_is_reported() {
+    let (mut e, planner) = engine();
+    let (a, _, _) = admit(&mut e, 0, request("atom(1c/2GiB, 1, 8, 10s, 80s)", 100));
+    // On ADMIT this planner moves A 10 s later and puts the newcomer first.
+    planner.tamper(move |view, out| {
+        if view.plan.cause != GANTRY_RESERVE_ADMIT {
+            return;
+        }
+        out.clear();
+        let s = view.plan.subject;
+        let other = if s == 0 { 1 } else { 0 };
+        out.plan_reservation(
+            other,
+            [GantryAllocation { reservation: 0, atom: 0, start_ms: 10_000, end_ms: 20_000, bundles: 8 }],
+        );
+        out.plan_reservation(
+            s,
+            [GantryAllocation { reservation: 0, atom: 0, start_ms: 0, end_ms: 10_000, bundles: 8 }],
+        );
+    });
+    let cmds = handle(
+        &mut e,
+        0,
+        Event::ReservationSubmitted { id: None, request: request("atom(1c/2GiB, 1, 8, 10s, 80s)", 100) },
+    );
+    let b = ReservationId(2);
+    assert_eq!(
+        cmds,
+        vec![
+            Command::ReservationAdmitted {
+                reservation: b,
+                queue: "root.prod.reservation_2".into(),
+                allocation: vec![piece(0, 0, 10, 8)]
+            },
+            Command::ReservationReplanned { reservation: a, allocation: vec![piece(0, 10, 20, 8)] },
+        ]
+    );
+    plan_fits(&e, 0).expect("fits");
 }
 
 mod properties {
     use super::*;
+    use gantry_engine::ReservationRequest;
+    use gantry_engine::test_planner::{Fit, Mode};
     use proptest::prelude::*;
 
     /// One step of a random history.
@@ -362,6 +534,10 @@ mod properties {
         Register {
             k: usize,
         },
+        /// The planner misbehaves (0 good, 1 fails, 2 silent, 3 over-allocates, 4 moves into the past).
+        Planner {
+            mode: u8,
+        },
         /// Time passes.
         Tick {
             s: u64,
@@ -378,6 +554,7 @@ mod properties {
             1 => (0usize..8).prop_map(|k| Op::Delete { k }),
             1 => (0usize..4).prop_map(|k| Op::Lose { k }),
             1 => (0usize..4).prop_map(|k| Op::Register { k }),
+            1 => (0u8..5).prop_map(|mode| Op::Planner { mode }),
             2 => (1u64..=60).prop_map(|s| Op::Tick { s }),
         ]
     }
@@ -386,108 +563,140 @@ mod properties {
         format!("atom({cores}c/{cores}GiB, {g}, {h}, {lease_s}s, {}s)", u64::from(g) * lease_s * leases)
     }
 
-    /// Checks what every history must keep: allocations inside their windows and made of whole
-    /// gangs, the plan within its capacity from now on, reservation queues guaranteed exactly
-    /// their allocation now, the engine's own invariants.
+    fn mode(m: u8) -> Mode {
+        match m {
+            1 => Mode::Fail,
+            2 => Mode::Silent,
+            3 => Mode::Tamper(Box::new(|_, out| {
+                let pieces: Vec<GantryAllocation> = out
+                    .allocations()
+                    .iter()
+                    .map(|p| GantryAllocation { bundles: p.bundles * 8, ..*p })
+                    .collect();
+                let decisions = out.as_slice().to_vec();
+                out.clear();
+                out.extend_from_slice(&decisions);
+                out.extend_allocations(&pieces);
+            })),
+            4 => Mode::Tamper(Box::new(|view, out| {
+                for i in 0..view.reservations.len() {
+                    let back = view.plan.allocation(i).iter().map(|p| GantryAllocation {
+                        start_ms: p.start_ms.saturating_sub(5_000),
+                        end_ms: p.end_ms.saturating_sub(5_000).max(p.start_ms.saturating_sub(5_000) + 1),
+                        ..*p
+                    });
+                    out.plan_reservation(i as u32, back);
+                }
+            })),
+            _ => Mode::Plan,
+        }
+    }
+
+    /// What every history must keep: allocations inside their windows and made of whole gangs
+    /// from now on, the plan within its capacity from now on, the engine's own invariants.
     fn check(e: &Engine, now: u64) -> Result<(), TestCaseError> {
         e.state().check_invariants().map_err(TestCaseError::fail)?;
         let book = e.reservation_book().expect("book");
+        book.check().map_err(TestCaseError::fail)?;
         for r in book.reservations() {
-            for p in &r.pieces {
+            let a = r.atoms()[0];
+            for p in &r.allocation {
                 prop_assert!(
                     r.arrival_ms <= p.start_ms && p.end_ms <= r.deadline_ms,
-                    "{:?} outside [{}, {})",
-                    p,
-                    r.arrival_ms,
-                    r.deadline_ms
+                    "{:?} outside its window",
+                    p
                 );
-                prop_assert!(p.start_ms < p.end_ms);
-            }
-            let atoms = r.absolute_definition().atoms();
-            let a = atoms[0];
-            let gang = a.bundle.cpu_millis * u64::from(a.min_parallel);
-            for p in r.pieces.iter().filter(|p| p.end_ms > now) {
-                prop_assert!(p.resources.cpu_millis % gang == 0, "{:?} is not whole gangs of {}", p, gang);
-                prop_assert!(p.resources.cpu_millis <= a.bundle.cpu_millis * u64::from(a.max_parallel));
+                prop_assert!(p.start_ms < p.end_ms && p.bundles > 0);
+                if p.end_ms > now {
+                    prop_assert!(
+                        p.bundles % u64::from(a.min_parallel) == 0 && p.bundles <= u64::from(a.max_parallel)
+                    );
+                }
             }
         }
-        for (t, cap, used) in book.skyline(now, now + 400_000, 1_000) {
-            prop_assert!(used.fits_in(&cap), "at {}: reserved {:?} over capacity {:?}", t, used, cap);
-        }
+        plan_fits(e, now).map_err(TestCaseError::fail)?;
         Ok(())
     }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
         #[test]
-        fn random_histories_keep_the_plan_sound(ops in proptest::collection::vec(op(), 1..40)) {
-            for replanner in [Replanner::Rayon, Replanner::YarnSimple] {
-                let mut e = engine(replanner);
-                let mut now = 0u64;
-                let mut live: Vec<(ReservationId, ReservationRequest)> = Vec::new();
-                for op in &ops {
-                    let cmds = match op {
-                        Op::Submit { cores, g, h, lease_s, leases, start_s, len_s, priority } => {
-                            let request = ReservationRequest {
-                                arrival_ms: Some(now + start_s * 1000),
-                                deadline_ms: Some(now + (start_s + len_s) * 1000),
-                                priority: *priority,
-                                definition: parse_text(&rdl(*cores, *g, *h, *lease_s, *leases)).expect("rdl"),
-                                ..request("atom(1c/1GiB, 1, 1, 1s, 1s)", 1)
-                            };
-                            match e.handle(now, Event::ReservationSubmitted { id: None, request: request.clone() }) {
-                                Ok(cmds) => {
-                                    if let Some(Command::ReservationAdmitted { reservation, .. }) = cmds.first() {
-                                        live.push((*reservation, request));
-                                    }
-                                    cmds
+        fn random_histories_keep_the_plan_sound(ops in proptest::collection::vec(op(), 1..40), late in any::<bool>()) {
+            let fit = if late { Fit::Latest } else { Fit::Earliest };
+            let (mut e, planner) = engine_fit(fit, config(), Vec::new(), Profile::default());
+            let mut now = 0u64;
+            let mut live: Vec<(ReservationId, ReservationRequest)> = Vec::new();
+            for op in &ops {
+                let cmds = match op {
+                    Op::Submit { cores, g, h, lease_s, leases, start_s, len_s, priority } => {
+                        let request = ReservationRequest {
+                            arrival_ms: Some(now + start_s * 1000),
+                            deadline_ms: Some(now + (start_s + len_s) * 1000),
+                            priority: *priority,
+                            definition: gantry_rdl::parse_text(&rdl(*cores, *g, *h, *lease_s, *leases)).expect("rdl"),
+                            ..request("atom(1c/1GiB, 1, 1, 1s, 1s)", 1)
+                        };
+                        match e.handle(now, Event::ReservationSubmitted { id: None, request: request.clone() }) {
+                            Ok(cmds) => {
+                                if let Some(Command::ReservationAdmitted { reservation, .. }) = cmds.first() {
+                                    live.push((*reservation, request));
                                 }
-                                // A window too short for the work: refused, nothing changed.
-                                Err(_) => Vec::new(),
+                                cmds
                             }
-                        }
-                        Op::Update { k, leases } if !live.is_empty() => {
-                            let (id, old) = live[k % live.len()].clone();
-                            let a = old.definition.atoms()[0];
-                            let text = rdl(a.bundle.cpu_millis / 1000, a.min_parallel, a.max_parallel, a.min_lease_ms / 1000, *leases);
-                            let request = ReservationRequest { definition: parse_text(&text).expect("rdl"), ..old };
-                            e.handle(now, Event::ReservationUpdated { id, request }).unwrap_or_default()
-                        }
-                        Op::Delete { k } if !live.is_empty() => {
-                            let (id, _) = live.remove(k % live.len());
-                            e.handle(now, Event::ReservationDeleted { id }).unwrap_or_default()
-                        }
-                        Op::Lose { k } => e.handle(now, Event::NodeLost { node: format!("n{k}") }).unwrap_or_default(),
-                        Op::Register { k } => e.handle(now, Event::NodeRegistered(node(&format!("n{k}")))).unwrap_or_default(),
-                        Op::Tick { s } => {
-                            now += s * 1000;
-                            e.handle(now, Event::Tick).unwrap_or_default()
-                        }
-                        _ => Vec::new(),
-                    };
-                    for c in &cmds {
-                        if let Command::ReservationEnded { reservation, .. } = c {
-                            live.retain(|(id, _)| id != reservation);
+                            // A window too short for the work: refused, nothing changed.
+                            Err(_) => Vec::new(),
                         }
                     }
-                    check(&e, now)?;
-                    // After a cycle, each reservation queue is guaranteed its allocation now.
-                    if matches!(op, Op::Tick { .. }) {
-                        let book = e.reservation_book().expect("book");
-                        let plan_queue = queue(&e, PLAN).absolute_guaranteed;
-                        for r in book.reservations() {
-                            let q = e.state().queues()[r.queue as usize];
-                            let want = r.allocated_at(now);
-                            prop_assert!(want.fits_in(&plan_queue) == (q.absolute_guaranteed == want),
-                                "queue of {:?} guaranteed {:?}, allocation {:?}", r.id, q.absolute_guaranteed, want);
+                    Op::Update { k, leases } if !live.is_empty() => {
+                        let (id, old) = live[k % live.len()].clone();
+                        let a = old.definition.atoms()[0];
+                        let text = rdl(a.bundle.cpu_millis / 1000, a.min_parallel, a.max_parallel, a.min_lease_ms / 1000, *leases);
+                        let request = ReservationRequest { definition: gantry_rdl::parse_text(&text).expect("rdl"), ..old };
+                        let cmds = e.handle(now, Event::ReservationUpdated { id, request: request.clone() }).unwrap_or_default();
+                        if cmds.iter().any(|c| matches!(c, Command::ReservationAdmitted { reservation, .. } if *reservation == id)) {
+                            live.iter_mut().filter(|(x, _)| *x == id).for_each(|(_, r)| *r = request.clone());
                         }
+                        cmds
+                    }
+                    Op::Delete { k } if !live.is_empty() => {
+                        let (id, _) = live.remove(k % live.len());
+                        e.handle(now, Event::ReservationDeleted { id }).unwrap_or_default()
+                    }
+                    Op::Lose { k } => e.handle(now, Event::NodeLost { node: format!("n{k}") }).unwrap_or_default(),
+                    Op::Register { k } => e.handle(now, Event::NodeRegistered(node(&format!("n{k}")))).unwrap_or_default(),
+                    Op::Planner { mode: m } => {
+                        planner.set(mode(*m));
+                        Vec::new()
+                    }
+                    Op::Tick { s } => {
+                        now += s * 1000;
+                        e.handle(now, Event::Tick).unwrap_or_default()
+                    }
+                    _ => Vec::new(),
+                };
+                for c in &cmds {
+                    if let Command::ReservationEnded { reservation, .. } = c {
+                        live.retain(|(id, _)| id != reservation);
                     }
                 }
-                let ids: Vec<_> = e.reservation_book().expect("book").reservations().map(|r| r.id).collect();
-                let mut expected: Vec<_> = live.iter().map(|(id, _)| *id).collect();
-                expected.sort();
-                prop_assert_eq!(ids, expected, "the book holds exactly the reservations not ended");
+                check(&e, now)?;
+                // After a cycle, each reservation queue is guaranteed its allocation now (as
+                // much of it as the plan queue has).
+                if matches!(op, Op::Tick { .. }) {
+                    let book = e.reservation_book().expect("book");
+                    let plan_queue = queue(&e, PLAN).absolute_guaranteed;
+                    for r in book.reservations() {
+                        let q = e.state().queues()[r.queue as usize];
+                        let want = r.allocated_at(now);
+                        prop_assert!(!want.fits_in(&plan_queue) || q.absolute_guaranteed == want,
+                            "queue of {:?} guaranteed {:?}, allocation {:?}", r.id, q.absolute_guaranteed, want);
+                    }
+                }
             }
+            let ids: Vec<_> = e.reservation_book().expect("book").reservations().map(|r| r.id).collect();
+            let mut expected: Vec<_> = live.iter().map(|(id, _)| *id).collect();
+            expected.sort();
+            prop_assert_eq!(ids, expected, "the book holds exactly the reservations not ended");
         }
     }
 }

@@ -398,13 +398,9 @@ impl Client {
         Ok(self.get::<crate::api::reservations::ReservationList>(&path).await?.reservations)
     }
 
-    /// `POST /ws/v1/cluster/reservation/optimize?time-limit=…`.
-    pub async fn optimize_reservations(
-        &self,
-        time_limit_ms: u64,
-    ) -> Result<crate::api::reservations::OptimizeInfo, ClientError> {
-        let path = format!("/ws/v1/cluster/reservation/optimize?time-limit={time_limit_ms}ms");
-        let (_, body) = self.send(Method::POST, &path, None).await?;
+    /// `POST /ws/v1/cluster/reservation/optimize`.
+    pub async fn optimize_reservations(&self) -> Result<crate::api::reservations::OptimizeInfo, ClientError> {
+        let (_, body) = self.send(Method::POST, "/ws/v1/cluster/reservation/optimize", None).await?;
         let v = self.parse_value(&body)?;
         self.typed(&v)
     }

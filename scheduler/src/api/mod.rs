@@ -122,7 +122,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
 
     /// Admits a reservation at once: `Ok` with its allocation once it is durable;
     /// [`ApiError::conflict`] when the plan has no room (nothing changed), 422 for an invalid
-    /// request or an `id` not handed to `caller`, 404 when no queue is reservable.
+    /// request or an `id` not handed to `caller`, 400 when no reservation planner is configured
+    /// (every reservation call answers so).
     fn submit_reservation(
         &self,
         id: Option<gantry_engine::ReservationId>,
@@ -148,11 +149,10 @@ pub trait Backend: Clone + Send + Sync + 'static {
         &self,
     ) -> impl Future<Output = Result<Vec<reservations::ReservationInfo>, ApiError>> + Send;
 
-    /// Runs the offline optimiser over the reservations that have not started, for at most
-    /// `time_limit_ms`, and applies its answer if the plan has not changed meanwhile.
+    /// Asks the reservation planner to re-organise the plan now (OPTIMIZE) and applies what the
+    /// host accepts of its answer.
     fn optimize_reservations(
         &self,
-        time_limit_ms: u64,
     ) -> impl Future<Output = Result<reservations::OptimizeInfo, ApiError>> + Send;
 
     /// The user who submitted the application a container belongs to and the app's queue, or

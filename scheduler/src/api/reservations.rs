@@ -10,7 +10,7 @@
 //! `concurrency` at once.
 
 use gantry_engine::{PlannedPiece, PlannedReservation, ReservationId, ReservationRequest};
-use gantry_rayon::rdl::{self, Atom, Expr};
+use gantry_rdl::{self as rdl, Atom, Expr};
 use gantry_sdk::abi::GantryResources;
 use serde::{Deserialize, Serialize};
 
@@ -216,7 +216,7 @@ impl ReservationInfo {
             arrival: r.arrival_ms,
             deadline: r.deadline_ms,
             rdl: rdl::to_text(&r.request.definition),
-            resource_allocations: r.pieces.iter().map(ResourceAllocation::from).collect(),
+            resource_allocations: r.pieces().iter().map(ResourceAllocation::from).collect(),
         }
     }
 }
@@ -232,17 +232,11 @@ pub struct ReservationList {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OptimizeInfo {
-    /// Reservations the optimiser looked at (those not started).
+    /// Reservations the planner could move (accepted, not started).
     pub considered: usize,
     /// Reservations moved.
     pub moved: usize,
-    /// The objective of the answer, and of keeping the plan as it was.
-    pub objective: f64,
-    /// Keeping the plan as it was.
-    pub input_objective: f64,
-    /// Whether the solver proved its answer optimal.
-    pub optimal: bool,
-    /// Time the solver took, ms.
+    /// Time the call took, ms.
     pub solve_ms: u64,
     /// Why the plan was kept, if it was.
     #[serde(default, skip_serializing_if = "String::is_empty")]

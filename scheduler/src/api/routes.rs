@@ -18,7 +18,7 @@
 //! | POST | `/reservation/submit`, `/reservation/update` | 200 `ReservationInfo` with `resource-allocations` once stored; 409 rejected (no room, nothing changed) |
 //! | POST | `/reservation/delete` | 200 `{}` once stored |
 //! | GET | `/reservation/list?queue=&reservation-id=&start-time=&end-time=&include-resource-allocations=` | `{"reservations": […]}` |
-//! | POST | `/reservation/optimize?time-limit=10s` | `OptimizeInfo`: the offline MILP over reservations not started |
+//! | POST | `/reservation/optimize` | `OptimizeInfo`: the planner re-organises the plan (its OPTIMIZE call) |
 //!
 //! Every error, including axum's own rejections, unknown paths (404) and wrong methods (405),
 //! is answered with a JSON `RemoteException` body ([`ApiError`]), so clients need one error
@@ -567,30 +567,20 @@ async fn list_reservations<B: Backend>(
     Ok(Json(crate::api::reservations::ReservationList { reservations }))
 }
 
-/// `POST /reservation/optimize` parameters.
+/// `POST /reservation/optimize` parameters: none (the planner's own configuration bounds its
+/// optimiser; its call budget bounds the call).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct OptimizeQuery {
-    /// The solver's time limit (`10s`, `2m`, plain seconds); default 10 s, at most 10 min.
-    #[serde(rename = "time-limit")]
-    time_limit: Option<String>,
-}
+struct OptimizeQuery {}
 
 async fn optimize_reservations<B: Backend>(
     State(b): State<B>,
     access: MaybeAccess,
-    ApiQuery(q): ApiQuery<OptimizeQuery>,
+    ApiQuery(_): ApiQuery<OptimizeQuery>,
 ) -> Result<Json<crate::api::reservations::OptimizeInfo>, ApiError> {
     // It may move anyone's reservations.
     cluster_admin_only(&access, "optimising the reservation plan")?;
-    let limit = match q.time_limit.as_deref() {
-        None => 10_000,
-        Some(s) => crate::cli::parse_duration_ms(s).map_err(ApiError::bad_request)?,
-    };
-    if !(1..=600_000).contains(&limit) {
-        return Err(ApiError::bad_request("time-limit must be between 1 ms and 10 min"));
-    }
-    Ok(Json(b.optimize_reservations(limit).await?))
+    Ok(Json(b.optimize_reservations().await?))
 }
 
 async fn new_application<B: Backend>(

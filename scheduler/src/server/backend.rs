@@ -47,7 +47,10 @@ fn engine_error(e: EngineError) -> ApiError {
             ApiError::not_found(format!("node `{name}` is not known to the scheduler"))
         }
         EngineError::Conflict(m) => ApiError::conflict(m),
-        EngineError::NoPlan => ApiError::not_found(EngineError::NoPlan.to_string()),
+        // YARN answers a reservation call without a reservation system with a BadRequest.
+        EngineError::NoReservationPlanner => {
+            ApiError::bad_request(EngineError::NoReservationPlanner.to_string())
+        }
         other => ApiError::unprocessable(other.to_string()),
     }
 }
@@ -316,6 +319,9 @@ impl DaemonBackend {
 
 impl Backend for DaemonBackend {
     async fn new_reservation(&self, caller: Option<String>) -> Result<NewReservation, ApiError> {
+        if !self.core.read(|c| c.engine().plans_reservations()).await.map_err(gone)? {
+            return Err(engine_error(EngineError::NoReservationPlanner));
+        }
         let id = self
             .core
             .new_id(IdKind::Reservation, caller)
@@ -361,58 +367,37 @@ impl Backend for DaemonBackend {
             })
             .await
             .map_err(gone)?
-            .ok_or_else(|| ApiError::not_found("no queue is reservable: configure [reservations]"))
+            .ok_or_else(|| ApiError::bad_request(EngineError::NoReservationPlanner.to_string()))
     }
 
-    async fn optimize_reservations(&self, time_limit_ms: u64) -> Result<OptimizeInfo, ApiError> {
-        let job = self
+    async fn optimize_reservations(&self) -> Result<OptimizeInfo, ApiError> {
+        let before = self
             .core
-            .read(|c| c.engine().reservation_book().and_then(|b| b.optimizer_job(now_ms())))
+            .read(|c| {
+                let e = c.engine();
+                let now = now_ms();
+                let considered =
+                    e.reservation_book().map_or(0, |b| b.reservations().filter(|r| !r.started(now)).count());
+                (considered, e.stats().reservations.builtin)
+            })
             .await
             .map_err(gone)?;
-        let Some(job) = job else {
-            return Ok(OptimizeInfo {
-                considered: 0,
-                moved: 0,
-                objective: 0.0,
-                input_objective: 0.0,
-                optimal: false,
-                solve_ms: 0,
-                kept_because: "the plan is empty".into(),
-            });
+        let started = std::time::Instant::now();
+        let done = self.reservation_change(ReservationOp::Optimize).await?;
+        let solve_ms = started.elapsed().as_millis() as u64;
+        let builtin = self.core.read(|c| c.engine().stats().reservations.builtin).await.map_err(gone)?;
+        let moved = match done {
+            ReservationOutcome::Accepted { moved, .. } => moved,
+            ReservationOutcome::Rejected { .. } => 0,
         };
-        let considered = job.requests.len();
-        // The solver takes seconds: off the core and off the async workers.
-        let opts = gantry_rayon::milp::Options {
-            time_limit: Duration::from_millis(time_limit_ms),
-            ..gantry_rayon::milp::Options::default()
+        let kept_because = if builtin > before.1 {
+            "the planner failed or its answer was refused (see the scheduler's log and gantry_scheduler_rejected_decisions_total)".into()
+        } else if moved == 0 {
+            "the planner moved nothing".into()
+        } else {
+            String::new()
         };
-        let generation = job.generation;
-        let outcome = tokio::task::spawn_blocking(move || {
-            gantry_rayon::milp::optimize(&job.plan, &job.requests, &opts)
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("the optimiser panicked: {e}")))?
-        .map_err(|e| ApiError::unprocessable(e.to_string()))?;
-        let stats = outcome.stats.clone();
-        let mut info = OptimizeInfo {
-            considered,
-            moved: 0,
-            objective: stats.objective,
-            input_objective: stats.input_objective,
-            optimal: stats.optimal,
-            solve_ms: stats.solve_time.as_millis() as u64,
-            kept_because: stats.kept_input.clone().unwrap_or_default(),
-        };
-        if info.kept_because.is_empty() {
-            let done = self
-                .reservation_change(ReservationOp::Optimized { generation, outcome: Box::new(outcome) })
-                .await?;
-            if let ReservationOutcome::Accepted { moved, .. } = done {
-                info.moved = moved;
-            }
-        }
-        Ok(info)
+        Ok(OptimizeInfo { considered: before.0, moved, solve_ms, kept_because })
     }
 
     async fn info(&self) -> ClusterInfo {

@@ -292,13 +292,8 @@ pub enum ReservationOp {
         /// The reservation.
         id: gantry_engine::ReservationId,
     },
-    /// Apply the optimiser's answer computed on the plan of `generation`.
-    Optimized {
-        /// The plan generation it was computed on.
-        generation: u64,
-        /// Its answer.
-        outcome: Box<gantry_rayon::milp::Outcome>,
-    },
+    /// Ask the planner to re-organise the plan now (OPTIMIZE).
+    Optimize,
 }
 
 /// What a [`ReservationOp`] did.
@@ -787,7 +782,7 @@ impl Core {
                 id: r.id,
                 request: r.request,
                 submit_ms: r.submit_ms,
-                pieces: r.pieces,
+                allocation: r.allocation,
             };
             match core.engine.handle(now_ms(), event) {
                 Ok(commands) => {
@@ -1122,7 +1117,7 @@ impl Core {
             id,
             request: r.request.clone(),
             submit_ms: r.submit_ms,
-            pieces: r.pieces.clone(),
+            allocation: r.allocation.clone(),
         }))
     }
 
@@ -1148,9 +1143,7 @@ impl Core {
                 (Event::ReservationUpdated { id, request }, Some(id), false)
             }
             ReservationOp::Delete { id } => (Event::ReservationDeleted { id }, Some(id), false),
-            ReservationOp::Optimized { generation, outcome } => {
-                (Event::PlanOptimized { generation, outcome: *outcome }, None, false)
-            }
+            ReservationOp::Optimize => (Event::OptimizeReservations, None, false),
         };
         let commands = self.engine.handle(now_ms(), event)?;
         let mut outcome =
@@ -1453,8 +1446,6 @@ impl Core {
                     self.persist(vec![crate::store::Write::DeletePlanReservation { id: reservation }]);
                 }
                 Command::AppAccepted { .. }
-                | Command::ReservationRecorded { .. }
-                | Command::ReservationStateChanged { .. }
                 | Command::ReservationAdmitted { .. }
                 | Command::ReservationRejected { .. } => {}
             }

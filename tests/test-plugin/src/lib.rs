@@ -1,9 +1,10 @@
 //! # gantry-test-plugin
 //!
 //! A deliberately misbehaving plugin for the host's tests. Its configuration is
-//! `{"mode": "<mode>"}` and the mode picks the misbehaviour; hooks a mode does not mention behave
-//! sanely: `admit`, `order` and `rebalance` emit nothing and `place` does a correct first fit of
-//! the non-gang requests.
+//! `{"mode": "<mode>"}` (optionally with `"good_calls": N`: the first N `reserve` calls are
+//! answered sanely whatever the mode) and the mode picks the misbehaviour; hooks a mode does not
+//! mention behave sanely: `admit`, `order` and `rebalance` emit nothing, `place` does a correct
+//! first fit of the non-gang requests and `reserve` is the simple planner of [`reserve`].
 //!
 //! | mode                 | behaviour                                                          |
 //! |----------------------|--------------------------------------------------------------------|
@@ -23,12 +24,24 @@
 //! | `hang`               | `place` never returns                                              |
 //! | `slow-then-ok`       | `place` sleeps 1.5 s in its first call, then is sane               |
 //! | `checksum`           | every hook fails with a checksum of everything its view shows      |
+//! | `reserve-over-capacity` | `reserve` plans the subject at once at `h` bundles, over the plan |
+//! | `reserve-outside-window` | `reserve` plans the subject after its deadline                  |
+//! | `reserve-broken-order` | `reserve` starts every atom of the subject at one instant         |
+//! | `reserve-gang-size`  | `reserve` plans bundles that are not whole gangs (or above `h`)    |
+//! | `reserve-past-changed` | REPLAN and OPTIMIZE restate started reservations without their past |
+//! | `reserve-flood`      | `reserve` returns over a million allocation pieces                 |
+//! | `reserve-bad-allocation` | `reserve` adds a piece of an atom the subject does not have     |
+//! | `reserve-panic`      | `reserve` panics with "test plugin panic in reserve"               |
+//! | `reserve-hang`       | `reserve` never returns                                            |
 
 use core::ffi::CStr;
 use gantry_sdk::abi::{
     GANTRY_NODE_RUNNING, GANTRY_NONE, GANTRY_REQUEST_GANG, GantryDecision, GantryRequest, GantryResources,
 };
 use gantry_sdk::{Decisions, Hooks, Plugin, PluginError, View};
+
+pub mod reserve;
+use reserve::Spoil;
 
 /// Node index used by `unknown-node`: far beyond any test cluster.
 pub const UNKNOWN_NODE: u32 = 4_000_000_000;
@@ -78,11 +91,17 @@ pub enum Mode {
     SlowThenOk,
     /// Every hook fails with [`view_checksum`] of its view as the message.
     Checksum,
+    /// `reserve` answers spoilt this way ([`Spoil`]).
+    Reserve(Spoil),
+    /// `reserve` panics.
+    ReservePanic,
+    /// `reserve` never returns.
+    ReserveHang,
 }
 
 impl Mode {
     /// Every mode with its configuration name.
-    pub const ALL: [(&'static str, Mode); 16] = [
+    pub const ALL: [(&'static str, Mode); 25] = [
         ("ok", Mode::Ok),
         ("panic", Mode::Panic),
         ("panic-create", Mode::PanicCreate),
@@ -99,6 +118,15 @@ impl Mode {
         ("hang", Mode::Hang),
         ("slow-then-ok", Mode::SlowThenOk),
         ("checksum", Mode::Checksum),
+        ("reserve-over-capacity", Mode::Reserve(Spoil::OverCapacity)),
+        ("reserve-outside-window", Mode::Reserve(Spoil::OutsideWindow)),
+        ("reserve-broken-order", Mode::Reserve(Spoil::BrokenOrder)),
+        ("reserve-gang-size", Mode::Reserve(Spoil::GangSize)),
+        ("reserve-past-changed", Mode::Reserve(Spoil::PastChanged)),
+        ("reserve-flood", Mode::Reserve(Spoil::Flood)),
+        ("reserve-bad-allocation", Mode::Reserve(Spoil::BadAllocation)),
+        ("reserve-panic", Mode::ReservePanic),
+        ("reserve-hang", Mode::ReserveHang),
     ];
 
     /// The mode called `name`.
@@ -139,6 +167,21 @@ fn parse_mode(config: &str) -> Result<Mode, PluginError> {
     Mode::from_name(name).ok_or_else(|| err(&format!("unknown mode {name:?}")))
 }
 
+/// Reads the optional `"good_calls": N` of the configuration (0 when absent), by hand.
+fn parse_good_calls(config: &str) -> Result<u32, PluginError> {
+    let err = |what: &str| PluginError::new(format!("test-misbehave: {what} in config {config:?}"));
+    let Some(at) = config.find("\"good_calls\"") else { return Ok(0) };
+    let rest = config.get(at + "\"good_calls\"".len()..).unwrap_or("").trim_start();
+    let Some(rest) = rest.strip_prefix(':') else {
+        return Err(err("expected ':' after \"good_calls\""));
+    };
+    let rest = rest.trim_start();
+    let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    rest.get(..digits)
+        .and_then(|d| d.parse().ok())
+        .ok_or_else(|| err("\"good_calls\" must be a whole number"))
+}
+
 /// A checksum (FNV-1a, 64 bits) of everything `view` shows: its scalars and every record of
 /// every array, through their `Debug` text. Two views give the same checksum when they show the
 /// same cluster, wherever their arrays live.
@@ -158,6 +201,10 @@ pub struct TestMisbehave {
     mode: Mode,
     /// `place` calls so far (for `fail-then-ok`).
     place_calls: u32,
+    /// `reserve` calls so far.
+    reserve_calls: u32,
+    /// `reserve` calls answered sanely before the mode applies.
+    good_calls: u32,
     /// Tentative allocations per node during one `place` call.
     allocated: Vec<GantryResources>,
 }
@@ -239,14 +286,15 @@ impl TestMisbehave {
 impl Plugin for TestMisbehave {
     const NAME: &'static CStr = c"test-misbehave";
     const VERSION: &'static CStr = c"0.1.0";
-    const HOOKS: Hooks = Hooks { admit: true, order: true, place: true, rebalance: true, reserve: false };
+    const HOOKS: Hooks = Hooks { admit: true, order: true, place: true, rebalance: true, reserve: true };
 
     fn create(config: &str) -> Result<Self, PluginError> {
         let mode = parse_mode(config)?;
         if mode == Mode::PanicCreate {
             panic!("test plugin panic in create");
         }
-        Ok(TestMisbehave { mode, place_calls: 0, allocated: Vec::new() })
+        let good_calls = parse_good_calls(config)?;
+        Ok(TestMisbehave { mode, place_calls: 0, reserve_calls: 0, good_calls, allocated: Vec::new() })
     }
 
     fn admit(&mut self, view: &View<'_>, _out: &mut Decisions) -> Result<(), PluginError> {
@@ -331,9 +379,14 @@ impl Plugin for TestMisbehave {
                     }
                 }
             }
-            Mode::Ok | Mode::PanicCreate | Mode::OrderGarbage | Mode::RebalanceKillAll | Mode::FailThenOk => {
-                self.first_fit(view, out)
-            }
+            Mode::Ok
+            | Mode::PanicCreate
+            | Mode::OrderGarbage
+            | Mode::RebalanceKillAll
+            | Mode::FailThenOk
+            | Mode::Reserve(_)
+            | Mode::ReservePanic
+            | Mode::ReserveHang => self.first_fit(view, out),
         }
         Ok(())
     }
@@ -350,6 +403,20 @@ impl Plugin for TestMisbehave {
             out.preempt(containers.saturating_add(1), 1_000);
         }
         Ok(())
+    }
+
+    fn reserve(&mut self, view: &View<'_>, out: &mut Decisions) -> Result<(), PluginError> {
+        self.reserve_calls = self.reserve_calls.saturating_add(1);
+        let mode = if self.reserve_calls <= self.good_calls { Mode::Ok } else { self.mode };
+        match mode {
+            Mode::Checksum => Err(checksum_error(view)),
+            Mode::ReservePanic => panic!("test plugin panic in reserve"),
+            Mode::ReserveHang => loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            },
+            Mode::Reserve(spoil) => reserve::reserve(view, spoil, out),
+            _ => reserve::reserve(view, Spoil::None, out),
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Expression builders the hand-computed test files share (CPU-only bundles).
 
-use gantry_rayon::rdl::{Atom, Expr, Window};
+use gantry_rdl::{Atom, Expr, Window};
 use gantry_sdk::abi::GantryResources;
 
 /// `c` millicores and nothing else.

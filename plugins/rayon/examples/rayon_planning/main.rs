@@ -2,9 +2,15 @@
 //! GREE-L on admission, the MILP on a one-hour subset, and replanning after a capacity loss.
 //!
 //! ```text
-//! cargo run --release -p gantry-sim --example rayon_planning -- \
+//! cargo run --release -p gantry-rayon --example rayon_planning -- \
 //!     --trace ../shared/traces/swim-fb-2009/FB-2009_samples_24_times_1hr_0.tsv [--out DIR] [--json FILE]
 //! ```
+//!
+//! The planner is driven the way the scheduler drives `libgantry_rayon.so`: through its ABI 1.3
+//! `reserve` hook, called by the harness host of `gantry_rayon::harness` (views laid out as the
+//! engine lays them out, calls through the SDK's C glue; admission is ADMIT calls, the capacity
+//! loss a REPLAN call). Only the MILP on a subset runs the library directly (OPTIMIZE would
+//! optimise every reservation that has not started, not a chosen subset).
 //!
 //! # Reservations from SWIM jobs (the rule)
 //!
@@ -33,10 +39,12 @@
 //!
 //! # Admission
 //!
-//! Reservations are admitted in arrival order, each into the plan as the earlier ones left it.
-//! Each window opens at the job's arrival, so the submission can be at the arrival or any fixed
-//! lead time before it: the order, and so every decision, is the same. Per agent: share accepted
-//! (count and requested work), admission latency (mean, p99, µs), height changes (per reservation,
+//! Reservations are admitted in arrival order, each into the plan as the earlier ones left it,
+//! all submitted at time 0 (a day ahead). Each window opens at the job's arrival, so the
+//! submission can be at the arrival or any fixed lead time before it: the order, and so every
+//! decision, is the same. Per agent: share accepted (count and requested work), admission latency
+//! (the `reserve` call through the glue, after a first call that built the plugin's plan; mean,
+//! p99, µs), height changes (per reservation,
 //! the sum over steps of `|bundles(t) − bundles(t−1)|`, counting its start and its end: a proxy
 //! for preemptions), change points (steps where the reservation's demand changes, as
 //! `gantry_rayon::milp::changes` counts them) and allocated bundle-hours. Bundles are counted in
@@ -56,12 +64,15 @@
 //!
 //! `--loss-share` (0.05) of the plan's capacity is lost from `--loss-at` (12h) to the end of the
 //! horizon, on each agent's full-day plan (as if the whole day's reservations were in the plan
-//! when the loss happens, i.e. submitted at least a day ahead). A reservation whose allocation
-//! started before the loss is running: it may not move. One that has not started may, within
-//! its window cut to start at the loss. Gantry's `replan` (move / reshape within windows, reject
-//! fewest, lowest priority then newest; every reservation here has priority 0 and submission
-//! order = arrival order) against `replan_yarn_simple` (YARN: delete the newest at each
-//! overcommitted step).
+//! when the loss happens, i.e. submitted at least a day ahead): a REPLAN call at the loss, with
+//! the plan's capacity lowered, to a new plugin instance per replanner (it builds its plan from
+//! the view, as after a restart). A reservation whose allocation started before the loss keeps
+//! its past and is re-placed for the work left (the plugin's rule: `plugins/rayon/README.md`);
+//! one that has not started may move within its window cut to start at the loss. Gantry's
+//! replanner (`replanner = "rayon"`: move / reshape within windows, reject fewest, lowest
+//! priority then newest; every reservation here has priority 0 and submission order = arrival
+//! order) against `replanner = "yarn-simple"` (YARN: delete the newest at each overcommitted
+//! step).
 //!
 //! # Outputs
 //!
@@ -72,19 +83,25 @@
 use std::error::Error;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use gantry_rayon::agents::{Agent, admit};
+use gantry_rayon::agents::Agent;
+use gantry_rayon::harness::{Host, Mode, Record};
 use gantry_rayon::milp::{self, Options, Request};
-use gantry_rayon::plan::{Piece, Plan};
-use gantry_rayon::rdl::{Atom, Expr, Window};
-use gantry_rayon::replan::{Replan, ReservationInfo, replan, replan_yarn_simple};
-use gantry_sdk::abi::GantryResources;
+use gantry_rayon::plan::{self as plan_mod, Piece, Plan};
+use gantry_rdl::{Atom, Expr, Window};
+use gantry_sdk::abi::{
+    GANTRY_DECISION_PLAN_RESERVATION, GANTRY_DECISION_REJECT_RESERVATION, GANTRY_NONE, GANTRY_RESERVE_REPLAN,
+    GantryResources,
+};
 use gantry_sdk::rng::SplitMix64;
-use gantry_sim::report::{Series, stacked_plots};
 use gantry_sim::trace::{self, swim};
 use serde_json::{Value, json};
+
+mod args;
+mod skyline;
+
+use args::{Args, parse_args};
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
@@ -92,149 +109,6 @@ const HOUR_MS: u64 = 3_600_000;
 const MINUTE_MS: u64 = 60_000;
 const GIB: u64 = 1 << 30;
 const AGENTS: [Agent; 2] = [Agent::Gree, Agent::GreeL];
-
-/// Command-line settings (see the module documentation).
-struct Args {
-    trace: PathBuf,
-    nodes: u64,
-    node_cores: u64,
-    node_mem: u64,
-    plan_share: f64,
-    deadline_share: f64,
-    slack: (f64, f64),
-    max_parallel: u32,
-    lease: bool,
-    seed: u64,
-    step_ms: u64,
-    milp_hour: Option<u64>,
-    milp_n: usize,
-    milp_time_limit: Duration,
-    milp_cells: usize,
-    milp_slot: Option<usize>,
-    loss_at_ms: u64,
-    loss_share: f64,
-    out: Option<PathBuf>,
-    json: Option<PathBuf>,
-}
-
-const USAGE: &str = "usage: rayon_planning --trace FILE [--nodes 100] [--node-cpu 8] [--node-mem 16GiB] \
-[--plan-share 0.7] [--deadline-share 0.3] [--slack 2..3] [--max-parallel 200] [--lease task|none] [--seed 1] [--step-ms 1000] \
-[--milp-hour H] [--milp-n 25] [--milp-time-limit 20s] [--milp-cells 1500] [--milp-slot STEPS] [--loss-at 12h] \
-[--loss-share 0.05] [--out DIR] [--json FILE]";
-
-fn parse_args() -> Res<Args> {
-    let mut a = Args {
-        trace: PathBuf::new(),
-        nodes: 100,
-        node_cores: 8,
-        node_mem: 16 * GIB,
-        plan_share: 0.7,
-        deadline_share: 0.3,
-        slack: (2.0, 3.0),
-        max_parallel: 200,
-        lease: true,
-        seed: 1,
-        step_ms: 1000,
-        milp_hour: None,
-        milp_n: 25,
-        milp_time_limit: Duration::from_secs(20),
-        milp_cells: 1500,
-        milp_slot: None,
-        loss_at_ms: 12 * HOUR_MS,
-        loss_share: 0.05,
-        out: None,
-        json: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "-h" || flag == "--help" {
-            println!("{USAGE}");
-            std::process::exit(0);
-        }
-        let v = it.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        let bad = |what: &str| format!("{flag} {v}: expected {what}");
-        match flag.as_str() {
-            "--trace" => a.trace = PathBuf::from(&v),
-            "--nodes" => a.nodes = v.parse().map_err(|_| bad("a count"))?,
-            "--node-cpu" => a.node_cores = v.parse().map_err(|_| bad("cores"))?,
-            "--node-mem" => a.node_mem = parse_bytes(&v).ok_or_else(|| bad("a size like 16GiB"))?,
-            "--plan-share" => a.plan_share = parse_share(&v).ok_or_else(|| bad("a share in (0, 1]"))?,
-            "--deadline-share" => {
-                a.deadline_share = parse_share(&v).ok_or_else(|| bad("a share in (0, 1]"))?
-            }
-            "--slack" => a.slack = parse_range(&v).ok_or_else(|| bad("LO..HI or one number, at least 1"))?,
-            "--max-parallel" => {
-                a.max_parallel = v.parse().ok().filter(|&h| h > 0).ok_or_else(|| bad("a count"))?
-            }
-            "--lease" => {
-                a.lease = match v.as_str() {
-                    "task" => true,
-                    "none" => false,
-                    _ => return Err(bad("task or none").into()),
-                }
-            }
-            "--seed" => a.seed = v.parse().map_err(|_| bad("an integer"))?,
-            "--step-ms" => {
-                a.step_ms = v.parse().ok().filter(|&s| s > 0).ok_or_else(|| bad("milliseconds"))?
-            }
-            "--milp-hour" => a.milp_hour = Some(v.parse().map_err(|_| bad("an hour"))?),
-            "--milp-n" => a.milp_n = v.parse().map_err(|_| bad("a count"))?,
-            "--milp-time-limit" => {
-                a.milp_time_limit = Duration::from_millis(parse_ms(&v).ok_or_else(|| bad("a duration"))?)
-            }
-            "--milp-cells" => a.milp_cells = v.parse().map_err(|_| bad("a count"))?,
-            "--milp-slot" => {
-                a.milp_slot = Some(v.parse().ok().filter(|&s| s > 0).ok_or_else(|| bad("steps"))?)
-            }
-            "--loss-at" => a.loss_at_ms = parse_ms(&v).ok_or_else(|| bad("a time like 12h"))?,
-            "--loss-share" => a.loss_share = parse_share(&v).ok_or_else(|| bad("a share in (0, 1]"))?,
-            "--out" => a.out = Some(PathBuf::from(&v)),
-            "--json" => a.json = Some(PathBuf::from(&v)),
-            _ => return Err(format!("unknown option {flag}\n{USAGE}").into()),
-        }
-    }
-    if a.trace.as_os_str().is_empty() {
-        return Err(format!("--trace is required\n{USAGE}").into());
-    }
-    Ok(a)
-}
-
-fn parse_share(v: &str) -> Option<f64> {
-    v.parse::<f64>().ok().filter(|x| *x > 0.0 && *x <= 1.0)
-}
-
-fn parse_range(v: &str) -> Option<(f64, f64)> {
-    let (lo, hi) = match v.split_once("..") {
-        Some((lo, hi)) => (lo.parse::<f64>().ok()?, hi.parse::<f64>().ok()?),
-        None => {
-            let x = v.parse::<f64>().ok()?;
-            (x, x)
-        }
-    };
-    (lo >= 1.0 && hi >= lo && hi.is_finite()).then_some((lo, hi))
-}
-
-/// `16GiB`, `16G`, `512MiB`, or bytes.
-fn parse_bytes(v: &str) -> Option<u64> {
-    let v = v.trim();
-    let (num, mult) = [("GiB", GIB), ("G", GIB), ("MiB", 1 << 20), ("M", 1 << 20)]
-        .iter()
-        .find_map(|(suffix, m)| v.strip_suffix(suffix).map(|n| (n, *m)))
-        .unwrap_or((v, 1));
-    let x: f64 = num.trim().parse().ok()?;
-    (x > 0.0).then_some((x * mult as f64) as u64)
-}
-
-/// `12h`, `30m`, `20s`, `500ms`, or milliseconds.
-fn parse_ms(v: &str) -> Option<u64> {
-    let v = v.trim();
-    let (num, mult) = [("ms", 1.0), ("h", HOUR_MS as f64), ("m", MINUTE_MS as f64), ("s", 1000.0)]
-        .iter()
-        .find_map(|(suffix, m)| v.strip_suffix(suffix).map(|n| (n, *m)))
-        .unwrap_or((v, 1.0));
-    let x: f64 = num.trim().parse().ok()?;
-    (x >= 0.0).then_some((x * mult) as u64)
-}
 
 /// Prints progress when stderr is a terminal.
 fn progress(msg: &str) {
@@ -399,22 +273,71 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// One agent's admission of the whole day.
 struct AgentRun {
     agent: Agent,
+    /// The host after the day's admissions (its records are the accepted reservations).
+    host: Host,
+    /// The accepted allocations as a plan (the figures are computed on it).
     plan: Plan,
     accepted: Vec<bool>,
     latency: Vec<Duration>,
 }
 
-fn admit_all(agent: Agent, empty: &Plan, res: &[Reservation]) -> AgentRun {
+fn agent_name(agent: Agent) -> &'static str {
+    match agent {
+        Agent::Gree => "gree",
+        Agent::GreeL => "gree-l",
+    }
+}
+
+/// The records' allocations as a plan like `empty` (for the figures); `capacity_from` lowers
+/// the capacity from a step on.
+fn plan_of(records: &[Record], empty: &Plan, capacity_from: Option<(usize, &GantryResources)>) -> Res<Plan> {
     let mut plan = empty.clone();
+    if let Some((step, cap)) = capacity_from {
+        plan.set_capacity(step, plan.steps(), cap).map_err(|e| format!("capacity loss: {e}"))?;
+    }
+    let step_ms = plan.step_ms();
+    for r in records {
+        let atoms = r.definition.atoms();
+        let pieces: Vec<Piece> = r
+            .allocation
+            .iter()
+            .map(|p| Piece {
+                start: (p.start_ms / step_ms) as usize,
+                end: (p.end_ms.div_ceil(step_ms) as usize).min(plan.steps()),
+                demand: plan_mod::scale(
+                    &plan_mod::vector(&atoms[p.atom as usize].bundle),
+                    i64::try_from(p.bundles).unwrap_or(i64::MAX),
+                ),
+            })
+            .filter(|p| p.start < p.end)
+            .collect();
+        plan.restore(r.id, pieces).map_err(|e| format!("reservation {}: {e}", r.id))?;
+    }
+    Ok(plan)
+}
+
+/// Submits the day's reservations at time 0, one ADMIT call each through the C glue.
+fn admit_all(
+    agent: Agent,
+    empty: &Plan,
+    capacity: &GantryResources,
+    res: &[Reservation],
+    a: &Args,
+) -> Res<AgentRun> {
+    let config = format!(r#"{{"agent": "{}"}}"#, agent_name(agent));
+    let mut host = Host::new(Mode::Glue, &config, *capacity, a.step_ms, empty.horizon_ms())?;
+    // The plugin builds its plan (two horizons of steps) in its first call: make that call (an
+    // OPTIMIZE, which answers nothing with the optimiser off) before timing admissions.
+    host.optimize()?;
     let mut accepted = Vec::with_capacity(res.len());
     let mut latency = Vec::with_capacity(res.len());
     for r in res {
-        let t = Instant::now();
-        let ok = admit(&mut plan, &r.expr, agent, r.id).is_ok();
-        latency.push(t.elapsed());
-        accepted.push(ok);
+        let answer = host.submit(r.id, r.expr.clone(), r.arrival_ms, r.deadline_ms, 0)?;
+        latency.push(answer.elapsed);
+        accepted.push(answer.decisions.iter().any(|d| d.kind == GANTRY_DECISION_PLAN_RESERVATION));
     }
-    AgentRun { agent, plan, accepted, latency }
+    let plan = plan_of(host.records(), empty, None)?;
+    Ok(AgentRun { agent, host, plan, accepted, latency })
 }
 
 /// A markdown table.
@@ -492,7 +415,7 @@ fn main() -> Res<()> {
     let mut runs = Vec::new();
     for agent in AGENTS {
         progress(&format!("admitting {} reservations with {}", res.len(), agent.name()));
-        runs.push(admit_all(agent, &empty, &res));
+        runs.push(admit_all(agent, &empty, &capacity, &res, &a)?);
     }
     let mut rows = Vec::new();
     let mut jrows = Vec::new();
@@ -657,7 +580,7 @@ fn main() -> Res<()> {
     out.push('\n');
     js.insert("milp".into(), Value::Array(jrows));
 
-    // 3. Capacity loss.
+    // 3. Capacity loss: a REPLAN call at the loss to a new plugin instance per replanner.
     let loss_step = empty.step_at_or_after(a.loss_at_ms);
     let loss_ms = empty.ms_of(loss_step);
     let reduced = share_of(&capacity, 1.0 - a.loss_share);
@@ -665,79 +588,82 @@ fn main() -> Res<()> {
     let mut jrows = Vec::new();
     let mut after_plans: Vec<(String, Plan)> = Vec::new();
     for run in &runs {
-        let mut infos = Vec::new();
-        let mut running = 0;
-        for r in res.iter().filter(|r| run.accepted[r.id as usize]) {
-            let pieces = run.plan.pieces(r.id).unwrap_or(&[]);
-            let started = pieces.iter().any(|p| p.start < loss_step);
-            let ends_after = pieces.iter().any(|p| p.end > loss_step);
-            running += usize::from(started && ends_after);
-            let expr = match (&r.expr, started) {
-                (Expr::Window(w), false) if w.start_ms < loss_ms && w.end_ms > loss_ms => {
-                    Expr::Window(Window { start_ms: loss_ms, end_ms: w.end_ms, inner: w.inner.clone() })
-                }
-                (e, _) => e.clone(),
-            };
-            let mut info = ReservationInfo::new(r.id, expr, 0, r.id);
-            info.movable = !started;
-            infos.push(info);
-        }
-        let mut lost = run.plan.clone();
-        lost.set_capacity(loss_step, lost.steps(), &reduced).map_err(|e| format!("capacity loss: {e}"))?;
+        let running = run
+            .host
+            .records()
+            .iter()
+            .filter(|r| {
+                r.allocation.iter().any(|p| p.start_ms < loss_ms)
+                    && r.allocation.iter().any(|p| p.end_ms > loss_ms)
+            })
+            .count();
         let held_before = shape(&run.plan, run.plan.reservation_ids().collect::<Vec<_>>(), unit);
-        for (name, which) in [("gantry replan", 0), ("YARN simple (delete newest)", 1)] {
+        for (name, replanner) in [("gantry replan", "rayon"), ("YARN simple (delete newest)", "yarn-simple")]
+        {
             progress(&format!("{name} on {}'s plan", run.agent.name()));
-            let mut p = lost.clone();
-            let t = Instant::now();
-            let r: Replan = if which == 0 {
-                replan(&mut p, &infos, run.agent)
-            } else {
-                replan_yarn_simple(&mut p, &infos)
-            };
-            let time = t.elapsed();
-            let rejected_bms: u128 = r
-                .rejected
+            let config = format!(r#"{{"agent": "{}", "replanner": "{replanner}"}}"#, agent_name(run.agent));
+            let mut host = run.host.fork(Mode::Direct, &config)?;
+            host.now_ms = loss_ms;
+            host.capacity = reduced;
+            let answer = host.call(GANTRY_RESERVE_REPLAN, GANTRY_NONE)?;
+            let time = answer.elapsed;
+            let id_of = |i: u32| host.records().get(i as usize).map(|r| r.id);
+            let moved_ids: Vec<u64> = answer
+                .decisions
+                .iter()
+                .filter(|d| d.kind == GANTRY_DECISION_PLAN_RESERVATION)
+                .filter_map(|d| id_of(d.subject))
+                .collect();
+            let rejected: Vec<u64> = answer
+                .decisions
+                .iter()
+                .filter(|d| d.kind == GANTRY_DECISION_REJECT_RESERVATION)
+                .filter_map(|d| id_of(d.subject))
+                .collect();
+            let report = host.plugin().and_then(|p| p.last_replan().cloned()).unwrap_or_default();
+            host.apply(&answer, GANTRY_RESERVE_REPLAN);
+            let p = plan_of(host.records(), &empty, Some((loss_step, &reduced)))?;
+            let rejected_bms: u128 = rejected
                 .iter()
                 .filter_map(|id| run.plan.pieces(*id))
                 .map(|p| bundle_ms(p, unit, run.plan.step_ms()))
                 .sum();
             let after = shape(&p, p.reservation_ids().collect::<Vec<_>>(), unit);
-            let moved_ids: Vec<u64> = r.moved.iter().map(|m| m.id).collect();
             let moved_before = shape(&run.plan, moved_ids.iter().copied(), unit);
             let moved_after = shape(&p, moved_ids.iter().copied(), unit);
-            let stayed = r.affected.len().saturating_sub(r.moved.len() + r.rejected.len());
+            let stayed = report.affected.saturating_sub(moved_ids.len() + rejected.len());
+            let fits = !report.overcommitted && p.overcommitted().is_none();
             rows.push(vec![
                 run.agent.name().to_string(),
                 name.to_string(),
-                r.affected.len().to_string(),
+                report.affected.to_string(),
                 stayed.to_string(),
-                r.moved.len().to_string(),
-                r.rejected.len().to_string(),
+                moved_ids.len().to_string(),
+                rejected.len().to_string(),
                 format!("{:.1}", hours(rejected_bms)),
                 format!("{:+}", moved_after.changes as i64 - moved_before.changes as i64),
                 format!("{:.0}", hours(after.bundle_ms)),
                 format!("{:.1} ms", time.as_secs_f64() * 1e3),
-                if r.overcommitted.is_some() || p.overcommitted().is_some() { "no" } else { "yes" }
-                    .to_string(),
+                if fits { "yes" } else { "no" }.to_string(),
             ]);
             jrows.push(json!({
-                "agent": run.agent.name(), "replanner": name, "strategy": r.strategy,
-                "affected": r.affected.len(), "stayed": stayed, "moved": r.moved.len(),
-                "rejected": r.rejected.len(), "rejected_bundle_hours": hours(rejected_bms),
+                "agent": run.agent.name(), "replanner": name, "strategy": report.strategy,
+                "affected": report.affected, "stayed": stayed, "moved": moved_ids.len(),
+                "rejected": rejected.len(), "rejected_bundle_hours": hours(rejected_bms),
                 "moved_height_changes_delta": moved_after.changes as i64 - moved_before.changes as i64,
                 "bundle_hours_before": hours(held_before.bundle_ms), "bundle_hours_after": hours(after.bundle_ms),
-                "time_ms": time.as_secs_f64() * 1e3, "fits": p.overcommitted().is_none(),
+                "time_ms": time.as_secs_f64() * 1e3, "fits": fits,
                 "running_at_loss": running,
             }));
-            if which == 0 {
-                out_strategy(&mut rows, r.strategy);
+            if replanner == "rayon" {
+                out_strategy(&mut rows, report.strategy);
             }
             after_plans.push((format!("{} + {name}", run.agent.name()), p));
         }
     }
     let _ = writeln!(
         out,
-        "## Capacity loss: {} % of the plan's capacity lost from {:.2} h to the end; reservations started before it may not move\n",
+        "## Capacity loss: {} % of the plan's capacity lost from {:.2} h to the end (a REPLAN call); reservations started before it keep their past\n",
         a.loss_share * 100.0,
         loss_ms as f64 / HOUR_MS as f64
     );
@@ -765,7 +691,7 @@ fn main() -> Res<()> {
         let mut series: Vec<(String, &Plan)> =
             runs.iter().map(|r| (r.agent.name().to_string(), &r.plan)).collect();
         series.extend(after_plans.iter().map(|(n, p)| (n.clone(), p)));
-        let (csv, svg) = skyline(&empty, &series, loss_step, &a);
+        let (csv, svg) = skyline::skyline(&empty, &series, loss_step, a.step_ms, a.loss_share);
         let csv_path = dir.join("skyline.csv");
         std::fs::write(&csv_path, csv).map_err(|e| format!("writing {}: {e}", csv_path.display()))?;
         let svg_path = dir.join("skyline.svg");
@@ -786,57 +712,4 @@ fn out_strategy(rows: &mut [Vec<String>], strategy: &str) {
     if let Some(row) = rows.last_mut() {
         row[1] = format!("{} ({strategy})", row[1]);
     }
-}
-
-/// Per minute: the plan's capacity before and after the loss, and each plan's cores held (mean
-/// and peak over the minute's steps); and the SVG of the means.
-fn skyline(empty: &Plan, series: &[(String, &Plan)], loss_step: usize, a: &Args) -> (String, String) {
-    let per_min = (MINUTE_MS / a.step_ms).max(1) as usize;
-    let minutes = empty.steps().div_ceil(per_min);
-    let cores = |v: Option<[i64; 3]>| v.map_or(0.0, |v| v[0] as f64 / 1000.0);
-    let mut csv = String::from("minute,capacity_cores,capacity_after_loss_cores");
-    for (name, _) in series {
-        let n = name.replace([' ', ',', '(', ')'], "_").replace("__", "_");
-        let _ = write!(csv, ",{n}_mean_cores,{n}_peak_cores");
-    }
-    csv.push('\n');
-    let cap = cores(empty.capacity_at(0));
-    let after = cap * (1.0 - a.loss_share);
-    let mut lines: Vec<Vec<(f64, f64)>> = vec![Vec::with_capacity(minutes); series.len() + 2];
-    for m in 0..minutes {
-        let (lo, hi) = (m * per_min, ((m + 1) * per_min).min(empty.steps()));
-        let cap_after = if lo >= loss_step { after } else { cap };
-        let _ = write!(csv, "{m},{cap:.3},{cap_after:.3}");
-        let x = (m * per_min) as f64 * a.step_ms as f64 / HOUR_MS as f64;
-        lines[0].push((x, cap));
-        lines[1].push((x, cap_after));
-        for (k, (_, plan)) in series.iter().enumerate() {
-            let (mut sum, mut peak) = (0.0, 0.0f64);
-            for i in lo..hi {
-                let c = cores(plan.used_at(i));
-                sum += c;
-                peak = peak.max(c);
-            }
-            let mean = sum / (hi - lo).max(1) as f64;
-            let _ = write!(csv, ",{mean:.3},{peak:.3}");
-            lines[k + 2].push((x, mean));
-        }
-        csv.push('\n');
-    }
-    // Panel 1: capacity and the two agents' plans; panel 2: after the loss.
-    let colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"];
-    let mut p1: Vec<Series<'_>> = vec![("plan capacity", "black", lines[0].clone())];
-    for (k, (name, _)) in series.iter().enumerate().take(2) {
-        p1.push((name, colours[k], lines[k + 2].clone()));
-    }
-    let mut p2: Vec<Series<'_>> = vec![("capacity after loss", "black", lines[1].clone())];
-    for (k, (name, _)) in series.iter().enumerate().skip(2) {
-        p2.push((name, colours[k], lines[k + 2].clone()));
-    }
-    let y_max = cap * 1.05;
-    let svg = stacked_plots(&[
-        ("Cores held by reservations (per-minute mean)", "hours", "cores", y_max, p1),
-        ("After the capacity loss (per-minute mean)", "hours", "cores", y_max, p2),
-    ]);
-    (csv, svg)
 }
