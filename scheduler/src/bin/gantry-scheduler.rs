@@ -57,6 +57,8 @@ fn run(args: Args) -> anyhow::Result<()> {
     println!("  order     {}", hook(&config.profile.order));
     println!("  place     {}", hook(&config.profile.place));
     println!("  rebalance {}", hook(&config.profile.rebalance));
+    // No built-in planner: without a plugin, reservations are refused.
+    println!("  reserve   {}", config.profile.reserve.as_deref().unwrap_or("(none)"));
     if args.check {
         return Ok(());
     }
