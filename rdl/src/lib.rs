@@ -222,6 +222,22 @@ impl Expr {
         }
     }
 
+    /// The expression with every window instant mapped by `f` (a shift to another clock: the
+    /// engine puts a request's times in engine time, a planner in its plan's).
+    pub fn map_times(&self, f: &dyn Fn(u64) -> u64) -> Expr {
+        match self {
+            Expr::Atom(a) => Expr::Atom(*a),
+            Expr::Window(w) => Expr::Window(Window {
+                start_ms: f(w.start_ms),
+                end_ms: f(w.end_ms),
+                inner: Box::new(w.inner.map_times(f)),
+            }),
+            Expr::Order(v) => Expr::Order(v.iter().map(|x| x.map_times(f)).collect()),
+            Expr::All(v) => Expr::All(v.iter().map(|x| x.map_times(f)).collect()),
+            Expr::Any(v) => Expr::Any(v.iter().map(|x| x.map_times(f)).collect()),
+        }
+    }
+
     /// The operator's name: `atom`, `window`, `order`, `all` or `any`.
     pub fn op_name(&self) -> &'static str {
         validate::op_name(self)

@@ -469,7 +469,7 @@ impl Mirror {
     pub fn plan_expr(&self, abs: &Expr, now: u64) -> Expr {
         let origin = self.origin_ms;
         let from = now.max(origin);
-        let inner = map_times(abs, &|t| t.max(from) - origin);
+        let inner = abs.map_times(&|t| t.max(from) - origin);
         Expr::Window(Window {
             start_ms: from - origin,
             end_ms: self.end_ms() - origin,
@@ -506,21 +506,6 @@ pub fn engine_pieces(
             })
         })
     }))
-}
-
-/// `e` with every window instant mapped by `f`.
-pub fn map_times(e: &Expr, f: &dyn Fn(u64) -> u64) -> Expr {
-    match e {
-        Expr::Atom(a) => Expr::Atom(*a),
-        Expr::Window(w) => Expr::Window(Window {
-            start_ms: f(w.start_ms),
-            end_ms: f(w.end_ms),
-            inner: Box::new(map_times(&w.inner, f)),
-        }),
-        Expr::Order(v) => Expr::Order(v.iter().map(|x| map_times(x, f)).collect()),
-        Expr::All(v) => Expr::All(v.iter().map(|x| map_times(x, f)).collect()),
-        Expr::Any(v) => Expr::Any(v.iter().map(|x| map_times(x, f)).collect()),
-    }
 }
 
 #[cfg(test)]

@@ -131,21 +131,6 @@ pub struct ReservationBook {
     pub(crate) next_optimize_ms: u64,
 }
 
-/// `e` with every window instant mapped by `f`.
-fn map_times(e: &Expr, f: &dyn Fn(u64) -> u64) -> Expr {
-    match e {
-        Expr::Atom(a) => Expr::Atom(*a),
-        Expr::Window(w) => Expr::Window(Window {
-            start_ms: f(w.start_ms),
-            end_ms: f(w.end_ms),
-            inner: Box::new(map_times(&w.inner, f)),
-        }),
-        Expr::Order(v) => Expr::Order(v.iter().map(|x| map_times(x, f)).collect()),
-        Expr::All(v) => Expr::All(v.iter().map(|x| map_times(x, f)).collect()),
-        Expr::Any(v) => Expr::Any(v.iter().map(|x| map_times(x, f)).collect()),
-    }
-}
-
 /// The most `allocation` holds at one instant.
 pub(crate) fn peak(atoms: &[Atom], allocation: &[AtomInterval]) -> Resources {
     super::pieces(atoms, allocation).iter().fold(Resources::default(), |m, p| Resources {
@@ -281,7 +266,7 @@ impl ReservationBook {
         if deadline <= now {
             return Err(invalid(format!("deadline {deadline} has passed (now {now})")));
         }
-        let inner = map_times(&request.definition, &|t| arrival.saturating_add(t));
+        let inner = request.definition.map_times(&|t| arrival.saturating_add(t));
         let absolute = Expr::Window(Window { start_ms: arrival, end_ms: deadline, inner: Box::new(inner) });
         absolute.validate().map_err(|e| invalid(e.to_string()))?;
         let atoms = absolute.atoms();
