@@ -17,12 +17,14 @@
 //!
 //! The planner's call is timed by wrapping it ([`Timed`]): what the engine's `Policy::call`
 //! takes (the plugin host's work and the plugin's hook); the rest of `handle` is the engine's.
+//! Wall-clock time counts waiting for a core, which a busy machine adds; the process's CPU time
+//! over each `handle` (every thread's, so the budgeted call's worker too) leaves that out.
 
 use super::{BenchError, quantile_ms};
 use crate::plugin_host::DynamicPlugin;
 use gantry_engine::{
     Command, Engine, EngineConfig, Event, NodeSpec, PlanConfig, Policy, PolicyError, Profile, QueueSpec,
-    ReservationRequest, Resources,
+    ReservationRequest, Resources, ViewChanges,
 };
 use gantry_rdl::Expr;
 use gantry_sdk::{Decisions, Hooks, View};
@@ -124,6 +126,8 @@ pub struct ReserveBenchResult {
     pub planner_call: Latency,
     /// The rest of it: the engine's own work (staging, the answer's check, applying it).
     pub engine_rest: Latency,
+    /// The process's CPU time over each `handle` (all threads; µs resolution).
+    pub handle_cpu: Latency,
     /// The ticks between submissions (the follower; not part of the admissions).
     pub ticks: Latency,
     /// Items of the planner's answers the host refused.
@@ -171,6 +175,7 @@ impl ReserveBenchResult {
         s += &line("handle(), rejected", &self.handle_rejected);
         s += &line("  planner call (host + hook)", &self.planner_call);
         s += &line("  engine's own part", &self.engine_rest);
+        s += &line("handle(), process CPU time", &self.handle_cpu);
         s += &line("ticks (follower, not above)", &self.ticks);
         if self.refused + self.failed_calls + self.builtin > 0 {
             s += &format!(
@@ -200,10 +205,40 @@ impl Policy for Timed {
     fn call(&mut self, view: &View<'_>, out: &mut Decisions) -> Result<(), PolicyError> {
         let t = Instant::now();
         let r = self.inner.call(view, out);
-        let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.last_ns.store(ns, Ordering::Relaxed);
+        self.took(t);
         r
     }
+
+    fn call_with_changes(
+        &mut self,
+        view: &View<'_>,
+        changes: &ViewChanges,
+        out: &mut Decisions,
+    ) -> Result<(), PolicyError> {
+        let t = Instant::now();
+        let r = self.inner.call_with_changes(view, changes, out);
+        self.took(t);
+        r
+    }
+}
+
+impl Timed {
+    fn took(&self, since: Instant) {
+        let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_ns.store(ns, Ordering::Relaxed);
+    }
+}
+
+/// The CPU time this process has used (every thread), or zero if it cannot be read.
+fn cpu_time() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    getrusage(UsageWho::RUSAGE_SELF).map_or(Duration::ZERO, |u| {
+        let us = |t: nix::sys::time::TimeVal| {
+            Duration::from_secs(u64::try_from(t.tv_sec()).unwrap_or(0))
+                + Duration::from_micros(u64::try_from(t.tv_usec()).unwrap_or(0))
+        };
+        us(u.user_time()) + us(u.system_time())
+    })
 }
 
 /// `libgantry_rayon.so` beside the running binary.
@@ -271,6 +306,7 @@ pub fn run(args: &ReserveBenchArgs) -> Result<ReserveBenchResult, BenchError> {
     let n = mix.reservations.len();
     let (mut handle, mut accepted, mut rejected) = (Vec::with_capacity(n), Vec::new(), Vec::new());
     let (mut call, mut rest, mut ticks) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::new());
+    let mut cpu = Vec::with_capacity(n);
     let mut now = 1_000u64;
     let started = Instant::now();
     for e in mix.reservations {
@@ -288,9 +324,11 @@ pub fn run(args: &ReserveBenchArgs) -> Result<ReserveBenchResult, BenchError> {
             definition,
         };
         last_ns.store(0, Ordering::Relaxed);
+        let cpu_before = cpu_time();
         let t = Instant::now();
         let cmds = engine.handle(now, Event::ReservationSubmitted { id: None, request })?;
         let took = t.elapsed();
+        cpu.push(cpu_time().saturating_sub(cpu_before));
         let called = Duration::from_nanos(last_ns.load(Ordering::Relaxed));
         handle.push(took);
         call.push(called);
@@ -329,6 +367,7 @@ pub fn run(args: &ReserveBenchArgs) -> Result<ReserveBenchResult, BenchError> {
         handle_rejected: Latency::of(&rejected),
         planner_call: Latency::of(&call),
         engine_rest: Latency::of(&rest),
+        handle_cpu: Latency::of(&cpu),
         ticks: Latency::of(&ticks),
         refused: stats.rejected.total(),
         failed_calls: stats.policy_failures,
