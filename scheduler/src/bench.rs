@@ -9,6 +9,7 @@
 //! N applications no node can hold (each asks for more CPU than a node has) are submitted
 //! first and stay pending through every cycle: what requests that wait cost a cycle.
 
+pub mod reserve;
 pub mod store;
 
 use crate::plugin_host::DynamicPlugin;

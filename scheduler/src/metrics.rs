@@ -14,7 +14,7 @@
 
 #![forbid(unsafe_code)]
 
-use gantry_engine::{Engine, Policy, PolicyError, RejectReason, hook_name};
+use gantry_engine::{Engine, Policy, PolicyError, RejectReason, ViewChanges, hook_name};
 use gantry_exposition::StateLabels;
 use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, Hooks, View};
@@ -984,8 +984,28 @@ impl Policy for TimedPolicy {
     }
 
     fn call(&mut self, view: &View<'_>, out: &mut Decisions) -> Result<(), PolicyError> {
+        self.timed(view, |inner| inner.call(view, out))
+    }
+
+    fn call_with_changes(
+        &mut self,
+        view: &View<'_>,
+        changes: &ViewChanges,
+        out: &mut Decisions,
+    ) -> Result<(), PolicyError> {
+        self.timed(view, |inner| inner.call_with_changes(view, changes, out))
+    }
+}
+
+impl TimedPolicy {
+    /// Makes `call` on the wrapped policy, timed into the hook's histogram.
+    fn timed(
+        &mut self,
+        view: &View<'_>,
+        call: impl FnOnce(&mut dyn Policy) -> Result<(), PolicyError>,
+    ) -> Result<(), PolicyError> {
         let start = Instant::now();
-        let result = self.inner.call(view, out);
+        let result = call(self.inner.as_mut());
         let elapsed = start.elapsed();
         match self.histograms.iter().find(|(id, _)| *id == view.hook) {
             Some((_, histogram)) => histogram.observe(elapsed.as_secs_f64()),

@@ -15,7 +15,11 @@
 //! call returns: each call meanwhile fails at once ([`PolicyError::StillRunning`]), so no second
 //! call waits behind the first, and the late result is discarded. The stuck thread only reads its
 //! own snapshot, so nothing it reads is freed or changed under it. The copy costs time (see
-//! BENCHMARKS.md), which is why a budget of zero keeps the direct, zero-copy call.
+//! BENCHMARKS.md), which is why a budget of zero keeps the direct, zero-copy call; the
+//! reservation plan's arrays, which grow with the plan, are copied only from where they changed
+//! since the previous call ([`gantry_engine::ViewChanges`]). A plugin must not write to its view
+//! (the ABI's pointers are `const`): on the direct path that would corrupt the engine's state, on
+//! the budgeted one the snapshot that later calls reuse.
 //!
 //! **Reservations (ABI 1.3).** A `reserve` call is offered, next to the decision buffer, a
 //! host-owned buffer of allocation pieces (none in other hooks); `GANTRY_BUFFER_FULL` grows
@@ -27,7 +31,7 @@ mod budget;
 mod instance;
 
 use budget::Worker;
-use gantry_engine::{Policy, PolicyError};
+use gantry_engine::{Policy, PolicyError, ViewChanges};
 use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, Hooks, View};
 use instance::Instance;
@@ -448,12 +452,33 @@ impl Policy for DynamicPlugin {
     }
 
     fn call(&mut self, view: &View<'_>, out: &mut Decisions) -> Result<(), PolicyError> {
+        self.call_tracked(view, None, out)
+    }
+
+    fn call_with_changes(
+        &mut self,
+        view: &View<'_>,
+        changes: &ViewChanges,
+        out: &mut Decisions,
+    ) -> Result<(), PolicyError> {
+        self.call_tracked(view, Some(changes), out)
+    }
+}
+
+impl DynamicPlugin {
+    /// A hook call; `changes` lets a budgeted call copy only what changed in the view.
+    fn call_tracked(
+        &mut self,
+        view: &View<'_>,
+        changes: Option<&ViewChanges>,
+        out: &mut Decisions,
+    ) -> Result<(), PolicyError> {
         if !self.info.hooks.has(view.hook) {
             return Err(PolicyError::Unsupported);
         }
         match &mut self.caller {
             Caller::Direct(instance) => instance.call(view, out),
-            Caller::Budgeted(worker) => worker.call(&self.info.name, view, out),
+            Caller::Budgeted(worker) => worker.call(&self.info.name, view, changes, out),
         }
     }
 }

@@ -14,6 +14,8 @@
 //!   autoscaler starts (after a boot delay) and removes (after an idle cool-down).
 //! - [`deadlines`]: deadline jobs with Rayon reservations — which jobs, their deadlines, their
 //!   RDL, their queues, node losses — and the figures of such a run.
+//! - [`reservation_mix`]: a seeded random mix of reservations on a 10,000-node, one-day plan,
+//!   what the admission benchmarks submit.
 //!
 //! Same inputs and seed ⇒ byte-identical outputs: nothing here reads a clock, iterates a hash
 //! map in an order that reaches the output, or uses a random source other than the seed.
@@ -25,6 +27,7 @@ pub mod deadlines;
 pub mod elastic;
 pub mod queues;
 pub mod report;
+pub mod reservation_mix;
 pub mod sim;
 pub mod trace;
 pub mod workload;

@@ -9,8 +9,10 @@
 //! about 1.2 times what the cluster can run in the day, so some are rejected. Each is a window of
 //! 1 to 8 hours around an atom (55 %), an `order` of 2–3 stages (15 %), an `all` of 2–3 parts
 //! (15 %) or an `any` of a large and a smaller alternative (15 %); atoms are malleable (g = 1,
-//! no lease) or gangs (g = h, the lease the whole run). They are admitted one by one, first all
-//! with GREE into an empty plan, then all with GREE-L into another, timing each admission.
+//! no lease) or gangs (g = h, the lease the whole run) — the mix of `gantry_sim::reservation_mix`,
+//! which `gantry bench reserve` submits through the engine too. They are admitted one by one,
+//! first all with GREE into an empty plan, then all with GREE-L into another, timing each
+//! admission.
 //!
 //! `linked` (the default) times `agents::admit` on a plan of its own; `abi` times the plugin's
 //! `reserve` hook (ADMIT) called through the SDK's C glue by the harness host
@@ -25,96 +27,11 @@ use std::time::{Duration, Instant};
 use gantry_rayon::agents::{Agent, admit};
 use gantry_rayon::harness::{Host, Mode};
 use gantry_rayon::plan::{DEFAULT_STEP_MS, Plan};
-use gantry_rdl::{Atom, Expr, Window};
+use gantry_rdl::Expr;
 use gantry_sdk::abi::GantryResources;
+use gantry_sim::reservation_mix::{self, CORES, DAY_MS, GPU_NODES, NODES};
 
-const NODES: u64 = 10_000;
-const GPU_NODES: u64 = 1_000;
-const CORES: u64 = 32;
-const GIB: u64 = 1 << 30;
-const DAY_MS: u64 = 24 * 3600 * 1000;
 const HOUR_MS: u64 = 3600 * 1000;
-
-/// The SDK's SplitMix64, with the draws this example needs.
-struct Rng(gantry_sdk::rng::SplitMix64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0.next_u64()
-    }
-    /// Uniform in `[lo, hi)`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo).max(1)
-    }
-    /// Uniform in `[0, 1)`.
-    fn unit(&mut self) -> f64 {
-        self.0.unit()
-    }
-    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
-        v[(self.next() % v.len() as u64) as usize]
-    }
-}
-
-/// One atom of about `core_ms` core-milliseconds that can run in `window_ms`.
-fn atom(rng: &mut Rng, core_ms: f64, window_ms: u64) -> (Expr, f64) {
-    let gpu = rng.unit() < 0.05;
-    let cores = rng.pick(&[1u64, 2, 4, 8]);
-    let bundle = GantryResources {
-        cpu_millis: cores * 1000,
-        memory_bytes: cores * rng.pick(&[2u64, 4, 4, 6]) * GIB,
-        gpus: u32::from(gpu),
-        reserved: 0,
-    };
-    let bundle_ms = (core_ms / cores as f64).max(1000.0);
-    let gang = rng.unit() < 0.3;
-    let (g, h, lease, work) = if gang {
-        // g = h: an MPI-like job of `h` bundles for its whole run.
-        let h = rng.pick(&[16u64, 32, 64, 128, 256]);
-        let run_ms = ((bundle_ms / h as f64) as u64).clamp(60_000, window_ms * 3 / 4);
-        let run_ms = run_ms / 1000 * 1000;
-        (h, h, run_ms, h * run_ms)
-    } else {
-        let h = rng.range(50, 3000);
-        (1, h, 0, bundle_ms as u64)
-    };
-    let expr = Expr::Atom(Atom {
-        bundle,
-        min_parallel: g as u32,
-        max_parallel: h as u32,
-        min_lease_ms: lease,
-        work,
-    });
-    (expr, work as f64 * cores as f64)
-}
-
-/// One reservation of about `core_ms` core-milliseconds; returns it and its real demand.
-fn reservation(rng: &mut Rng, core_ms: f64) -> (Expr, f64) {
-    let len = rng.range(HOUR_MS, 8 * HOUR_MS);
-    let start = rng.range(0, DAY_MS - len);
-    let kind = rng.unit();
-    let (inner, demand) = if kind < 0.55 {
-        atom(rng, core_ms, len)
-    } else if kind < 0.85 {
-        let n = rng.range(2, 4);
-        let per = core_ms / n as f64;
-        let stage_len = if kind < 0.70 { len / n } else { len };
-        let mut parts = Vec::new();
-        let mut total = 0.0;
-        for _ in 0..n {
-            let (e, d) = atom(rng, per, stage_len);
-            parts.push(e);
-            total += d;
-        }
-        (if kind < 0.70 { Expr::Order(parts) } else { Expr::All(parts) }, total)
-    } else {
-        // The large alternative first; if it does not fit, two thirds of it.
-        let (big, d) = atom(rng, core_ms * 1.5, len);
-        let (small, _) = atom(rng, core_ms, len);
-        (Expr::Any(vec![big, small]), d)
-    };
-    let expr = Expr::Window(Window { start_ms: start, end_ms: start + len, inner: Box::new(inner) });
-    (expr, demand)
-}
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
@@ -128,31 +45,15 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let count: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let seed: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
-    let capacity = GantryResources {
-        cpu_millis: NODES * CORES * 1000,
-        memory_bytes: NODES * 128 * GIB,
-        gpus: (GPU_NODES * 8) as u32,
-        reserved: 0,
-    };
-    let day_core_ms = (NODES * CORES) as f64 * DAY_MS as f64;
-    let per_res = 1.29 * day_core_ms / count.max(1) as f64;
-    let mut rng = Rng(gantry_sdk::rng::SplitMix64::new(seed));
-    let mut total = 0.0;
-    let reservations: Vec<Expr> = (0..count)
-        .map(|_| {
-            // Sizes vary tenfold around the mean.
-            let size = per_res * (0.1 + 1.8 * rng.unit());
-            let (e, d) = reservation(&mut rng, size);
-            total += d;
-            e
-        })
-        .collect();
+    let capacity = reservation_mix::capacity();
+    let mix = reservation_mix::generate(count, seed);
+    let (reservations, demand) = (mix.reservations, mix.demand_ratio);
     println!(
         "{NODES} nodes ({} cores, {} TiB, {} GPUs), 24 h at {DEFAULT_STEP_MS} ms steps, {count} reservations (seed {seed}), demand {:.2} x the day's CPU",
         NODES * CORES,
         NODES * 128 / 1024,
         GPU_NODES * 8,
-        total / day_core_ms
+        demand
     );
     let agents = match args.next().as_deref() {
         Some("gree") => vec![Agent::Gree],

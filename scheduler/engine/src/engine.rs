@@ -904,9 +904,10 @@ impl Engine {
                 tracing::info!(policy = p.policy.name(), "quarantine over; trying the plugin again");
             }
         }
+        let changes = self.state.view_changes(i);
         let view = self.state.view(hook, now, self.cycle, self.rng.next_u64(), &self.pending);
         self.buf.clear();
-        match p.policy.call(&view, &mut self.buf) {
+        match p.policy.call_with_changes(&view, &changes, &mut self.buf) {
             Ok(()) => CallResult::Decisions,
             Err(e) => {
                 self.buf.clear();

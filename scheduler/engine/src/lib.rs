@@ -38,7 +38,7 @@ pub use engine::{
 pub use error::EngineError;
 pub use event::{Command, Event, KillReason, NodeCondition};
 pub use model::*;
-pub use policy::{Policy, PolicyError, Profile, StaticPolicy, hook_name};
+pub use policy::{Policy, PolicyError, Profile, StaticPolicy, ViewChanges, hook_name};
 pub use reservations::validate::{MAX_ALLOCATION_PIECES, Refusal, cause_name};
 pub use reservations::{
     AtomInterval, PlanConfig, PlannedPiece, PlannedReservation, ReservationBook, ReservationEnd,

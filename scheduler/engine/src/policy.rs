@@ -53,6 +53,28 @@ pub fn hook_name(hook: u32) -> &'static str {
     }
 }
 
+/// What a view shares with the previous view the engine built for the same policy, so that a
+/// host that keeps its own copy of each view — the plugin host's budgeted calls copy the view for
+/// the plugin's worker thread — need only copy what changed. Tracked for the arrays that grow with
+/// the reservation plan (`reservations`, `plan.details`, `plan.rdl_nodes`, `plan.allocations`),
+/// which the engine changes mostly by appending; the other arrays are not tracked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ViewChanges {
+    /// This view's serial number: unique in the process, never 0.
+    pub serial: u64,
+    /// The serial of the previous view built for this policy; 0 when there was none.
+    pub previous: u64,
+    /// In `reservations`, the first index that may differ from the previous view: the elements
+    /// before it are unchanged (the array may have grown or shrunk after it).
+    pub reservations_from: usize,
+    /// The same in `plan.details`.
+    pub details_from: usize,
+    /// The same in `plan.rdl_nodes`.
+    pub rdl_nodes_from: usize,
+    /// The same in `plan.allocations`.
+    pub allocations_from: usize,
+}
+
 /// A scheduling policy as the engine sees it.
 pub trait Policy: Send {
     /// Name for logs and metrics.
@@ -61,6 +83,19 @@ pub trait Policy: Send {
     fn hooks(&self) -> Hooks;
     /// Calls the hook named by `view.hook`, appending decisions to `out`.
     fn call(&mut self, view: &View<'_>, out: &mut Decisions) -> Result<(), PolicyError>;
+
+    /// [`Policy::call`], told what the view shares with the previous one the engine built for
+    /// this policy (what the engine calls). Only a policy that copies views needs it; the
+    /// default ignores it.
+    fn call_with_changes(
+        &mut self,
+        view: &View<'_>,
+        changes: &ViewChanges,
+        out: &mut Decisions,
+    ) -> Result<(), PolicyError> {
+        let _ = changes;
+        self.call(view, out)
+    }
 }
 
 /// A Rust [`Plugin`] linked into the scheduler, called directly (no C ABI in between). Used for

@@ -63,6 +63,10 @@ enum BenchCommand {
     /// The store with a long history of ended applications: its size, the restart cost
     /// before and after retention, and submit latency while a backlog is pruned.
     Store(gantry_scheduler::bench::store::StoreBenchArgs),
+    /// Reservation admission through the engine and a planner plugin loaded from its `.so`
+    /// (the Rayon planner by default) on a 10,000-node, 24-hour plan: p50/p99/max of
+    /// `handle(ReservationSubmitted)`, accepted and rejected, and the planner's call within it.
+    Reserve(gantry_scheduler::bench::reserve::ReserveBenchArgs),
 }
 
 fn sim(args: &gantry_scheduler::sim_cli::SimArgs) -> anyhow::Result<()> {
@@ -100,6 +104,16 @@ fn bench_engine(args: &gantry_scheduler::bench::EngineBenchArgs) -> anyhow::Resu
 
 fn bench_store(args: &gantry_scheduler::bench::store::StoreBenchArgs) -> anyhow::Result<()> {
     let r = gantry_scheduler::bench::store::run(args)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r).context("encoding JSON")?);
+    } else {
+        print!("{}", r.summary());
+    }
+    Ok(())
+}
+
+fn bench_reserve(args: &gantry_scheduler::bench::reserve::ReserveBenchArgs) -> anyhow::Result<()> {
+    let r = gantry_scheduler::bench::reserve::run(args)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r).context("encoding JSON")?);
     } else {
@@ -181,6 +195,7 @@ fn main() -> ExitCode {
         Command::Bench { command: BenchCommand::Engine(args) } => bench_engine(&args),
         Command::Bench { command: BenchCommand::Load(args) } => bench_load(&args),
         Command::Bench { command: BenchCommand::Store(args) } => bench_store(&args),
+        Command::Bench { command: BenchCommand::Reserve(args) } => bench_reserve(&args),
         Command::Sim(args) => sim(&args),
         Command::Cert { command } => gantry_scheduler::cert_cli::run(&command)
             .map(|lines| {

@@ -2,7 +2,7 @@
 //! reads (see the module documentation of `plugin_host`).
 
 use super::instance::Instance;
-use gantry_engine::{PolicyError, hook_name};
+use gantry_engine::{PolicyError, ViewChanges, hook_name};
 use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, PlanView, View};
 use std::sync::mpsc;
@@ -10,9 +10,14 @@ use std::time::Duration;
 
 /// An owned copy of a [`View`]: what a budgeted call reads, so that a call abandoned past its
 /// budget never reads memory the engine frees or changes. Its buffers are reused from call to
-/// call, so a copy allocates only when the cluster grew.
+/// call, so a copy allocates only when the cluster grew. When it holds the previous view the
+/// engine built for this plugin, the arrays the engine tracks ([`ViewChanges`]: the reservation
+/// plan's, the largest of a big plan) are copied only from where they changed: an admission
+/// copies the new reservation, not the plan.
 #[derive(Debug, Default)]
 struct Snapshot {
+    /// The serial of the view it holds ([`ViewChanges::serial`]); 0 when unknown.
+    serial: u64,
     hook: u32,
     now_ms: u64,
     cycle: u64,
@@ -53,9 +58,21 @@ fn copy_into<T: Copy>(to: &mut Vec<T>, from: &[T]) {
     to.extend_from_slice(from);
 }
 
+/// Makes `to` an exact copy of `from`, given that `to` is a copy of an earlier version of it
+/// whose first `unchanged` elements are still those of `from`.
+fn copy_tail<T: Copy>(to: &mut Vec<T>, from: &[T], unchanged: usize) {
+    let keep = unchanged.min(to.len()).min(from.len());
+    to.truncate(keep);
+    to.extend_from_slice(&from[keep..]);
+}
+
 impl Snapshot {
-    /// Makes this an exact copy of `view`.
-    fn copy_from(&mut self, view: &View<'_>) {
+    /// Makes this an exact copy of `view`; `changes` (what the engine said `view` shares with
+    /// the previous view it built for this plugin) lets it copy less when this holds that view.
+    fn copy_from(&mut self, view: &View<'_>, changes: Option<&ViewChanges>) {
+        // Only a copy of exactly the previous view may be brought up to date.
+        let since = changes.filter(|c| c.previous != 0 && c.previous == self.serial);
+        self.serial = changes.map_or(0, |c| c.serial);
         let View { hook, now_ms, cycle, seed, cluster, .. } = *view;
         (self.hook, self.now_ms, self.cycle, self.seed, self.cluster) = (hook, now_ms, cycle, seed, cluster);
         copy_into(&mut self.strings, view.strings);
@@ -66,7 +83,8 @@ impl Snapshot {
         copy_into(&mut self.apps, view.apps);
         copy_into(&mut self.requests, view.requests);
         copy_into(&mut self.containers, view.containers);
-        copy_into(&mut self.reservations, view.reservations);
+        let from = |f: fn(&ViewChanges) -> usize| since.map_or(0, f);
+        copy_tail(&mut self.reservations, view.reservations, from(|c| c.reservations_from));
         copy_into(&mut self.pending, view.pending);
         copy_into(&mut self.node_usage, view.node_usage);
         let PlanView {
@@ -81,9 +99,9 @@ impl Snapshot {
             allocations,
         } = view.plan;
         self.plan = PlanScalars { cause, subject, queue, capacity, step_ms, horizon_ms };
-        copy_into(&mut self.details, details);
-        copy_into(&mut self.rdl_nodes, rdl_nodes);
-        copy_into(&mut self.allocations, allocations);
+        copy_tail(&mut self.details, details, from(|c| c.details_from));
+        copy_tail(&mut self.rdl_nodes, rdl_nodes, from(|c| c.rdl_nodes_from));
+        copy_tail(&mut self.allocations, allocations, from(|c| c.allocations_from));
     }
 
     /// The view over this copy.
@@ -165,11 +183,13 @@ impl Worker {
         Ok(Worker { budget, jobs: Some(jobs), replies, thread: Some(thread), stuck: None, spare: None })
     }
 
-    /// Copies `view`, hands it to the worker and waits at most the budget for the answer.
+    /// Copies `view` (only what changed since the previous one, per `changes`, when the copy at
+    /// hand is of that one), hands it to the worker and waits at most the budget for the answer.
     pub(super) fn call(
         &mut self,
         name: &str,
         view: &View<'_>,
+        changes: Option<&ViewChanges>,
         out: &mut Decisions,
     ) -> Result<(), PolicyError> {
         if let Some(hook) = self.stuck {
@@ -188,7 +208,7 @@ impl Worker {
             }
         }
         let mut job = self.spare.take().unwrap_or_default();
-        job.snapshot.copy_from(view);
+        job.snapshot.copy_from(view, changes);
         let Some(jobs) = &self.jobs else { return Err(worker_gone()) };
         jobs.send(job).map_err(|_| worker_gone())?;
         match self.replies.recv_timeout(self.budget) {
@@ -241,5 +261,78 @@ impl Drop for Worker {
             // Idle, so it ends at once: the instance is destroyed before the plugin is gone.
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(start_ms: u64) -> GantryAllocation {
+        GantryAllocation { reservation: 0, atom: 0, start_ms, end_ms: start_ms + 1, bundles: 1 }
+    }
+
+    fn view<'a>(nodes: &'a [GantryNode], allocations: &'a [GantryAllocation]) -> View<'a> {
+        View {
+            hook: GANTRY_HOOK_RESERVE,
+            now_ms: 0,
+            cycle: 0,
+            seed: 0,
+            cluster: GantryResources::default(),
+            strings: &[],
+            labels: &[],
+            nodes,
+            gpus: &[],
+            queues: &[],
+            apps: &[],
+            requests: &[],
+            containers: &[],
+            reservations: &[],
+            pending: &[],
+            node_usage: &[],
+            plan: PlanView { allocations, ..PlanView::default() },
+        }
+    }
+
+    fn changes(serial: u64, previous: u64, allocations_from: usize) -> ViewChanges {
+        ViewChanges {
+            serial,
+            previous,
+            reservations_from: 0,
+            details_from: 0,
+            rdl_nodes_from: 0,
+            allocations_from,
+        }
+    }
+
+    #[test]
+    fn a_copy_of_the_previous_view_takes_only_the_changed_tail_and_any_other_copy_is_whole() {
+        let nodes = [GantryNode::default(); 3];
+        let first: Vec<GantryAllocation> = (0..4).map(piece).collect();
+        let mut s = Snapshot::default();
+        s.copy_from(&view(&nodes, &first), Some(&changes(7, 0, 0)));
+        assert_eq!((s.serial, s.allocations.as_slice(), s.nodes.len()), (7, first.as_slice(), 3));
+        // The engine changed piece 2 and appended one; it says pieces 0 and 1 are unchanged.
+        let mut second = first.clone();
+        second[2] = piece(20);
+        second.push(piece(30));
+        // Proof that the prefix is kept, not copied: plant a marker where the engine says
+        // nothing changed.
+        s.allocations[0].bundles = 99;
+        s.copy_from(&view(&nodes, &second), Some(&changes(8, 7, 2)));
+        assert_eq!(s.allocations[0].bundles, 99, "the unchanged prefix is not copied again");
+        assert_eq!(&s.allocations[1..], &second[1..]);
+        // A copy of another view than the previous one (a call abandoned past its budget took
+        // it), or no changes at all: everything is copied.
+        s.allocations[0].bundles = 99;
+        s.copy_from(&view(&nodes, &second), Some(&changes(10, 9, 4)));
+        assert_eq!((s.serial, s.allocations.as_slice()), (10, second.as_slice()));
+        s.allocations[0].bundles = 99;
+        s.copy_from(&view(&nodes, &first), None);
+        assert_eq!((s.serial, s.allocations.as_slice()), (0, first.as_slice()));
+        // A shorter array: cut to what is unchanged, then the rest.
+        s.copy_from(&view(&nodes, &second), Some(&changes(11, 0, 0)));
+        s.copy_from(&view(&nodes, &second[..2]), Some(&changes(12, 11, 5)));
+        assert_eq!(s.allocations.as_slice(), &second[..2]);
     }
 }

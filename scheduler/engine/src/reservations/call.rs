@@ -273,11 +273,12 @@ impl Engine {
             tracing::info!(policy = %name, "quarantine over; trying the plugin again");
         }
         let seed = self.rng.next_u64();
+        let changes = self.state.view_changes(i);
         let mut view = self.state.view(GANTRY_HOOK_RESERVE, now, self.cycle, seed, &[]);
         view.plan.cause = cause;
         view.plan.subject = subject;
         self.buf.clear();
-        if let Err(e) = self.policies[i].policy.call(&view, &mut self.buf) {
+        if let Err(e) = self.policies[i].policy.call_with_changes(&view, &changes, &mut self.buf) {
             self.buf.clear();
             self.policy_failed(i, GANTRY_HOOK_RESERVE, &e);
             self.stats.reservations.builtin += 1;

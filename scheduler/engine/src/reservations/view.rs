@@ -8,16 +8,43 @@
 //! changed definition or allocation is appended and the old block left unused, a removed
 //! reservation's slot takes the last one's (the order of reservations in a view means nothing),
 //! and the unused blocks are dropped in one pass once they are as large as the used ones.
+//!
+//! Every change in place (not an append) is noted, per policy, as the first index of the array
+//! that changed since the view last built for that policy ([`ClusterState::view_changes`]), so
+//! a host that copies each view (budgeted plugin calls) copies only what changed: an admission
+//! appends, so its copy of the plan is a few hundred bytes, not the whole plan.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use gantry_rdl::Expr;
 use gantry_sdk::abi::*;
 
 use super::AtomInterval;
 use crate::error::EngineError;
+use crate::policy::ViewChanges;
 use crate::state::{ClusterState, IdMap};
 
 /// Unused nodes or pieces below this many are never compacted.
 const COMPACT_MIN: usize = 4096;
+
+/// The tracked arrays' positions in [`Seen::from`].
+const RESERVATIONS: usize = 0;
+const DETAILS: usize = 1;
+const NODES: usize = 2;
+const PIECES: usize = 3;
+
+/// Serial numbers of views, unique in the process (so a copy made for one engine can never be
+/// taken for a copy of another's view).
+static VIEW_SERIAL: AtomicU64 = AtomicU64::new(0);
+
+/// The view last built for one policy, and what has changed since in each tracked array.
+#[derive(Debug, Clone, Copy, Default)]
+struct Seen {
+    /// 0: none built yet.
+    serial: u64,
+    /// Per tracked array, the first index that may differ from that view.
+    from: [usize; 4],
+}
 
 /// What a reservation's record and detail say besides its definition and allocation.
 #[derive(Debug, Clone, Copy)]
@@ -50,6 +77,8 @@ pub(crate) struct PlanArrays {
     index: IdMap<u32>,
     unused_nodes: usize,
     unused_pieces: usize,
+    /// By policy slot.
+    seen: Vec<Seen>,
 }
 
 impl Default for PlanArrays {
@@ -66,6 +95,7 @@ impl Default for PlanArrays {
             index: IdMap::default(),
             unused_nodes: 0,
             unused_pieces: 0,
+            seen: Vec::new(),
         }
     }
 }
@@ -74,6 +104,14 @@ impl PlanArrays {
     /// The view index of reservation `id`.
     pub(crate) fn index_of(&self, id: u64) -> Option<u32> {
         self.index.get(&id).copied()
+    }
+
+    /// Notes that tracked array `array` may differ from index `at` on (it changed there, or
+    /// was cut there), for every policy's next view.
+    fn touch(&mut self, array: usize, at: usize) {
+        for s in &mut self.seen {
+            s.from[array] = s.from[array].min(at);
+        }
     }
 }
 
@@ -85,6 +123,31 @@ fn len32(n: usize) -> Result<u32, EngineError> {
 }
 
 impl ClusterState {
+    /// What the view about to be built for the policy in `slot` shares with the previous one
+    /// built for it; changes count from this view on.
+    pub(crate) fn view_changes(&mut self, slot: usize) -> ViewChanges {
+        let serial = VIEW_SERIAL.fetch_add(1, Ordering::Relaxed) + 1;
+        let lens = [
+            self.reservations.len(),
+            self.plan.details.len(),
+            self.plan.nodes.len(),
+            self.plan.allocations.len(),
+        ];
+        let seen = &mut self.plan.seen;
+        if seen.len() <= slot {
+            seen.resize(slot + 1, Seen::default());
+        }
+        let old = std::mem::replace(&mut seen[slot], Seen { serial, from: lens });
+        ViewChanges {
+            serial,
+            previous: old.serial,
+            reservations_from: old.from[RESERVATIONS],
+            details_from: old.from[DETAILS],
+            rdl_nodes_from: old.from[NODES],
+            allocations_from: old.from[PIECES],
+        }
+    }
+
     /// Adds a reservation with `definition` (engine time) and no allocation; returns its index.
     pub(crate) fn plan_insert(&mut self, e: &Entry, definition: &Expr) -> Result<u32, EngineError> {
         let at = len32(self.reservations.len())?;
@@ -116,6 +179,7 @@ impl ClusterState {
         let start = self.plan.nodes.len();
         let root = gantry_rdl::abi::push_nodes(definition, &mut self.plan.nodes).map_err(|e| {
             self.plan.nodes.truncate(start);
+            self.plan.touch(NODES, start);
             EngineError::Invalid { what: "reservation definition", reason: e.to_string() }
         })?;
         let len = len32(self.plan.nodes.len() - start)?;
@@ -125,6 +189,8 @@ impl ClusterState {
     /// Sets what reservation `id`'s record says besides its definition and allocation.
     pub(crate) fn plan_set_entry(&mut self, e: &Entry) {
         let Some(i) = self.plan.index_of(e.id) else { return };
+        self.plan.touch(RESERVATIONS, i as usize);
+        self.plan.touch(DETAILS, i as usize);
         let r = &mut self.reservations[i as usize];
         r.queue = e.queue;
         r.state = e.state;
@@ -143,6 +209,7 @@ impl ClusterState {
         let atoms = len32(definition.atoms().len())?;
         let (root, block) = self.push_definition(definition)?;
         let i = i as usize;
+        self.plan.touch(DETAILS, i);
         self.plan.unused_nodes += self.plan.blocks[i].len as usize;
         self.plan.blocks[i] = block;
         self.plan.details[i].definition = root;
@@ -160,6 +227,8 @@ impl ClusterState {
         peak: GantryResources,
     ) {
         let Some(i) = self.plan.index_of(id) else { return };
+        self.plan.touch(RESERVATIONS, i as usize);
+        self.plan.touch(DETAILS, i as usize);
         let start = self.plan.allocations.len();
         self.plan.allocations.extend(allocation.iter().map(|p| GantryAllocation {
             reservation: i,
@@ -182,6 +251,8 @@ impl ClusterState {
     pub(crate) fn plan_remove(&mut self, id: u64) {
         let Some(i) = self.plan.index.remove(&id) else { return };
         let i = i as usize;
+        self.plan.touch(RESERVATIONS, i);
+        self.plan.touch(DETAILS, i);
         self.plan.unused_nodes += self.plan.blocks[i].len as usize;
         self.plan.unused_pieces += self.plan.details[i].allocation.len as usize;
         self.reservations.swap_remove(i);
@@ -191,6 +262,7 @@ impl ClusterState {
             self.plan.index.insert(moved.id, i as u32);
             let range = self.plan.details[i].allocation;
             let (s, l) = (range.start as usize, range.len as usize);
+            self.plan.touch(PIECES, s);
             for p in self.plan.allocations.get_mut(s..s + l).unwrap_or_default() {
                 p.reservation = i as u32;
             }
@@ -202,6 +274,8 @@ impl ClusterState {
     fn plan_compact(&mut self) {
         let p = &mut self.plan;
         if p.unused_nodes >= COMPACT_MIN && p.unused_nodes * 2 >= p.nodes.len() {
+            p.touch(NODES, 0);
+            p.touch(DETAILS, 0);
             let mut nodes = Vec::with_capacity(p.nodes.len() - p.unused_nodes);
             for (block, d) in p.blocks.iter_mut().zip(&mut p.details) {
                 let old = block.start as usize;
@@ -220,6 +294,8 @@ impl ClusterState {
             p.unused_nodes = 0;
         }
         if p.unused_pieces >= COMPACT_MIN && p.unused_pieces * 2 >= p.allocations.len() {
+            p.touch(PIECES, 0);
+            p.touch(DETAILS, 0);
             let mut pieces = Vec::with_capacity(p.allocations.len() - p.unused_pieces);
             for d in &mut p.details {
                 let old = d.allocation.start as usize;
@@ -308,5 +384,115 @@ mod tests {
             assert_eq!((p.reservation, p.start_ms), (i as u32, r.id));
             assert_eq!(gantry_rdl::abi::from_nodes(&s.plan.nodes, d.definition).expect("reads"), e);
         }
+    }
+
+    /// A policy's copy of the plan, kept up to date from `view_changes` alone, as the plugin
+    /// host's budgeted calls keep theirs.
+    #[derive(Default)]
+    struct Copy {
+        serial: u64,
+        reservations: Vec<GantryReservation>,
+        details: Vec<GantryReservationDetail>,
+        nodes: Vec<GantryRdlNode>,
+        pieces: Vec<GantryAllocation>,
+    }
+
+    fn tail<T: Clone>(to: &mut Vec<T>, from: &[T], unchanged: usize) -> usize {
+        let keep = unchanged.min(to.len()).min(from.len());
+        to.truncate(keep);
+        to.extend_from_slice(&from[keep..]);
+        from.len() - keep
+    }
+
+    impl Copy {
+        /// Brings the copy up to date for the next view of `slot`; returns the elements copied.
+        fn update(&mut self, s: &mut ClusterState, slot: usize) -> usize {
+            let c = s.view_changes(slot);
+            let whole = c.previous == 0 || c.previous != self.serial;
+            let from = |n: usize| if whole { 0 } else { n };
+            self.serial = c.serial;
+            tail(&mut self.reservations, &s.reservations, from(c.reservations_from))
+                + tail(&mut self.details, &s.plan.details, from(c.details_from))
+                + tail(&mut self.nodes, &s.plan.nodes, from(c.rdl_nodes_from))
+                + tail(&mut self.pieces, &s.plan.allocations, from(c.allocations_from))
+        }
+
+        fn same(&self, s: &ClusterState) -> bool {
+            self.reservations == s.reservations
+                && self.details == s.plan.details
+                && self.nodes == s.plan.nodes
+                && self.pieces == s.plan.allocations
+        }
+    }
+
+    #[test]
+    fn a_copy_updated_from_the_changes_alone_is_always_the_plan() {
+        let e =
+            gantry_rdl::parse_text("order(atom(1c, 1, 2, 1s, 2s), window(0s, 9s, atom(1gpu, 1, 1, 1s, 1s)))")
+                .expect("rdl");
+        let mut s = ClusterState::default();
+        let mut rng = gantry_sdk::rng::SplitMix64::new(5);
+        // Slot 0 is shown every view, slot 1 one in seven, slot 2 loses its copy now and then
+        // (a call abandoned past its budget): each must see the arrays exactly.
+        let mut copies = [Copy::default(), Copy::default(), Copy::default()];
+        let (mut live, mut next_id) = (Vec::<u64>::new(), 1u64);
+        let (mut admissions, mut compactions) = (0, 0);
+        for step in 0..12_000u64 {
+            let pick = |rng: &mut gantry_sdk::rng::SplitMix64, n: usize| (rng.next_u64() % n as u64) as usize;
+            let unused = (s.plan.unused_nodes, s.plan.unused_pieces);
+            let mut admitted = false;
+            match rng.next_u64() % 10 {
+                // Mostly admissions: a new reservation, then its allocation or its removal.
+                0..=5 => {
+                    let id = next_id;
+                    next_id += 1;
+                    s.plan_insert(&entry(id), &e).expect("insert");
+                    if rng.next_u64() % 3 == 0 {
+                        s.plan_remove(id);
+                    } else {
+                        let a = [AtomInterval { atom: 0, start_ms: step, end_ms: step + 5, bundles: 1 }];
+                        s.plan_set_allocation(id, &a, GantryResources::default());
+                        s.plan_set_entry(&entry(id));
+                        live.push(id);
+                        admitted = true;
+                    }
+                }
+                6 if !live.is_empty() => {
+                    let id = live.swap_remove(pick(&mut rng, live.len()));
+                    s.plan_remove(id);
+                }
+                7 if !live.is_empty() => {
+                    let id = live[pick(&mut rng, live.len())];
+                    s.plan_set_definition(id, &e).expect("definition");
+                }
+                8 if !live.is_empty() => {
+                    let id = live[pick(&mut rng, live.len())];
+                    let a = [
+                        AtomInterval { atom: 0, start_ms: step, end_ms: step + 1, bundles: 2 },
+                        AtomInterval { atom: 1, start_ms: step + 1, end_ms: step + 2, bundles: 1 },
+                    ];
+                    s.plan_set_allocation(id, &a, GantryResources::default());
+                }
+                _ => {}
+            }
+            let compacted = s.plan.unused_nodes < unused.0 || s.plan.unused_pieces < unused.1;
+            compactions += usize::from(compacted);
+            if step % 500 == 499 {
+                copies[2] = Copy::default();
+            }
+            for (k, c) in copies.iter_mut().enumerate() {
+                if k != 1 || step % 7 == 0 {
+                    let n = c.update(&mut s, k);
+                    assert!(c.same(&s), "slot {k} differs after step {step}");
+                    if k == 0 && admitted && !compacted {
+                        // An admission alone: its record, detail, 4 nodes and 1 piece.
+                        assert_eq!(n, 7, "step {step}: an admission copied {n} elements");
+                        admissions += 1;
+                    }
+                }
+            }
+        }
+        s.check_plan_arrays().expect("consistent");
+        assert!(admissions > 1_000 && compactions > 0, "{admissions} admissions, {compactions} compactions");
     }
 }
