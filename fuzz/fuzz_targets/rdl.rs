@@ -1,8 +1,9 @@
 //! The RDL parsers (gantry-rdl) (text and JSON) and what callers do with a parsed expression.
 //!
 //! Properties checked besides "no panic": a parsed expression passes `validate()` (the parsers
-//! run the same checks), and both printers' output parses back to an equal expression (the
-//! module's documented round trip).
+//! run the same checks), both printers' output parses back to an equal expression (the
+//! module's documented round trip), and so does the ABI's node form that the engine lays out for
+//! plugins (`gantry_rdl::abi`, read back by planners).
 #![no_main]
 
 use gantry_rdl::{self as rdl, Expr};
@@ -41,5 +42,7 @@ fn use_expr(e: &Expr) {
     assert_eq!(rdl::parse_text(&pretty).as_ref(), Ok(e), "to_text_pretty does not round-trip: {pretty}");
     let json = rdl::to_json(e);
     assert_eq!(rdl::parse_json(&json).as_ref(), Ok(e), "to_json does not round-trip: {json}");
+    let nodes = rdl::abi::to_nodes(e).expect("a parsed expression lays out");
+    assert_eq!(rdl::abi::from_nodes(&nodes, 0).as_ref(), Ok(e), "the node form does not round-trip: {nodes:?}");
     let _ = e.to_string();
 }

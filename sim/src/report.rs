@@ -317,10 +317,6 @@ pub struct Summary {
     pub utility: f64,
     /// Completed within U, as a share of all jobs.
     pub sla_met: f64,
-    /// Reservation requests the engine recorded.
-    pub reservations_recorded: u64,
-    /// Reservation requests it refused outright.
-    pub reservations_refused: u64,
     /// Per class, by name.
     pub classes: BTreeMap<String, ClassSummary>,
     /// Per leaf queue, by path.
@@ -411,8 +407,6 @@ pub fn summarise(result: &SimResult, options: &ReportOptions) -> Summary {
         cycles: result.cycles,
         utility_horizon_s: horizon,
         utility: utility_of(&all, horizon),
-        reservations_recorded: result.reservations.0,
-        reservations_refused: result.reservations.1,
         sla_met: if all.is_empty() { 0.0 } else { round3(within as f64 / all.len() as f64) },
         classes,
         queues: result.queues.leaves.iter().map(|q| (q.path.clone(), QueueSummary::of(q))).collect(),
@@ -855,8 +849,6 @@ mod tests {
             preemptions: 0,
             cycles: 9,
             launches: 3,
-            reservations: (0, 0),
-            reservation_states: Default::default(),
             job_reservations: Vec::new(),
             replans: (0, 0),
             queues: Default::default(),

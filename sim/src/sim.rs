@@ -230,12 +230,6 @@ pub struct SimResult {
     pub cycles: u64,
     /// Containers launched.
     pub launches: u64,
-    /// Always `(0, 0)`: reservation requests of the ABI record alone (`ReservationRequested`)
-    /// are gone since reservations are planned by a plugin (issue 20); kept while the report
-    /// still reads it.
-    pub reservations: (u64, u64),
-    /// Always empty, for the same reason.
-    pub reservation_states: BTreeMap<u32, u64>,
     /// What became of each of [`SimOptions::job_reservations`], in the same order.
     pub job_reservations: Vec<JobReservationRecord>,
     /// Rayon replans seen: reservations moved (`ReservationReplanned`) and removed
@@ -1153,8 +1147,6 @@ impl Sim<'_> {
             preemptions: self.preemptions,
             cycles: self.cycles,
             launches: self.launches,
-            reservations: (0, 0),
-            reservation_states: BTreeMap::new(),
             job_reservations: self.job_reservations,
             replans: self.replans,
             queues,
