@@ -113,7 +113,7 @@ pub(crate) struct PolicySlot {
     panics: u64,
     timeouts: u64,
     /// Which of its incidents to log.
-    log: LogLimiter,
+    pub(crate) log: LogLimiter,
 }
 
 impl PolicySlot {

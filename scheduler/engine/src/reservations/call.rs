@@ -25,6 +25,7 @@ use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::event::Command;
 use crate::model::ReservationId;
+use crate::plugin_log::Incident;
 use crate::policy::PolicyError;
 use crate::validate::Rejections;
 
@@ -315,18 +316,29 @@ impl Engine {
         }
     }
 
-    /// Counts, logs and charges a refused answer: a failed call toward quarantine.
+    /// Counts, logs and charges a refused answer: a failed call toward quarantine. The lines are
+    /// limited per reason like the other hooks' refusals (`crate::plugin_log`): one per reason
+    /// and call at most, naming the first refusal, with the running count.
     fn answer_refused(&mut self, i: usize, cause: u32, refusals: &[Refusal]) {
         let mut rej = Rejections::default();
-        let name = self.policies[i].policy.name().to_owned();
         for r in refusals {
             rej.add(r.reason, 1);
+        }
+        let now = self.now_ms;
+        let p = &mut self.policies[i];
+        for (reason, n) in rej.iter() {
+            let Some(l) = p.log.note(Incident::Rejected(reason), now) else { continue };
+            let Some(first) = refusals.iter().find(|r| r.reason == reason) else { continue };
             tracing::warn!(
-                policy = %name,
+                policy = p.policy.name(),
                 cause = cause_name(cause),
-                reservation = r.reservation.map(|id| id.0),
-                reason = r.reason.as_str(),
-                detail = %r.detail,
+                engine_ms = now,
+                reason = reason.as_str(),
+                n,
+                reservation = first.reservation.map(|id| id.0),
+                detail = %first.detail,
+                calls = l.count,
+                unlogged_calls = l.unlogged,
                 "reservation planner's answer refused"
             );
         }
