@@ -13,6 +13,7 @@ pub mod started;
 
 use std::collections::HashMap;
 
+use gantry_rdl::Expr;
 use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, PluginError, View};
 
@@ -217,12 +218,24 @@ impl Rayon {
                 self.stats.planned += 1;
                 Ok(())
             }
-            Err(_) => {
-                if let (true, Some((entry, steps))) = (update, old) {
-                    m.put_back(r.id, entry, steps);
+            Err(_) if update => match make_room(m, view, s as usize, &abs, agent) {
+                Some(moved) => {
+                    for (index, entry) in moved {
+                        out.plan_reservation(index as u32, entry.pieces.iter().copied());
+                        let id = view.reservations[index].id;
+                        m.record(id, entry);
+                    }
+                    self.stats.planned += 1;
+                    Ok(())
                 }
-                reject(self, out, REASON_NO_ROOM)
-            }
+                None => {
+                    if let Some((entry, steps)) = old {
+                        m.put_back(r.id, entry, steps);
+                    }
+                    reject(self, out, REASON_NO_ROOM)
+                }
+            },
+            Err(_) => reject(self, out, REASON_NO_ROOM),
         }
     }
 
@@ -345,4 +358,82 @@ impl Rayon {
         self.stats.optimizer_moved += moved;
         Ok(())
     }
+}
+
+/// UPDATE when the new definition does not fit as the plan stands: as the scheduler's linked-in
+/// planner did before it became a plugin, take out every other reservation that has not started,
+/// place the updated one, then put the others back most important first (priority, then the
+/// earliest accepted). Returns the new entries of the subject (first) and of every reservation
+/// whose allocation changed, by view index; or `None`, with the mirror as it was (apart from the
+/// subject, which the caller puts back), when one of them no longer fits.
+fn make_room(
+    m: &mut Mirror,
+    view: &View<'_>,
+    subject: usize,
+    abs: &Expr,
+    agent: agents::Agent,
+) -> Option<Vec<(usize, Entry)>> {
+    let now = view.now_ms;
+    let mut waiting: Vec<usize> = (0..view.reservations.len())
+        .filter(|&i| i != subject && view.reservations[i].state == GANTRY_RESERVATION_ACCEPTED)
+        .filter(|&i| {
+            let pieces = view.plan.allocation(i);
+            !pieces.is_empty() && pieces.iter().all(|p| p.start_ms > now)
+        })
+        .collect();
+    if waiting.is_empty() {
+        return None;
+    }
+    let detail = |i: usize| view.plan.details[i];
+    waiting.sort_by_key(|&i| {
+        (std::cmp::Reverse(detail(i).priority), detail(i).accepted_ms, view.reservations[i].id)
+    });
+    let mut taken = Vec::with_capacity(waiting.len());
+    for &i in &waiting {
+        if let Some(old) = m.remove(view.reservations[i].id) {
+            taken.push((i, old));
+        }
+    }
+    let mut placed: Vec<(usize, Entry)> = Vec::with_capacity(waiting.len() + 1);
+    let mut place = |m: &mut Mirror, i: usize, abs: &Expr| -> bool {
+        let expr = m.plan_expr(abs, now);
+        match agents::admit(&mut m.plan, &expr, agent, view.reservations[i].id) {
+            Ok(allocation) => {
+                let pieces = m.to_engine(&allocation, |k| u32::try_from(k).ok());
+                let bundles = abs.atoms().iter().map(|a| a.bundle).collect();
+                placed.push((i, Entry::new(detail(i).deadline_ms, bundles, pieces)));
+                true
+            }
+            Err(_) => false,
+        }
+    };
+    let mut fits = place(m, subject, abs);
+    for &(i, _) in &taken {
+        if !fits {
+            break;
+        }
+        fits = mirror::definition(view, i).is_ok_and(|e| place(m, i, &e));
+    }
+    if !fits {
+        // Undo: what was placed goes out of the plan, what was taken comes back as it was.
+        for (i, _) in &placed {
+            let _ = m.plan.remove(view.reservations[*i].id);
+        }
+        for (i, (entry, steps)) in taken {
+            m.put_back(view.reservations[i].id, entry, steps);
+        }
+        return None;
+    }
+    // Reservations that came back where they were need no answer; their entries return as they
+    // were, with the plan pieces the agent gave them again.
+    let mut changed = Vec::with_capacity(placed.len());
+    for (k, (i, entry)) in placed.into_iter().enumerate() {
+        let same = k > 0 && mirror::canonical(view.plan.allocation(i).iter().copied()) == entry.pieces;
+        if same {
+            m.record(view.reservations[i].id, entry);
+        } else {
+            changed.push((i, entry));
+        }
+    }
+    Some(changed)
 }

@@ -277,6 +277,33 @@ fn update_replans_or_keeps_the_old_allocation() {
 }
 
 #[test]
+fn an_update_that_does_not_fit_moves_reservations_that_have_not_started() {
+    let mut h = host(Mode::Glue, "{}", 10);
+    // GREE puts each as late as it can: 1 at [3 h, 4 h), 2 at [1 h, 2 h), each the whole plan.
+    submit(&mut h, 1, 0, 4 * HOUR, atom(1, 10, MIN, 10 * HOUR));
+    submit(&mut h, 2, 0, 2 * HOUR, atom(1, 10, MIN, 10 * HOUR));
+    let before = h.record(2).expect("accepted").allocation.clone();
+    // 1 now needs exactly [1 h, 2 h), where 2 is: 2 must move to [0, 1 h).
+    let a = h
+        .update(1, window(0, 2 * HOUR, window(HOUR, 2 * HOUR, atom(1, 10, MIN, 10 * HOUR))), 2 * HOUR)
+        .expect("update");
+    let one = a.planned(0).expect("the update is planned");
+    let two = a.planned(1).expect("the other one moves");
+    assert_eq!(one.iter().map(|p| (p.start_ms, p.end_ms)).collect::<Vec<_>>(), vec![(HOUR, 2 * HOUR)]);
+    assert_ne!(two, before);
+    assert!(two.iter().all(|p| p.end_ms <= HOUR), "{two:?}");
+    check_host(&h).expect("valid");
+    // Nothing left to move: an update that still does not fit is refused and changes nothing.
+    let kept: Vec<_> = h.records().iter().map(|r| r.allocation.clone()).collect();
+    let a = h.update(1, window(0, HOUR, atom(1, 10, MIN, 11 * HOUR)), HOUR).expect("update");
+    assert_eq!(a.rejected(0), Some(REASON_NO_ROOM));
+    assert_eq!(h.records().iter().map(|r| r.allocation.clone()).collect::<Vec<_>>(), kept);
+    let a = submit(&mut h, 3, 0, 4 * HOUR, atom(1, 10, MIN, 10 * HOUR));
+    assert!(a.planned(2).is_some(), "the mirror is as the view: {a:?}");
+    check_host(&h).expect("valid");
+}
+
+#[test]
 fn a_passed_deadline_and_a_broken_definition_are_rejected_with_their_codes() {
     let mut h = host(Mode::Glue, "{}", 10);
     h.now_ms = 2 * HOUR;
