@@ -376,7 +376,25 @@ impl Drop for TestAgent {
 }
 
 /// A free TCP port on loopback (bound, read, released: for a daemon started right after).
+///
+/// Taken below the kernel's ephemeral range (32768–60999 by default), never from it: a port the
+/// kernel hands out for `bind(0)` is handed out again to the next test's outgoing connection or
+/// listener, and a daemon started a moment later then finds it taken ("Address already in use",
+/// seen in the suite). Each test process starts at its own place in 20000–31999 (from its pid)
+/// and walks on, so parallel tests rarely try the same port; a port in use is skipped.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7_919) % SPAN;
+    for _ in 0..SPAN {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (start + k) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port()
 }
 
