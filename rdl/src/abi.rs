@@ -7,7 +7,7 @@
 //! its position among the expression's atoms in pre-order ([`Expr::atoms`]), the index an
 //! allocation piece names.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use gantry_sdk::abi::*;
 
@@ -66,15 +66,6 @@ fn children(e: &Expr) -> &[Expr] {
 /// Appends `expr`'s nodes to `out` (the whole array being built for a view) and returns the
 /// index of its root.
 pub fn push_nodes(expr: &Expr, out: &mut Vec<GantryRdlNode>) -> Result<u32, NodesError> {
-    // Pre-order atom numbers, by the address of each atom's expression.
-    let mut atom_of: HashMap<*const Expr, u32> = HashMap::new();
-    let mut stack = vec![expr];
-    while let Some(e) = stack.pop() {
-        if let Expr::Atom(_) = e {
-            atom_of.insert(e as *const Expr, index(atom_of.len())?);
-        }
-        stack.extend(children(e).iter().rev());
-    }
     let root = index(out.len())?;
     out.push(GantryRdlNode::default());
     let mut queue = VecDeque::from([(expr, root)]);
@@ -94,7 +85,6 @@ pub fn push_nodes(expr: &Expr, out: &mut Vec<GantryRdlNode>) -> Result<u32, Node
         match e {
             Expr::Atom(a) => {
                 node.kind = GANTRY_RDL_ATOM;
-                node.atom = atom_of.get(&(e as *const Expr)).copied().unwrap_or(GANTRY_NONE);
                 node.bundle = a.bundle;
                 node.min_parallel = a.min_parallel;
                 node.max_parallel = a.max_parallel;
@@ -111,6 +101,18 @@ pub fn push_nodes(expr: &Expr, out: &mut Vec<GantryRdlNode>) -> Result<u32, Node
             Expr::Any(_) => node.kind = GANTRY_RDL_ANY,
         }
         out[at as usize] = node;
+    }
+    // Atoms are numbered in pre-order: walk the laid-out block depth first, children in order.
+    let mut next_atom = 0u32;
+    let mut stack = vec![root];
+    while let Some(at) = stack.pop() {
+        let node = &mut out[at as usize];
+        if node.kind == GANTRY_RDL_ATOM {
+            node.atom = next_atom;
+            next_atom += 1;
+        }
+        let GantryRange { start, len } = node.children;
+        stack.extend((start..start + len).rev());
     }
     Ok(root)
 }
