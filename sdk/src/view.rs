@@ -102,20 +102,25 @@ pub struct PlanView<'a> {
     pub allocations: &'a [GantryAllocation],
 }
 
-impl Default for PlanView<'_> {
+impl PlanView<'static> {
     /// No plan: no reservable queue, nothing reserved.
+    pub const EMPTY: PlanView<'static> = PlanView {
+        cause: 0,
+        subject: GANTRY_NONE,
+        queue: GANTRY_NONE,
+        capacity: GantryResources::new(0, 0, 0),
+        step_ms: 0,
+        horizon_ms: 0,
+        details: &[],
+        rdl_nodes: &[],
+        allocations: &[],
+    };
+}
+
+impl Default for PlanView<'_> {
+    /// No plan: no reservable queue, nothing reserved ([`PlanView::EMPTY`]).
     fn default() -> Self {
-        PlanView {
-            cause: 0,
-            subject: GANTRY_NONE,
-            queue: GANTRY_NONE,
-            capacity: GantryResources::default(),
-            step_ms: 0,
-            horizon_ms: 0,
-            details: &[],
-            rdl_nodes: &[],
-            allocations: &[],
-        }
+        PlanView::EMPTY
     }
 }
 
@@ -176,6 +181,33 @@ impl<'a> PlanView<'a> {
 unsafe fn raw_slice<'a, T>(ptr: *const T, len: u64) -> &'a [T] {
     // SAFETY: the caller's promise; `len` fits in usize because ABI v1 is 64-bit only.
     unsafe { core::slice::from_raw_parts(ptr, len as usize) }
+}
+
+impl View<'static> {
+    /// A view of nothing for `hook` (`GANTRY_HOOK_*`): every array empty, the clock, cycle and seed
+    /// at 0, no plan. The base of a hand-built view in tests and harnesses:
+    /// `View { reservations: &mine, plan, ..View::empty(GANTRY_HOOK_RESERVE) }`.
+    pub const fn empty(hook: u32) -> View<'static> {
+        View {
+            hook,
+            now_ms: 0,
+            cycle: 0,
+            seed: 0,
+            cluster: GantryResources::new(0, 0, 0),
+            strings: &[],
+            labels: &[],
+            nodes: &[],
+            gpus: &[],
+            queues: &[],
+            apps: &[],
+            requests: &[],
+            containers: &[],
+            reservations: &[],
+            pending: &[],
+            node_usage: &[],
+            plan: PlanView::EMPTY,
+        }
+    }
 }
 
 impl<'a> View<'a> {

@@ -83,22 +83,11 @@ impl PlanFixture {
     /// A `reserve` view of this plan at `now` for `cause` about `subject`.
     pub fn view(&self, now: u64, cause: u32, subject: u32) -> View<'_> {
         View {
-            hook: GANTRY_HOOK_RESERVE,
             now_ms: now,
             cycle: 1,
             seed: 1,
             cluster: self.capacity,
-            strings: &[],
-            labels: &[],
-            nodes: &[],
-            gpus: &[],
-            queues: &[],
-            apps: &[],
-            requests: &[],
-            containers: &[],
             reservations: &self.reservations,
-            pending: &[],
-            node_usage: &[],
             plan: PlanView {
                 cause,
                 subject,
@@ -110,6 +99,7 @@ impl PlanFixture {
                 rdl_nodes: &self.nodes,
                 allocations: &self.allocations,
             },
+            ..View::empty(GANTRY_HOOK_RESERVE)
         }
     }
 }

@@ -72,22 +72,9 @@ impl Plan {
 
     fn view(&self) -> View<'_> {
         View {
-            hook: GANTRY_HOOK_RESERVE,
             now_ms: 0,
-            cycle: 0,
-            seed: 0,
             cluster: cores(10),
-            strings: &[],
-            labels: &[],
-            nodes: &[],
-            gpus: &[],
-            queues: &[],
-            apps: &[],
-            requests: &[],
-            containers: &[],
             reservations: &self.reservations,
-            pending: &[],
-            node_usage: &[],
             plan: PlanView {
                 cause: GANTRY_RESERVE_ADMIT,
                 subject: (self.reservations.len() - 1) as u32,
@@ -99,6 +86,7 @@ impl Plan {
                 rdl_nodes: &self.nodes,
                 allocations: &self.allocations,
             },
+            ..View::empty(GANTRY_HOOK_RESERVE)
         }
     }
 }

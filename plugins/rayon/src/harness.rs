@@ -219,21 +219,7 @@ impl Host {
     }
 
     fn output(&mut self, attempt: u32) -> GantryOutput {
-        GantryOutput {
-            struct_size: core::mem::size_of::<GantryOutput>() as u32,
-            attempt,
-            decisions: self.decisions.as_mut_ptr(),
-            capacity: self.decisions.len() as u64,
-            len: 0,
-            needed: 0,
-            message: self.message.as_mut_ptr(),
-            message_capacity: self.message.len() as u64,
-            message_len: 0,
-            allocations: self.pieces.as_mut_ptr(),
-            allocations_capacity: self.pieces.len() as u64,
-            allocations_len: 0,
-            allocations_needed: 0,
-        }
+        output(&mut self.decisions, &mut self.message, &mut self.pieces, attempt)
     }
 
     /// Appends record `i`'s view entries (its allocation at the end of `allocations`).
@@ -284,22 +270,9 @@ impl Host {
     pub fn call(&mut self, cause: u32, subject: u32) -> Result<Answer, String> {
         self.rebuild()?;
         let view = View {
-            hook: GANTRY_HOOK_RESERVE,
             now_ms: self.now_ms,
-            cycle: 0,
-            seed: 0,
             cluster: self.capacity,
-            strings: &[],
-            labels: &[],
-            nodes: &[],
-            gpus: &[],
-            queues: &[],
-            apps: &[],
-            requests: &[],
-            containers: &[],
             reservations: &self.reservations,
-            pending: &[],
-            node_usage: &[],
             plan: PlanView {
                 cause,
                 subject,
@@ -311,6 +284,7 @@ impl Host {
                 rdl_nodes: &self.nodes,
                 allocations: &self.allocations,
             },
+            ..View::empty(GANTRY_HOOK_RESERVE)
         };
         match &mut self.caller {
             Caller::Direct(p) => {
@@ -326,21 +300,8 @@ impl Host {
                 let raw = view.to_raw();
                 let mut elapsed = Duration::ZERO;
                 for attempt in 0..2 {
-                    let mut out = GantryOutput {
-                        struct_size: core::mem::size_of::<GantryOutput>() as u32,
-                        attempt,
-                        decisions: self.decisions.as_mut_ptr(),
-                        capacity: self.decisions.len() as u64,
-                        len: 0,
-                        needed: 0,
-                        message: self.message.as_mut_ptr(),
-                        message_capacity: self.message.len() as u64,
-                        message_len: 0,
-                        allocations: self.pieces.as_mut_ptr(),
-                        allocations_capacity: self.pieces.len() as u64,
-                        allocations_len: 0,
-                        allocations_needed: 0,
-                    };
+                    // The buffers, not `self`: the view still borrows the host's arrays.
+                    let mut out = output(&mut self.decisions, &mut self.message, &mut self.pieces, attempt);
                     let t = Instant::now();
                     // SAFETY: `instance` came from `create::<Rayon>`; `raw` borrows the view's
                     // slices, which live until the end of this function; `out` points at this
@@ -519,5 +480,29 @@ impl Host {
 impl Drop for Host {
     fn drop(&mut self) {
         self.destroy();
+    }
+}
+
+/// A host output over these buffers, their whole lengths offered, for call `attempt`.
+fn output(
+    decisions: &mut [GantryDecision],
+    message: &mut [u8],
+    pieces: &mut [GantryAllocation],
+    attempt: u32,
+) -> GantryOutput {
+    GantryOutput {
+        struct_size: core::mem::size_of::<GantryOutput>() as u32,
+        attempt,
+        decisions: decisions.as_mut_ptr(),
+        capacity: decisions.len() as u64,
+        len: 0,
+        needed: 0,
+        message: message.as_mut_ptr(),
+        message_capacity: message.len() as u64,
+        message_len: 0,
+        allocations: pieces.as_mut_ptr(),
+        allocations_capacity: pieces.len() as u64,
+        allocations_len: 0,
+        allocations_needed: 0,
     }
 }

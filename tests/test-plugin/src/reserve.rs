@@ -319,22 +319,9 @@ mod tests {
         /// A reserve view at `now` with a plan of 10 cores.
         fn view(&self, now: u64, cause: u32, subject: u32) -> View<'_> {
             View {
-                hook: GANTRY_HOOK_RESERVE,
                 now_ms: now,
-                cycle: 0,
-                seed: 0,
                 cluster: GantryResources::default(),
-                strings: &[],
-                labels: &[],
-                nodes: &[],
-                gpus: &[],
-                queues: &[],
-                apps: &[],
-                requests: &[],
-                containers: &[],
                 reservations: &self.reservations,
-                pending: &[],
-                node_usage: &[],
                 plan: PlanView {
                     cause,
                     subject,
@@ -346,6 +333,7 @@ mod tests {
                     rdl_nodes: &self.nodes,
                     allocations: &self.allocations,
                 },
+                ..View::empty(GANTRY_HOOK_RESERVE)
             }
         }
     }

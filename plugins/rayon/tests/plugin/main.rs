@@ -324,22 +324,9 @@ fn a_passed_deadline_and_a_broken_definition_are_rejected_with_their_codes() {
     let details =
         [GantryReservationDetail { definition: 0, atoms: 1, deadline_ms: HOUR, ..Default::default() }];
     let view = View {
-        hook: GANTRY_HOOK_RESERVE,
         now_ms: 0,
-        cycle: 0,
-        seed: 0,
         cluster: cores(10),
-        strings: &[],
-        labels: &[],
-        nodes: &[],
-        gpus: &[],
-        queues: &[],
-        apps: &[],
-        requests: &[],
-        containers: &[],
         reservations: &reservations,
-        pending: &[],
-        node_usage: &[],
         plan: PlanView {
             cause: GANTRY_RESERVE_ADMIT,
             subject: 0,
@@ -350,6 +337,7 @@ fn a_passed_deadline_and_a_broken_definition_are_rejected_with_their_codes() {
             rdl_nodes: &nodes,
             ..PlanView::default()
         },
+        ..View::empty(GANTRY_HOOK_RESERVE)
     };
     let mut p = Rayon::create("{}").expect("create");
     let mut out = Decisions::new();
