@@ -126,10 +126,16 @@ fn a_reservation_that_cannot_fit_is_rejected_and_bad_requests_are_errors() {
     assert!(matches!(err, Err(EngineError::Invalid { .. })), "{err:?}");
     let mut other = request("atom(1c/2GiB, 1, 1, 5s, 5s)", 10);
     other.queue = "root.adhoc".into();
-    assert!(matches!(
-        e.handle(0, Event::ReservationSubmitted { id: None, request: other }),
-        Err(EngineError::UnknownQueue(_))
-    ));
+    // Named as it is, with the queue that is reservable (the message once read "queue
+    // `root.adhoc (reservations are made in `root.prod`)` does not exist").
+    match e.handle(0, Event::ReservationSubmitted { id: None, request: other }) {
+        Err(err @ EngineError::Invalid { .. }) => assert_eq!(
+            err.to_string().split_once(": ").map(|(_, why)| why.to_owned()),
+            Some("queue `root.adhoc` is not reservable: reservations are made in `root.prod`".to_owned()),
+            "{err}"
+        ),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
     // Beyond the horizon: rejected without asking the planner.
     let reason = rejected(&mut e, 0, request("atom(1c/2GiB, 1, 1, 5s, 5s)", 3 * 86_400));
     assert!(reason.contains("horizon"), "{reason}");

@@ -253,8 +253,8 @@ impl ReservationBook {
         check_name("reservation name", &request.name, true)?;
         check_name("reservation user", &request.user, true)?;
         if request.queue != self.config.queue {
-            return Err(EngineError::UnknownQueue(format!(
-                "{} (reservations are made in `{}`)",
+            return Err(invalid(format!(
+                "queue `{}` is not reservable: reservations are made in `{}`",
                 request.queue, self.config.queue
             )));
         }
