@@ -14,9 +14,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     compiler.include_source_info(true).include_imports(true).open_files([PROTO])?;
     // Kept for gRPC reflection or tooling that needs the schema at run time.
     std::fs::write(out_dir.join("gantry_agent_v1_descriptor.bin"), compiler.encode_file_descriptor_set())?;
+    // The service code only with the `grpc` feature; the messages are always built.
+    let grpc = std::env::var_os("CARGO_FEATURE_GRPC").is_some();
     tonic_prost_build::configure()
-        .build_client(true)
-        .build_server(true)
+        .build_client(grpc)
+        .build_server(grpc)
         // No generated `AgentServiceClient::connect(endpoint)` constructor: it would clash with
         // the `Connect` rpc's method. Callers build a `Channel` and use `AgentServiceClient::new`.
         .build_transport(false)

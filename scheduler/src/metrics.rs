@@ -560,7 +560,7 @@ impl SchedulerMetrics {
                 reason: reason.as_str().into(),
             });
         }
-        for conflict in crate::server::node_claim::Conflict::ALL {
+        for conflict in gantry_controller::node_claim::Conflict::ALL {
             let _ = m.registrations_refused.get_or_create(&ReasonLabels { reason: conflict.as_str() });
         }
         m.set_nodes_by_state(&NODE_STATES.map(|(_, name)| (name, 0)));
@@ -620,7 +620,7 @@ impl SchedulerMetrics {
     }
 
     /// Counts an agent registration refused because another live agent holds its node name
-    /// (`reason`: a [`crate::server::node_claim::Conflict`] label).
+    /// (`reason`: a [`gantry_controller::node_claim::Conflict`] label).
     pub fn count_registration_refused(&self, reason: &'static str) {
         self.registrations_refused.get_or_create(&ReasonLabels { reason }).inc();
     }

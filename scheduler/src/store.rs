@@ -41,6 +41,9 @@
 //! the engine's types (the engine deliberately has no serde), so new optional fields can be added
 //! without a migration.
 
+pub use gantry_controller::records::{
+    AppRecord, ContainerRecord, NextIds, PlanReservationRecord, Recovered, ReservationRecord, StoreError, Write,
+};
 use gantry_engine::{
     AppId, AppSpec, ContainerId, QueueSpec, RackAffinity, RequestSpec, ReservationId, Resources,
 };
@@ -58,7 +61,6 @@ use std::sync::mpsc;
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use thiserror::Error;
 use tokio::sync::oneshot;
 
 pub(crate) mod retention;
@@ -184,79 +186,6 @@ const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// Why the store could not do what was asked. It is `Clone` because one failed commit has to be
-/// reported to every writer of its batch.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum StoreError {
-    /// The file could not be opened or set up (permissions, not a database, no WAL support).
-    #[error("cannot open the store {path}: {message}")]
-    Open {
-        /// The database file.
-        path: PathBuf,
-        /// Why.
-        message: String,
-    },
-    /// Another process (a second scheduler on the same data directory) holds the store.
-    #[error("the store {path} is in use by another process (it holds {lock})")]
-    Locked {
-        /// The database file.
-        path: PathBuf,
-        /// The lock file.
-        lock: PathBuf,
-    },
-    /// The file is an SQLite database of some other program.
-    #[error("{path} is not a gantry store (its application id is {found:#x})")]
-    NotAStore {
-        /// The database file.
-        path: PathBuf,
-        /// Its `application_id`.
-        found: i64,
-    },
-    /// The file was written by a newer gantry; reading it could lose what that version stored.
-    #[error("the store {path} has schema version {found}, but this gantry knows versions up to {supported}")]
-    TooNew {
-        /// The database file.
-        path: PathBuf,
-        /// Version in the file.
-        found: u32,
-        /// Newest version this binary knows.
-        supported: u32,
-    },
-    /// The disk (or the file system's quota) is full; the batch was rolled back.
-    #[error("the store's disk is full: {0}")]
-    Full(String),
-    /// Reading or writing the file failed; the batch was rolled back.
-    #[error("I/O error on the store: {0}")]
-    Io(String),
-    /// The write contradicts the stored state (unknown or duplicate id, a value out of range);
-    /// only this job was rolled back.
-    #[error("write refused: {0}")]
-    Refused(String),
-    /// A stored record cannot be read back into its type.
-    #[error("stored {what} {id} is unreadable: {reason}")]
-    Corrupt {
-        /// Kind of record.
-        what: &'static str,
-        /// Its id.
-        id: i64,
-        /// Why.
-        reason: String,
-    },
-    /// Any other SQLite error.
-    #[error("store database error: {0}")]
-    Database(String),
-    /// The writer thread is gone (the store was closed, or the thread panicked).
-    #[error("the store's writer has stopped")]
-    Closed,
-}
-
-impl StoreError {
-    /// Whether the whole batch failed for lack of space (worth an alert, and worth retrying
-    /// once space is freed).
-    pub fn is_full(&self) -> bool {
-        matches!(self, StoreError::Full(_))
-    }
-}
 
 /// Maps an SQLite error to what a caller can act on: space, I/O, a refused write, or other.
 fn classify(e: rusqlite::Error) -> StoreError {
@@ -284,88 +213,6 @@ fn classify(e: rusqlite::Error) -> StoreError {
     }
 }
 
-/// An application as stored: the engine's spec plus what the daemon needs to rebuild it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AppRecord {
-    /// Its id (never reused).
-    pub id: AppId,
-    /// The submission as the engine took it.
-    pub spec: AppSpec,
-    /// What the daemon needs to start the app's containers (command, environment, …), as JSON.
-    /// The engine does not know it and the store does not look inside; `Null` when none.
-    pub launch: serde_json::Value,
-    /// Submission time, ms since the Unix epoch.
-    pub submit_ms: u64,
-    /// `GANTRY_APP_*`.
-    pub state: u32,
-    /// When it entered `state`, ms since the Unix epoch.
-    pub state_ms: u64,
-    /// Why it is in its state.
-    pub diagnostics: String,
-}
-
-/// A container as stored: enough to tell a re-registering agent which containers are wanted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerRecord {
-    /// Its id (never reused).
-    pub id: ContainerId,
-    /// Its application (which must be stored).
-    pub app: AppId,
-    /// Index of the app's request it serves.
-    pub request: u32,
-    /// Node name. Names, not the engine's node indexes, because nodes may re-register in any
-    /// order after a restart.
-    pub node: String,
-    /// Its resources.
-    pub resources: Resources,
-    /// Indexes, on the node, of its GPUs.
-    pub gpus: Vec<u32>,
-    /// `GANTRY_CONTAINER_*`.
-    pub state: u32,
-    /// When it was placed, then when its agent confirmed the start, ms since the Unix epoch.
-    pub started_ms: Option<u64>,
-    /// Exit status, once it exited.
-    pub exit_code: Option<i32>,
-    /// Why it ended (`exited`, `memory-limit`, `killed-by-request`, `lost`, …).
-    pub reason: Option<String>,
-    /// When it ended, ms since the Unix epoch (absent in records written before schema 4).
-    pub finished_ms: Option<u64>,
-    /// The cluster id of the scheduler run that launched it: its agent knows it by this and
-    /// its id ([`gantry_proto::ClusterId::LEGACY`] for containers stored before cluster ids).
-    pub cluster: gantry_proto::ClusterId,
-}
-
-/// A reservation as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReservationRecord {
-    /// Its id (never reused).
-    pub id: ReservationId,
-    /// Queue path.
-    pub queue: String,
-    /// Earliest start, ms.
-    pub start_ms: u64,
-    /// Deadline, ms.
-    pub end_ms: u64,
-    /// Peak resources.
-    pub resources: Resources,
-    /// `GANTRY_RESERVATION_*`.
-    pub state: u32,
-}
-
-/// A reservation accepted into the plan, with its allocation (restored exactly, so a restart
-/// does not plan it again).
-#[derive(Debug, Clone, PartialEq)]
-pub struct PlanReservationRecord {
-    /// Its id.
-    pub id: ReservationId,
-    /// What was asked for.
-    pub request: gantry_engine::ReservationRequest,
-    /// When it was accepted, ms since the Unix epoch.
-    pub submit_ms: u64,
-    /// Its allocation, per atom.
-    pub allocation: Vec<gantry_engine::AtomInterval>,
-}
-
 /// The stored form of a [`PlanReservationRecord`]: the definition in RDL's text form.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct PlanReservationJson {
@@ -386,9 +233,9 @@ struct PlanReservationJson {
     pieces: Option<Vec<[u64; 5]>>,
 }
 
-impl PlanReservationRecord {
-    fn to_json(&self) -> String {
-        let r = &self.request;
+/// The stored JSON form of a plan reservation.
+fn plan_to_json(record: &PlanReservationRecord) -> String {
+        let r = &record.request;
         let j = PlanReservationJson {
             queue: r.queue.clone(),
             name: r.name.clone(),
@@ -397,9 +244,9 @@ impl PlanReservationRecord {
             arrival_ms: r.arrival_ms,
             deadline_ms: r.deadline_ms,
             rdl: gantry_rdl::to_text(&r.definition),
-            submit_ms: self.submit_ms,
+            submit_ms: record.submit_ms,
             allocation: Some(
-                self.allocation
+                record.allocation
                     .iter()
                     .map(|p| [u64::from(p.atom), p.start_ms, p.end_ms, p.bundles])
                     .collect(),
@@ -409,7 +256,8 @@ impl PlanReservationRecord {
         serde_json::to_string(&j).unwrap_or_default()
     }
 
-    fn from_json(id: u64, text: &str) -> Result<Self, String> {
+/// Reads a plan reservation's stored JSON form back.
+fn plan_from_json(id: u64, text: &str) -> Result<PlanReservationRecord, String> {
         let j: PlanReservationJson = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let definition = gantry_rdl::parse_text(&j.rdl).map_err(|e| e.to_string())?;
         let allocation = match (&j.allocation, &j.pieces) {
@@ -453,136 +301,6 @@ impl PlanReservationRecord {
             allocation,
         })
     }
-}
-
-/// The next ids to hand out. Stored as a running maximum, so a counter never goes back even if
-/// an older value is written after a newer one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NextIds {
-    /// Next application id.
-    pub app: u64,
-    /// Next container id.
-    pub container: u64,
-    /// Next reservation id.
-    pub reservation: u64,
-}
-
-/// One change to the store. A job is a list of these, applied all or nothing.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Write {
-    /// Record a new application. Refused if the id exists. Raises the app id counter past it.
-    InsertApp(AppRecord),
-    /// An application changed state. Refused if the app is unknown, or if it has ended and the
-    /// new state is a live one (an ended app never runs again).
-    AppState {
-        /// The application.
-        id: AppId,
-        /// `GANTRY_APP_*`.
-        state: u32,
-        /// Why.
-        diagnostics: String,
-        /// When, ms since the Unix epoch.
-        at_ms: u64,
-    },
-    /// Forget an application and its containers (history trimming). Unknown ids are fine. The
-    /// id is not reused: the counter stays.
-    DeleteApp {
-        /// The application.
-        id: AppId,
-    },
-    /// Retention ([`Store::prune_ended`]): forget each listed application that has ended and
-    /// has no live container, with its containers; live ones and unknown ids are left alone.
-    /// The ids are not reused: the counters stay.
-    PruneApps {
-        /// The applications.
-        ids: Vec<AppId>,
-    },
-    /// Record a container, or overwrite it whole. Refused if its app is not stored, or if the id
-    /// is stored for another app (ids are never reused). Raises the container id counter past it.
-    UpsertContainer(ContainerRecord),
-    /// A container changed state. Fields that are `None` keep their stored value. Refused if
-    /// the container is unknown.
-    ContainerState {
-        /// The container.
-        id: ContainerId,
-        /// `GANTRY_CONTAINER_*`.
-        state: u32,
-        /// Start time, when it is now known.
-        started_ms: Option<u64>,
-        /// Exit status, when it is now known.
-        exit_code: Option<i32>,
-        /// Why it ended, when it is now known.
-        reason: Option<String>,
-        /// When it ended, when it is now known.
-        finished_ms: Option<u64>,
-    },
-    /// Raise the id counters (each to the larger of its stored and given value).
-    NextIds(NextIds),
-    /// Record a new reservation. Refused if the id exists. Raises the reservation id counter.
-    InsertReservation(ReservationRecord),
-    /// A reservation changed state. Refused if unknown.
-    ReservationState {
-        /// The reservation.
-        id: ReservationId,
-        /// `GANTRY_RESERVATION_*`.
-        state: u32,
-    },
-    /// An operator drained a node (`drained`), or undrained it. Drains outlive scheduler
-    /// restarts and the node's own absences; undraining an undrained node is fine.
-    NodeDrain {
-        /// The node's name.
-        node: String,
-        /// Drained (true) or back in service (false).
-        drained: bool,
-        /// When, ms since the Unix epoch.
-        at_ms: u64,
-    },
-    /// Record a plan reservation, or overwrite it whole (an update, a replan). Raises the
-    /// reservation id counter past it.
-    PutPlanReservation(PlanReservationRecord),
-    /// Forget a plan reservation (it ended). Unknown ids are fine.
-    DeletePlanReservation {
-        /// The reservation.
-        id: ReservationId,
-    },
-    /// The queue configuration the daemon runs with; recorded only when it differs from the
-    /// last one, so restarts with the same file add nothing.
-    QueueConfig {
-        /// When, ms since the Unix epoch.
-        at_ms: u64,
-        /// The queues.
-        queues: Vec<QueueSpec>,
-    },
-}
-
-/// Everything the daemon needs to rebuild its engine, read in one snapshot.
-///
-/// [`Store::load`] fills `apps` and `containers` with every stored record;
-/// [`Store::load_recent`] with every live application (NEW, ACCEPTED, RUNNING), only the most
-/// recently ended ones it was asked for, and the containers of exactly those applications. The
-/// id counters, reservations, queues and drains are always whole.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Recovered {
-    /// The stored applications read (see above), by id.
-    pub apps: Vec<AppRecord>,
-    /// The containers of the applications in `apps`, by id.
-    pub containers: Vec<ContainerRecord>,
-    /// Every stored reservation, by id.
-    pub reservations: Vec<ReservationRecord>,
-    /// Next application id: above every id ever stored (deleted and pruned ones included, and
-    /// those a bounded load did not read), at least 1.
-    pub next_app_id: u64,
-    /// Next container id, likewise.
-    pub next_container_id: u64,
-    /// Next reservation id, likewise.
-    pub next_reservation_id: u64,
-    /// The latest recorded queue configuration, if any was recorded.
-    pub queues: Option<Vec<QueueSpec>>,
-    /// Nodes an operator drained, by name.
-    pub drained_nodes: Vec<String>,
-    /// Plan reservations, by id.
-    pub plan_reservations: Vec<PlanReservationRecord>,
-}
 
 /// Counters of the writer, for `/metrics` and tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -1246,7 +964,7 @@ fn apply(conn: &Connection, write: &Write) -> Result<(), StoreError> {
                 "INSERT INTO plan_reservations (id, record) VALUES (?1, ?2)
                  ON CONFLICT(id) DO UPDATE SET record = excluded.record",
             )
-            .and_then(|mut s| s.execute(params![r.id.0, r.to_json()]))
+            .and_then(|mut s| s.execute(params![r.id.0, plan_to_json(r)]))
             .map_err(classify)?;
             bump_counter(conn, "reservation", r.id.0.saturating_add(1))
         }
@@ -1481,7 +1199,7 @@ fn read_all(conn: &Connection, ended_apps: Option<usize>) -> Result<Recovered, S
         .map_err(classify)?;
     for (id, text) in rows {
         let record =
-            PlanReservationRecord::from_json(id as u64, &text).map_err(corrupt("plan reservation", id))?;
+            plan_from_json(id as u64, &text).map_err(corrupt("plan reservation", id))?;
         out.next_reservation_id = out.next_reservation_id.max(record.id.0.saturating_add(1));
         out.plan_reservations.push(record);
     }

@@ -90,14 +90,15 @@ pub fn is_instance_id(text: &str) -> bool {
             && text.bytes().any(|b| b != b'0'))
 }
 
-/// Package `gantry.agent.v1`: messages, [`v1::agent_service_client`] (the agent's side) and
-/// [`v1::agent_service_server`] (the scheduler's side).
+/// Package `gantry.agent.v1`: messages and, with the `grpc` feature, `v1::agent_service_client`
+/// (the agent's side) and `v1::agent_service_server` (the scheduler's side).
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod v1 {
-    tonic::include_proto!("gantry.agent.v1");
+    // What `tonic::include_proto!` expands to, spelled out so the messages build without tonic.
+    include!(concat!(env!("OUT_DIR"), "/gantry.agent.v1.rs"));
 
     /// The encoded `FileDescriptorSet` of the protocol, for gRPC reflection or tooling.
-    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("gantry_agent_v1_descriptor");
+    pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gantry_agent_v1_descriptor.bin"));
 }
 
 #[cfg(test)]

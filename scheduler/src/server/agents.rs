@@ -1,12 +1,12 @@
 //! The agents' gRPC endpoint: one bidirectional stream per agent. The first message must be
 //! `Register` (a full resync); everything after it — log chunks included — is relayed to the
 //! core in order. A registration the core refuses ends the call with a status: `ALREADY_EXISTS`
-//! when another live agent holds the node name ([`super::node_claim`]), `INVALID_ARGUMENT` when
+//! when another live agent holds the node name ([`gantry_controller::node_claim`]), `INVALID_ARGUMENT` when
 //! the registration is malformed, `PERMISSION_DENIED` when mutual TLS's certificate names
 //! another node.
 
 use super::core::{CoreHandle, Request};
-use super::node_claim::Refused;
+use gantry_controller::node_claim::Refused;
 use gantry_proto::v1;
 use gantry_proto::v1::agent_message::Msg as Up;
 use gantry_proto::v1::agent_service_server::{AgentService, AgentServiceServer};

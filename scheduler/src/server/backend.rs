@@ -2,11 +2,10 @@
 //! core (see [`super::core`]), and submissions are acknowledged only once the store has
 //! committed them.
 
-use super::app_history::{EndedApp, LaunchedContainer};
 use super::core::{
-    Core, CoreGone, CoreHandle, IdKind, LaunchTemplate, LogError, ReservationOp, ReservationOutcome,
-    SubmitError,
+    CoreGone, CoreHandle, IdKind, LaunchTemplate, LogError, ReservationOp, ReservationOutcome, SubmitError,
 };
+use gantry_controller::{Controller, EndedApp, LaunchedContainer};
 use crate::api::reservations::{NewReservation, OptimizeInfo, ReservationInfo, format_reservation_id};
 use crate::api::types::*;
 use crate::api::{ApiError, AppFilter, Backend, LogFile};
@@ -139,12 +138,12 @@ fn remembered_container(c: &LaunchedContainer) -> Option<ContainerInfo> {
     })
 }
 
-fn summary_info(core: &Core, s: &AppSummary) -> AppInfo {
+fn summary_info(core: &Controller, s: &AppSummary) -> AppInfo {
     ended_info(s, core.ended_app(s.id.0), core.launched(s.id.0))
 }
 
 /// Everything the API shows of a live application.
-fn live_info(core: &Core, index: u32) -> Option<AppInfo> {
+fn live_info(core: &Controller, index: u32) -> Option<AppInfo> {
     let st = core.engine().state();
     let a = *st.apps().get(index as usize)?;
     let meta = st.app_meta(index)?;
@@ -230,7 +229,7 @@ fn label_map(st: &ClusterState, range: GantryRange) -> BTreeMap<String, String> 
         .collect()
 }
 
-fn node_info(core: &Core, n: &GantryNode) -> NodeInfo {
+fn node_info(core: &Controller, n: &GantryNode) -> NodeInfo {
     let st = core.engine().state();
     let name = st.str(n.name).to_owned();
     let state = NodeState::from_abi(n.state).unwrap_or(NodeState::Unhealthy);
@@ -513,6 +512,7 @@ impl Backend for DaemonBackend {
     }
 
     async fn app(&self, id: u64) -> Option<AppInfo> {
+        let store = self.core.store();
         let (info, store) = self
             .core
             .read(move |c| {
@@ -526,7 +526,7 @@ impl Backend for DaemonBackend {
                         .map(|h| summary_info(c, h)),
                 };
                 let store = if info.is_none() {
-                    c.store().map(|s| (s, c.engine().default_max_attempts()))
+                    store.map(|s| (s, c.engine().default_max_attempts()))
                 } else {
                     None
                 };
@@ -659,17 +659,19 @@ impl Backend for DaemonBackend {
     /// Asks the agent of the container's node, as YARN's NodeManager serves container logs: the
     /// last `tail` bytes, or the whole file; the agent caps either at its last 4 MiB.
     async fn logs(&self, container: u64, file: LogFile, tail: Option<u64>) -> Result<Vec<u8>, ApiError> {
-        let (node, slots) =
-            self.core.read(move |c| c.log_target(container)).await.map_err(gone)?.map_err(log_error)?;
+        let node = self
+            .core
+            .read(move |c| c.container_node(container).map(str::to_owned))
+            .await
+            .map_err(gone)?
+            .ok_or_else(|| log_error(LogError::UnknownContainer(container)))?;
         let stream = match file {
             LogFile::Stdout => v1::LogStream::Stdout,
             LogFile::Stderr => v1::LogStream::Stderr,
         };
-        let fetch = async {
-            // Held until the answer is in: a node serves few reads at once.
-            let _slot = slots.acquire_owned().await.map_err(|_| CoreGone)?;
-            self.core.read_log(container, stream, tail).await
-        };
+        // The controller queues it behind the node's other reads; dropping it at the timeout
+        // frees its turn.
+        let fetch = self.core.read_log(container, stream, tail);
         match tokio::time::timeout(self.log_timeout, fetch).await {
             Ok(Ok(Ok(chunk))) => Ok(chunk.data),
             Ok(Ok(Err(e))) => Err(log_error(e)),

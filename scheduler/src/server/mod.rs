@@ -2,12 +2,8 @@
 //! ([`agents`]), and [`serve`], which starts them from a configuration.
 
 pub mod agents;
-pub mod app_history;
 pub mod backend;
 pub mod core;
-pub mod exit_words;
-pub mod handed_out;
-pub mod node_claim;
 mod pruner;
 
 use crate::config::SchedulerConfig;

@@ -1,4 +1,4 @@
-//! What the core remembers of applications beyond what the engine keeps: every container it
+//! What the controller remembers of applications beyond what the engine keeps: every container it
 //! launched (node, resources, times, how it ended — for `gantry app` and for routing log reads
 //! after the container is gone) and, once an application has ended, its submission, times and
 //! counters. The engine forgets an ended app's requests at its next compaction and keeps only a
@@ -9,15 +9,15 @@
 //! ([`EndedApp::from_record`], [`LaunchedContainer::from`]), so an app reads the same before and
 //! after a restart — and the same when the API reads an old app from the store by id.
 
-use crate::store::{AppRecord, ContainerRecord};
+use crate::records::{AppRecord, ContainerRecord};
 use gantry_engine::{RequestSpec, Resources};
 use gantry_sdk::abi::GANTRY_CONTAINER_FAILED;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 /// Applications whose launched containers are remembered; the oldest are forgotten first.
 pub const LAUNCHED_HISTORY: usize = 10_000;
 
-/// A container the core launched, remembered after it ends.
+/// A container the controller launched, remembered after it ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchedContainer {
     /// Container id.
@@ -86,7 +86,7 @@ impl EndedApp {
     /// The record of an ended app read back from the store, with its stored containers;
     /// `default_max_attempts` stands in for a submission that named none.
     pub fn from_record(app: &AppRecord, containers: &[&ContainerRecord], default_max_attempts: u32) -> Self {
-        let commands = serde_json::from_value::<Vec<super::core::LaunchTemplate>>(app.launch.clone())
+        let commands = serde_json::from_value::<Vec<crate::launch::LaunchTemplate>>(app.launch.clone())
             .map(|ts| ts.into_iter().map(|t| t.argv).collect())
             .unwrap_or_default();
         EndedApp {
@@ -105,15 +105,15 @@ impl EndedApp {
     }
 }
 
-/// The core's memory of launched containers and ended applications, bounded.
+/// The controller's memory of launched containers and ended applications, bounded.
 #[derive(Debug, Default)]
 pub struct AppHistory {
-    launched: HashMap<u64, Vec<LaunchedContainer>>,
+    launched: BTreeMap<u64, Vec<LaunchedContainer>>,
     /// Which app each remembered container belongs to.
-    container_app: HashMap<u64, u64>,
+    container_app: BTreeMap<u64, u64>,
     /// Apps with remembered containers, oldest first ([`LAUNCHED_HISTORY`] at most).
     launched_order: VecDeque<u64>,
-    ended: HashMap<u64, EndedApp>,
+    ended: BTreeMap<u64, EndedApp>,
     /// Ended apps, oldest first (`ended_limit` at most).
     ended_order: VecDeque<u64>,
     ended_limit: usize,

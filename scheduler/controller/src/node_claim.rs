@@ -48,7 +48,7 @@ impl Conflict {
     }
 }
 
-/// Why the core refused a registration; the agents' endpoint turns it into a gRPC status.
+/// Why the controller refused a registration; the agents' endpoint turns it into a gRPC status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
     /// The registration is malformed (names, instance id): `INVALID_ARGUMENT`.

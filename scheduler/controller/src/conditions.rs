@@ -8,7 +8,7 @@
 //! returns to what its conditions say. The conditions themselves are shown by `gantry nodes`,
 //! the REST node's `healthReport` and `conditions`, and `gantry_node_condition`.
 
-use super::Core;
+use crate::Controller;
 use gantry_engine::{Event, NodeCondition};
 use gantry_proto::v1;
 use gantry_sdk::abi::{GANTRY_NODE_DRAINING, GANTRY_NODE_LOST, GANTRY_NODE_RUNNING, GANTRY_NODE_UNHEALTHY};
@@ -18,9 +18,9 @@ use gantry_sdk::abi::{GANTRY_NODE_DRAINING, GANTRY_NODE_LOST, GANTRY_NODE_RUNNIN
 const MAX_CONDITIONS: usize = 16;
 const MAX_REASON_BYTES: usize = 1024;
 
-impl Core {
+impl Controller {
     /// `node`'s agent reported `conditions`: keep them, and settle the node's state.
-    pub(super) fn conditions_reported(&mut self, node: &str, mut conditions: Vec<v1::NodeCondition>) {
+    pub(crate) fn conditions_reported(&mut self, node: &str, mut conditions: Vec<v1::NodeCondition>) {
         let Some(link) = self.agents.get_mut(node) else { return };
         conditions.truncate(MAX_CONDITIONS);
         for c in &mut conditions {
@@ -44,7 +44,7 @@ impl Core {
 
     /// The state an undrained node returns to: UNHEALTHY while its agent reports conditions,
     /// RUNNING otherwise.
-    pub(super) fn undrained_state(&self, node: &str) -> NodeCondition {
+    pub(crate) fn undrained_state(&self, node: &str) -> NodeCondition {
         if self.agents.get(node).is_some_and(|l| !l.conditions.is_empty()) {
             NodeCondition::Unhealthy
         } else {
