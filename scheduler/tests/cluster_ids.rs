@@ -170,10 +170,8 @@ async fn only_its_own_containers_reports_are_applied_and_another_states_are_kill
     assert_eq!(live, 1);
 
     // Its log is read under this run's cluster id, not the other container 1's.
-    let (reply, _answer) = oneshot::channel();
-    core.send(Request::ReadLog { container: 1, stream: v1::LogStream::Stdout, tail: None, reply })
-        .await
-        .expect("core");
+    let reader = core.clone();
+    let _answer = tokio::spawn(async move { reader.read_log(1, v1::LogStream::Stdout, None).await });
     match next_down(&mut rx).await {
         Down::ReadLog(r) => assert_eq!((r.container_id, r.cluster_id), (1, ours.to_wire())),
         other => panic!("expected ReadLog, got {other:?}"),

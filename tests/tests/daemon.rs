@@ -62,7 +62,7 @@ fn app(name: &str, argv: &[&str], count: u32, gang: bool, cpu_millis: u64) -> (A
 async fn wait_until<T>(
     core: &CoreHandle,
     what: &str,
-    f: impl Fn(&gantry_scheduler::server::core::Core) -> Option<T> + Send + Sync + Clone + 'static,
+    f: impl Fn(&gantry_controller::Controller) -> Option<T> + Send + Sync + Clone + 'static,
 ) -> T
 where
     T: Send + 'static,
@@ -78,7 +78,7 @@ where
 }
 
 /// (container id, node name, state) of an app's live containers.
-fn containers_of(core: &gantry_scheduler::server::core::Core, app: AppId) -> Vec<(u64, String, u32)> {
+fn containers_of(core: &gantry_controller::Controller, app: AppId) -> Vec<(u64, String, u32)> {
     let st = core.engine().state();
     let Some(ai) = st.app_index(app) else { return Vec::new() };
     st.containers()
@@ -297,55 +297,4 @@ fn real_agents_usage_reaches_the_engine_and_an_empty_node_is_idle() {
         .expect("/proc/stat");
     assert!(usage.cpu_millis <= cores * 1000, "cpu {} m on {cores} cores", usage.cpu_millis);
     assert_eq!(idle.len(), 1, "the one empty node is idle: {idle:?}");
-}
-
-/// Two drain changes of one node in flight at once end as the store ends: the one stored last
-/// wins, whichever is applied first.
-#[test]
-fn concurrent_drain_changes_end_as_they_were_stored() {
-    use gantry_scheduler::server::core::Request;
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (bound, _stop) = start_daemon(&rt, 10_000, &dir.path().join("data"));
-    let _agent = TestAgent::start(dir.path(), "racer", "r1", &[], bound.agent_addr);
-    let state = || {
-        rt.block_on(bound.core.read(|c| {
-            let st = c.engine().state();
-            st.node_by_name("racer").map(|i| st.nodes()[i.0 as usize].state)
-        }))
-        .expect("core")
-    };
-    gantry_tests::wait_until("the agent to register", GUARD, || {
-        state().filter(|s| *s == GANTRY_NODE_RUNNING)
-    });
-    let store = |drained: bool| {
-        let (reply, rx) = tokio::sync::oneshot::channel();
-        rt.block_on(async {
-            bound
-                .core
-                .send(Request::StoreNodeDrain { node: "racer".into(), drained, reply })
-                .await
-                .expect("core");
-            let (seq, ack) = rx.await.expect("reply").expect("stored");
-            ack.expect("the daemon has a store").await.expect("committed");
-            seq
-        })
-    };
-    let apply = |drained: bool, seq: u64| {
-        let (reply, rx) = tokio::sync::oneshot::channel();
-        rt.block_on(async {
-            bound
-                .core
-                .send(Request::ApplyNodeDrain { node: "racer".into(), drained, seq, reply })
-                .await
-                .expect("core");
-            rx.await.expect("reply").expect("applied")
-        })
-    };
-    // Drain stored first, undrain second; their applications arrive the other way round.
-    let (first, second) = (store(true), store(false));
-    assert_eq!(apply(false, second), GANTRY_NODE_RUNNING);
-    assert_eq!(apply(true, first), GANTRY_NODE_RUNNING, "the earlier change does not override the later");
-    let drained = rt.block_on(bound.core.read(|c| c.drained_nodes().contains("racer"))).expect("core");
-    assert!(!drained, "nor does it come back at the next registration");
 }

@@ -69,7 +69,11 @@ impl Controller {
             gpu_list: if r.gpus.len() == res.gpus as usize {
                 r.gpus
                     .iter()
-                    .map(|g| GpuSpec { index: g.index, model: g.model.clone(), memory_bytes: g.memory_total_bytes })
+                    .map(|g| GpuSpec {
+                        index: g.index,
+                        model: g.model.clone(),
+                        memory_bytes: g.memory_total_bytes,
+                    })
                     .collect()
             } else {
                 Vec::new()
@@ -78,7 +82,8 @@ impl Controller {
         self.event(Event::NodeRegistered(spec)).map_err(|e| Refused::Invalid(e.to_string()))?;
         let node = r.node_name.clone();
         if self.drained.contains(&node) {
-            let drain = Event::NodeStateChanged { node: node.clone(), state: gantry_engine::NodeCondition::Draining };
+            let drain =
+                Event::NodeStateChanged { node: node.clone(), state: gantry_engine::NodeCondition::Draining };
             if let Err(e) = self.event(drain) {
                 tracing::warn!(%node, error = %e, "cannot apply the stored drain");
             }
@@ -103,7 +108,8 @@ impl Controller {
         self.conditions_reported(&node, r.conditions.clone());
         // Reads sent down an earlier stream of this node are answered on that stream or never.
         self.fail_log_reads(&node, |s| s != stream);
-        let registered = v1::Registered { heartbeat_interval_ms: 0, cluster_id: self.config.cluster.to_wire() };
+        let registered =
+            v1::Registered { heartbeat_interval_ms: 0, cluster_id: self.config.cluster.to_wire() };
         self.send_to(&node, ToAgent::Registered(registered));
         self.reconcile(&node, &r);
         self.dirty = true;
@@ -200,7 +206,8 @@ impl Controller {
     /// `never_ran` for a launch its agent refused or could not start: a failed attempt with no
     /// exit status (users saw "exit 127" and empty logs before).
     pub(crate) fn exited(&mut self, node: &str, e: &v1::ContainerExited, words: String, never_ran: bool) {
-        let ack = ToAgent::AckExit(v1::AckExit { container_id: e.container_id, cluster_id: e.cluster_id.clone() });
+        let ack =
+            ToAgent::AckExit(v1::AckExit { container_id: e.container_id, cluster_id: e.cluster_id.clone() });
         if !self.ours(node, &e.cluster_id, e.container_id) {
             // Another scheduler state's container: nothing of this one's may change. The agent
             // may forget it.
@@ -219,12 +226,15 @@ impl Controller {
             v1::ExitReason::Lost | v1::ExitReason::Unspecified => (GANTRY_CONTAINER_LOST, None),
         };
         let code = code.filter(|_| !never_ran);
-        let exit = |exit_code| Event::ContainerExited { container: id, exit_code, diagnostics: words.clone() };
+        let exit =
+            |exit_code| Event::ContainerExited { container: id, exit_code, diagnostics: words.clone() };
         let event = match reason {
             v1::ExitReason::Lost | v1::ExitReason::Unspecified => Event::ContainerLost { container: id },
             v1::ExitReason::Exited => exit(e.exit_code),
             v1::ExitReason::Signaled => exit(128 + e.signal),
-            v1::ExitReason::KilledByRequest | v1::ExitReason::MemoryLimit | v1::ExitReason::DiskLimit => exit(137),
+            v1::ExitReason::KilledByRequest | v1::ExitReason::MemoryLimit | v1::ExitReason::DiskLimit => {
+                exit(137)
+            }
         };
         let result = self.event(event);
         // The engine's words add why it had asked the container to stop; the agent's stand
@@ -269,7 +279,10 @@ impl Controller {
             Some(_) => {
                 let stream = self.agents.get(node).map_or(0, |l| l.stream);
                 if stream != 0 {
-                    self.after_commit(write, AfterCommit::AckExit { node: node.to_owned(), stream, msg: Box::new(ack) });
+                    self.after_commit(
+                        write,
+                        AfterCommit::AckExit { node: node.to_owned(), stream, msg: Box::new(ack) },
+                    );
                 }
             }
         }

@@ -12,9 +12,9 @@
 //! once its job has an outcome; a failed job's launches are not sent and their containers go
 //! back to the engine as lost, so the work is placed again instead of running without a record.
 
+use crate::Controller;
 use crate::messages::{Output, Reply, ReplyTo, ReservationOutcome, StreamId, SubmitError, WriteId};
 use crate::records::{StoreError, Write};
-use crate::Controller;
 use gantry_engine::{AppId, ContainerId, Event, ReservationId};
 use gantry_proto::v1::scheduler_message::Msg as ToAgent;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -85,7 +85,12 @@ impl Controller {
     /// Sends `msg` to `node`'s agent, behind any launch held for that node. False if the node
     /// has no open stream (the message is dropped).
     pub(crate) fn send_to(&mut self, node: &str, msg: ToAgent) -> bool {
-        if self.commits.held_nodes.contains(node) {
+        // Acknowledgements of status and registration are not ordered with launches and go at
+        // once: held behind a slow commit they would leave the agent without word from the
+        // scheduler, and an agent that hears nothing for its fencing timeout kills its
+        // containers (the fault property tests found it).
+        let ordered = !matches!(msg, ToAgent::StatusAck(_) | ToAgent::Ping(_) | ToAgent::Registered(_));
+        if ordered && self.commits.held_nodes.contains(node) {
             if let Some(batch) = self.commits.held.back_mut() {
                 batch.messages.push((node.to_owned(), msg));
                 return true;
@@ -106,7 +111,12 @@ impl Controller {
     }
 
     /// Sends a launch: at once without a store, else once its record (`write`) has committed.
-    pub(crate) fn send_launch(&mut self, node: &str, launch: gantry_proto::v1::Launch, write: Option<WriteId>) {
+    pub(crate) fn send_launch(
+        &mut self,
+        node: &str,
+        launch: gantry_proto::v1::Launch,
+        write: Option<WriteId>,
+    ) {
         let Some(write) = write else {
             let container = launch.container_id;
             let sent = self.send_to(node, ToAgent::Launch(launch));
@@ -174,6 +184,12 @@ impl Controller {
         for (node, msg) in batch.messages {
             match (msg, &committed) {
                 (ToAgent::Launch(l), Err(_)) => unlaunched.push(l.container_id),
+                (ToAgent::Launch(l), Ok(())) if !self.still_wanted(l.container_id) => {
+                    // Lost, killed or ended while its record was being stored (its node
+                    // re-registered without it, or was lost): launching it now would run the
+                    // work a second time beside its replacement.
+                    tracing::info!(container = l.container_id, %node, "held launch dropped: the container is no longer wanted");
+                }
                 (ToAgent::Launch(l), Ok(())) => {
                     let container = l.container_id;
                     let sent = self.send_now(&node, ToAgent::Launch(l));
@@ -195,6 +211,15 @@ impl Controller {
         }
     }
 
+    /// Whether a container whose launch was held is still to run: the engine still has it
+    /// allocated and not started.
+    fn still_wanted(&self, container: u64) -> bool {
+        let st = self.engine.state();
+        st.container_index(ContainerId(container))
+            .and_then(|i| st.containers().get(i as usize))
+            .is_some_and(|c| c.state == gantry_sdk::abi::GANTRY_CONTAINER_ALLOCATED)
+    }
+
     fn run_after_commit(&mut self, action: AfterCommit, result: Result<(), StoreError>) {
         match (action, result) {
             (AfterCommit::Submitted { to, app }, Ok(())) => self.reply(to, Reply::Submitted(Ok(app))),
@@ -211,12 +236,16 @@ impl Controller {
                 self.apply_kill(app);
                 self.reply(to, Reply::Killed(Ok(())));
             }
-            (AfterCommit::Kill { to, .. }, Err(e)) => self.reply(to, Reply::Killed(Err(SubmitError::Store(e)))),
+            (AfterCommit::Kill { to, .. }, Err(e)) => {
+                self.reply(to, Reply::Killed(Err(SubmitError::Store(e))))
+            }
             (AfterCommit::Drain { to, node, drained, seq }, Ok(())) => {
                 let state = self.apply_node_drain(&node, drained, seq).map_err(SubmitError::Engine);
                 self.reply(to, Reply::NodeDrain(state));
             }
-            (AfterCommit::Drain { to, .. }, Err(e)) => self.reply(to, Reply::NodeDrain(Err(SubmitError::Store(e)))),
+            (AfterCommit::Drain { to, .. }, Err(e)) => {
+                self.reply(to, Reply::NodeDrain(Err(SubmitError::Store(e))))
+            }
             (AfterCommit::Reservation { to, outcome, .. }, Ok(())) => {
                 self.reply(to, Reply::Reservation(Ok(outcome)))
             }

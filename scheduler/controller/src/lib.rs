@@ -25,14 +25,15 @@
 //! ([`Controller::cluster_of`]) — and kills the others when their agent registers.
 
 pub mod agents;
-mod apply;
 pub mod app_history;
+mod apply;
 mod commits;
 mod conditions;
 pub mod exit_words;
 pub mod handed_out;
 mod launch;
 mod logs;
+pub mod memstore;
 pub mod messages;
 pub mod node_claim;
 mod reconcile;
@@ -176,7 +177,10 @@ pub struct Controller {
 
 impl std::fmt::Debug for Controller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Controller").field("engine", &self.engine).field("agents", &self.agents.len()).finish()
+        f.debug_struct("Controller")
+            .field("engine", &self.engine)
+            .field("agents", &self.agents.len())
+            .finish()
     }
 }
 
@@ -223,7 +227,9 @@ impl Controller {
             Input::Kill { reply, app } => self.kill(reply, app),
             Input::SetNodeDrain { reply, node, drained } => self.store_node_drain(reply, node, drained),
             Input::Reservation { reply, op } => self.reservation(reply, op),
-            Input::ReadLog { reply, container, stream, tail } => self.read_log(reply, container, stream, tail),
+            Input::ReadLog { reply, container, stream, tail } => {
+                self.read_log(reply, container, stream, tail)
+            }
             Input::ReplyAbandoned { reply } => self.abandon_log_read(reply),
             Input::AgentConnected { reply, stream, register } => {
                 let result = self.agent_connected(register, stream);

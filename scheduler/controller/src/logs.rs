@@ -51,7 +51,13 @@ impl Controller {
 
     /// A read of a container's log: sent to its node now, or queued behind that node's reads.
     /// An unknown container or a node without a stream is answered at once.
-    pub(crate) fn read_log(&mut self, reply: ReplyTo, container: u64, file: v1::LogStream, tail: Option<u64>) {
+    pub(crate) fn read_log(
+        &mut self,
+        reply: ReplyTo,
+        container: u64,
+        file: v1::LogStream,
+        tail: Option<u64>,
+    ) {
         let Some(node) = self.container_node(container).map(str::to_owned) else {
             self.reply(reply, Reply::Log(Err(LogError::UnknownContainer(container))));
             return;
@@ -106,7 +112,8 @@ impl Controller {
     /// Hands an agent's `LogChunk` to the read waiting for it. An answer to a read this
     /// controller did not send to this very stream is ignored.
     pub(crate) fn log_chunk(&mut self, node: &str, stream: StreamId, chunk: v1::LogChunk) {
-        let ours = self.logs.in_flight.get(&chunk.request_id).is_some_and(|p| p.node == node && p.stream == stream);
+        let ours =
+            self.logs.in_flight.get(&chunk.request_id).is_some_and(|p| p.node == node && p.stream == stream);
         let Some(pending) = ours.then(|| self.logs.in_flight.remove(&chunk.request_id)).flatten() else {
             tracing::debug!(%node, request = chunk.request_id, "log answer for no read in flight");
             return;
@@ -124,8 +131,13 @@ impl Controller {
     /// (or been replaced), and their answers will never come. Reads still waiting for a turn
     /// then go on the node's current stream, or fail if it has none.
     pub(crate) fn fail_log_reads(&mut self, node: &str, gone: impl Fn(StreamId) -> bool) {
-        let failed: Vec<u64> =
-            self.logs.in_flight.iter().filter(|(_, p)| p.node == node && gone(p.stream)).map(|(id, _)| *id).collect();
+        let failed: Vec<u64> = self
+            .logs
+            .in_flight
+            .iter()
+            .filter(|(_, p)| p.node == node && gone(p.stream))
+            .map(|(id, _)| *id)
+            .collect();
         for id in failed {
             if let Some(p) = self.logs.in_flight.remove(&id) {
                 let e = LogError::Disconnected { node: node.to_owned(), container: p.container };

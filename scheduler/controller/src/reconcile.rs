@@ -67,7 +67,8 @@ impl Controller {
                 tracing::warn!(%node, container = c.container_id, "agent runs a container the scheduler does not want; killing it");
                 self.kill_unwanted(node, c, "not wanted");
             } else if c.state == v1::ContainerState::Running as i32 {
-                if let Err(e) = self.event(Event::ContainerStarted { container: ContainerId(c.container_id) }) {
+                if let Err(e) = self.event(Event::ContainerStarted { container: ContainerId(c.container_id) })
+                {
                     tracing::debug!(container = c.container_id, error = %e, "start refused");
                 }
             }

@@ -5,8 +5,8 @@
 //! outcome back. Nothing here does I/O.
 
 use gantry_engine::{AppId, AppSpec, ContainerId, QueueSpec, ReservationId, Resources};
-use thiserror::Error;
 use std::path::PathBuf;
+use thiserror::Error;
 
 /// Why the store could not do what was asked. It is `Clone` because one failed commit has to be
 /// reported to every writer of its batch.

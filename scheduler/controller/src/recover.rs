@@ -87,7 +87,9 @@ impl Controller {
             // Every stored container is remembered with its node, so `gantry app` lists it and
             // its logs can be read from that node after the restart too.
             c.history.remember_launch(container.app.0, LaunchedContainer::from(&container));
-            if live_apps.contains(&container.app.0) && gantry_engine::state::container_is_live(container.state) {
+            if live_apps.contains(&container.app.0)
+                && gantry_engine::state::container_is_live(container.state)
+            {
                 c.known_as.insert(container.id.0, container.cluster);
                 c.awaiting.entry(container.node.clone()).or_default().push(container);
             }
@@ -122,7 +124,10 @@ fn completed_per_request(spec: &AppSpec, stored: &[&ContainerRecord]) -> Vec<u32
             let restarted_after = if r.gang {
                 mine()
                     .filter(|c| {
-                        matches!(c.state, GANTRY_CONTAINER_FAILED | GANTRY_CONTAINER_LOST | GANTRY_CONTAINER_KILLED)
+                        matches!(
+                            c.state,
+                            GANTRY_CONTAINER_FAILED | GANTRY_CONTAINER_LOST | GANTRY_CONTAINER_KILLED
+                        )
                     })
                     .map(|c| c.id.0)
                     .max()
@@ -130,7 +135,8 @@ fn completed_per_request(spec: &AppSpec, stored: &[&ContainerRecord]) -> Vec<u32
             } else {
                 0
             };
-            let done = mine().filter(|c| c.state == GANTRY_CONTAINER_COMPLETED && c.id.0 > restarted_after).count();
+            let done =
+                mine().filter(|c| c.state == GANTRY_CONTAINER_COMPLETED && c.id.0 > restarted_after).count();
             (done as u32).min(r.count)
         })
         .collect()

@@ -3,12 +3,16 @@
 //! applied — only once the store has committed it (`commits.rs`).
 
 use crate::Controller;
-use crate::commits::AfterCommit;
-use crate::messages::{Caller, IdKind, LaunchTemplate, Reply, ReplyTo, ReservationOp, ReservationOutcome, SubmitError};
-use crate::records::{AppRecord, NextIds, PlanReservationRecord, Write};
 use crate::Submission;
+use crate::commits::AfterCommit;
+use crate::messages::{
+    Caller, IdKind, LaunchTemplate, Reply, ReplyTo, ReservationOp, ReservationOutcome, SubmitError,
+};
+use crate::records::{AppRecord, NextIds, PlanReservationRecord, Write};
 use gantry_engine::{AppId, AppSpec, Command, EngineError, Event, NodeCondition, ReservationId};
-use gantry_sdk::abi::{GANTRY_APP_KILLED, GANTRY_APP_NEW, GANTRY_NODE_DRAINING, GANTRY_NODE_RUNNING, GANTRY_NODE_UNHEALTHY};
+use gantry_sdk::abi::{
+    GANTRY_APP_KILLED, GANTRY_APP_NEW, GANTRY_NODE_DRAINING, GANTRY_NODE_RUNNING, GANTRY_NODE_UNHEALTHY,
+};
 
 impl Controller {
     /// Takes a submission into the engine and stores it; the answer waits for the commit.
@@ -165,7 +169,12 @@ impl Controller {
 
     /// Applies a stored drain or undrain. A lost node only remembers it (it is applied when the
     /// node registers again); undraining a node that is not draining changes nothing.
-    pub(crate) fn apply_node_drain(&mut self, node: &str, drained: bool, seq: u64) -> Result<u32, EngineError> {
+    pub(crate) fn apply_node_drain(
+        &mut self,
+        node: &str,
+        drained: bool,
+        seq: u64,
+    ) -> Result<u32, EngineError> {
         let idx = self
             .engine
             .state()
@@ -235,8 +244,12 @@ impl Controller {
                     reason: e.to_string(),
                 }));
             }
-            ReservationOp::Submit { id, request, .. } => (Event::ReservationSubmitted { id, request }, id, true),
-            ReservationOp::Update { id, request } => (Event::ReservationUpdated { id, request }, Some(id), false),
+            ReservationOp::Submit { id, request, .. } => {
+                (Event::ReservationSubmitted { id, request }, id, true)
+            }
+            ReservationOp::Update { id, request } => {
+                (Event::ReservationUpdated { id, request }, Some(id), false)
+            }
             ReservationOp::Delete { id } => (Event::ReservationDeleted { id }, Some(id), false),
             ReservationOp::Optimize => (Event::OptimizeReservations, None, false),
         };

@@ -580,6 +580,11 @@ impl Engine {
             waiting: GANTRY_NONE,
         });
         st.app_index.insert(id, app_idx);
+        if restored.as_ref().is_some_and(|r| r.state > GANTRY_APP_ACCEPTED) {
+            // Stored RUNNING, ACCEPTED here until its containers come back: said, so the driver's
+            // store follows (it is RUNNING again, and said, once one is restored running).
+            self.app_changed(app_idx, String::new());
+        }
         Ok(AppId(id))
     }
 
@@ -627,6 +632,8 @@ impl Engine {
             st.containers[idx as usize].state = GANTRY_CONTAINER_RUNNING;
             if st.apps[app as usize].state == GANTRY_APP_ACCEPTED {
                 st.apps[app as usize].state = GANTRY_APP_RUNNING;
+                // Said, so the driver stores it: a silent change left the store behind.
+                self.app_changed(app, String::new());
             }
         }
         Ok(())

@@ -693,7 +693,7 @@ mod tests {
     //! other outcome maps to its status.
 
     use super::*;
-    use crate::server::core::{self, Request};
+    use crate::server::core::{self, Core, Request};
     use gantry_engine::{Engine, EngineConfig, Profile, RequestSpec, Resources};
     use gantry_proto::v1::agent_message::Msg as Up;
     use gantry_proto::v1::scheduler_message::Msg as Down;
