@@ -42,7 +42,8 @@
 //! without a migration.
 
 pub use gantry_controller::records::{
-    AppRecord, ContainerRecord, NextIds, PlanReservationRecord, Recovered, ReservationRecord, StoreError, Write,
+    AppRecord, ContainerRecord, NextIds, PlanReservationRecord, Recovered, ReservationRecord, StoreError,
+    Write,
 };
 use gantry_engine::{
     AppId, AppSpec, ContainerId, QueueSpec, RackAffinity, RequestSpec, ReservationId, Resources,
@@ -186,7 +187,6 @@ const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-
 /// Maps an SQLite error to what a caller can act on: space, I/O, a refused write, or other.
 fn classify(e: rusqlite::Error) -> StoreError {
     let message = e.to_string();
@@ -235,72 +235,69 @@ struct PlanReservationJson {
 
 /// The stored JSON form of a plan reservation.
 fn plan_to_json(record: &PlanReservationRecord) -> String {
-        let r = &record.request;
-        let j = PlanReservationJson {
-            queue: r.queue.clone(),
-            name: r.name.clone(),
-            user: r.user.clone(),
-            priority: r.priority,
-            arrival_ms: r.arrival_ms,
-            deadline_ms: r.deadline_ms,
-            rdl: gantry_rdl::to_text(&r.definition),
-            submit_ms: record.submit_ms,
-            allocation: Some(
-                record.allocation
-                    .iter()
-                    .map(|p| [u64::from(p.atom), p.start_ms, p.end_ms, p.bundles])
-                    .collect(),
-            ),
-            pieces: None,
-        };
-        serde_json::to_string(&j).unwrap_or_default()
-    }
+    let r = &record.request;
+    let j = PlanReservationJson {
+        queue: r.queue.clone(),
+        name: r.name.clone(),
+        user: r.user.clone(),
+        priority: r.priority,
+        arrival_ms: r.arrival_ms,
+        deadline_ms: r.deadline_ms,
+        rdl: gantry_rdl::to_text(&r.definition),
+        submit_ms: record.submit_ms,
+        allocation: Some(
+            record.allocation.iter().map(|p| [u64::from(p.atom), p.start_ms, p.end_ms, p.bundles]).collect(),
+        ),
+        pieces: None,
+    };
+    serde_json::to_string(&j).unwrap_or_default()
+}
 
 /// Reads a plan reservation's stored JSON form back.
 fn plan_from_json(id: u64, text: &str) -> Result<PlanReservationRecord, String> {
-        let j: PlanReservationJson = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        let definition = gantry_rdl::parse_text(&j.rdl).map_err(|e| e.to_string())?;
-        let allocation = match (&j.allocation, &j.pieces) {
-            (Some(a), _) => a
+    let j: PlanReservationJson = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let definition = gantry_rdl::parse_text(&j.rdl).map_err(|e| e.to_string())?;
+    let allocation = match (&j.allocation, &j.pieces) {
+        (Some(a), _) => a
+            .iter()
+            .map(|&[atom, start_ms, end_ms, bundles]| {
+                let atom = u32::try_from(atom).map_err(|_| format!("atom {atom} is out of range"))?;
+                Ok(gantry_engine::AtomInterval { atom, start_ms, end_ms, bundles })
+            })
+            .collect::<Result<Vec<_>, String>>()?,
+        // A record of the previous version: its pieces are resources over time, each one
+        // atom's (the linked-in planner kept them so). They are attributed to atoms by
+        // their bundle and window, exactly for one atom, a best effort for several atoms of
+        // the same bundle (`gantry_engine::legacy_allocation`).
+        (None, Some(pieces)) => {
+            let pieces: Vec<gantry_engine::PlannedPiece> = pieces
                 .iter()
-                .map(|&[atom, start_ms, end_ms, bundles]| {
-                    let atom = u32::try_from(atom).map_err(|_| format!("atom {atom} is out of range"))?;
-                    Ok(gantry_engine::AtomInterval { atom, start_ms, end_ms, bundles })
+                .map(|&[start_ms, end_ms, cpu, mem, gpus]| gantry_engine::PlannedPiece {
+                    start_ms,
+                    end_ms,
+                    resources: resources(cpu, mem, u32::try_from(gpus).unwrap_or(u32::MAX)),
                 })
-                .collect::<Result<Vec<_>, String>>()?,
-            // A record of the previous version: its pieces are resources over time, each one
-            // atom's (the linked-in planner kept them so). They are attributed to atoms by
-            // their bundle and window, exactly for one atom, a best effort for several atoms of
-            // the same bundle (`gantry_engine::legacy_allocation`).
-            (None, Some(pieces)) => {
-                let pieces: Vec<gantry_engine::PlannedPiece> = pieces
-                    .iter()
-                    .map(|&[start_ms, end_ms, cpu, mem, gpus]| gantry_engine::PlannedPiece {
-                        start_ms,
-                        end_ms,
-                        resources: resources(cpu, mem, u32::try_from(gpus).unwrap_or(u32::MAX)),
-                    })
-                    .collect();
-                let arrival = j.arrival_ms.unwrap_or(j.submit_ms);
-                gantry_engine::legacy_allocation(&definition, arrival, &pieces)
-            }
-            (None, None) => Vec::new(),
-        };
-        Ok(PlanReservationRecord {
-            id: ReservationId(id),
-            request: gantry_engine::ReservationRequest {
-                queue: j.queue,
-                name: j.name,
-                user: j.user,
-                priority: j.priority,
-                arrival_ms: j.arrival_ms,
-                deadline_ms: j.deadline_ms,
-                definition,
-            },
-            submit_ms: j.submit_ms,
-            allocation,
-        })
-    }
+                .collect();
+            let arrival = j.arrival_ms.unwrap_or(j.submit_ms);
+            gantry_engine::legacy_allocation(&definition, arrival, &pieces)
+        }
+        (None, None) => Vec::new(),
+    };
+    Ok(PlanReservationRecord {
+        id: ReservationId(id),
+        request: gantry_engine::ReservationRequest {
+            queue: j.queue,
+            name: j.name,
+            user: j.user,
+            priority: j.priority,
+            arrival_ms: j.arrival_ms,
+            deadline_ms: j.deadline_ms,
+            definition,
+        },
+        submit_ms: j.submit_ms,
+        allocation,
+    })
+}
 
 /// Counters of the writer, for `/metrics` and tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -1198,8 +1195,7 @@ fn read_all(conn: &Connection, ended_apps: Option<usize>) -> Result<Recovered, S
         .collect::<Result<_, _>>()
         .map_err(classify)?;
     for (id, text) in rows {
-        let record =
-            plan_from_json(id as u64, &text).map_err(corrupt("plan reservation", id))?;
+        let record = plan_from_json(id as u64, &text).map_err(corrupt("plan reservation", id))?;
         out.next_reservation_id = out.next_reservation_id.max(record.id.0.saturating_add(1));
         out.plan_reservations.push(record);
     }

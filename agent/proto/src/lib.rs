@@ -98,7 +98,8 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/gantry.agent.v1.rs"));
 
     /// The encoded `FileDescriptorSet` of the protocol, for gRPC reflection or tooling.
-    pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gantry_agent_v1_descriptor.bin"));
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/gantry_agent_v1_descriptor.bin"));
 }
 
 #[cfg(test)]

@@ -189,6 +189,10 @@ impl Controller {
                     // re-registered without it, or was lost): launching it now would run the
                     // work a second time beside its replacement.
                     tracing::info!(container = l.container_id, %node, "held launch dropped: the container is no longer wanted");
+                    // Never launched, so no exit will come: the engine must not wait for one.
+                    if self.engine.state().container_index(ContainerId(l.container_id)).is_some() {
+                        unlaunched.push(l.container_id);
+                    }
                 }
                 (ToAgent::Launch(l), Ok(())) => {
                     let container = l.container_id;
@@ -200,8 +204,10 @@ impl Controller {
                 }
             }
         }
-        if let Err(e) = committed {
+        if let Err(e) = &committed {
             tracing::error!(error = %e, containers = unlaunched.len(), "launch records not stored; rerunning later");
+        }
+        if !unlaunched.is_empty() {
             for c in unlaunched {
                 if let Err(e) = self.event(Event::ContainerLost { container: ContainerId(c) }) {
                     tracing::warn!(container = c, error = %e, "cannot hand back an unlaunched container");
@@ -215,9 +221,15 @@ impl Controller {
     /// allocated and not started.
     fn still_wanted(&self, container: u64) -> bool {
         let st = self.engine.state();
-        st.container_index(ContainerId(container))
-            .and_then(|i| st.containers().get(i as usize))
-            .is_some_and(|c| c.state == gantry_sdk::abi::GANTRY_CONTAINER_ALLOCATED)
+        st.container_index(ContainerId(container)).and_then(|i| st.containers().get(i as usize)).is_some_and(
+            |c| {
+                c.state == gantry_sdk::abi::GANTRY_CONTAINER_ALLOCATED
+                    && st
+                        .apps()
+                        .get(c.app as usize)
+                        .is_some_and(|a| !gantry_engine::state::app_is_terminal(a.state))
+            },
+        )
     }
 
     fn run_after_commit(&mut self, action: AfterCommit, result: Result<(), StoreError>) {

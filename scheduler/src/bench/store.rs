@@ -344,7 +344,8 @@ fn restart(db: &Path, keep: u64) -> Result<RestartFigures, StoreBenchError> {
     let store = std::sync::Arc::new(Store::open(db)?);
     let core = Core::recover(engine, std::sync::Arc::clone(&store), Duration::from_secs(10))?;
     let recover_ms = started.elapsed().as_secs_f64() * 1e3;
-    let recover_apps = (core.controller().engine().state().apps().len() + core.controller().past().len()) as u64;
+    let recover_apps =
+        (core.controller().engine().state().apps().len() + core.controller().past().len()) as u64;
     drop(core);
     if let Some(store) = std::sync::Arc::into_inner(store) {
         store.close()?;

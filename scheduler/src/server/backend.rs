@@ -5,10 +5,10 @@
 use super::core::{
     CoreGone, CoreHandle, IdKind, LaunchTemplate, LogError, ReservationOp, ReservationOutcome, SubmitError,
 };
-use gantry_controller::{Controller, EndedApp, LaunchedContainer};
 use crate::api::reservations::{NewReservation, OptimizeInfo, ReservationInfo, format_reservation_id};
 use crate::api::types::*;
 use crate::api::{ApiError, AppFilter, Backend, LogFile};
+use gantry_controller::{Controller, EndedApp, LaunchedContainer};
 use gantry_engine::state::{AppSummary, ClusterState, container_is_live};
 use gantry_engine::{AppId, EngineError};
 use gantry_proto::v1;
@@ -525,11 +525,8 @@ impl Backend for DaemonBackend {
                         .find(|h| h.id.0 == id)
                         .map(|h| summary_info(c, h)),
                 };
-                let store = if info.is_none() {
-                    store.map(|s| (s, c.engine().default_max_attempts()))
-                } else {
-                    None
-                };
+                let store =
+                    if info.is_none() { store.map(|s| (s, c.engine().default_max_attempts())) } else { None };
                 (info, store)
             })
             .await

@@ -10,8 +10,8 @@
 
 use crate::store::{Store, StoreError};
 pub use gantry_controller::{
-    AgentLink, Caller, ControllerStats as CoreStats, IdKind, LOG_READS_PER_NODE, LaunchTemplate, LaunchedContainer,
-    LogChunk, LogError, ReservationOp, ReservationOutcome, SubmitError,
+    AgentLink, Caller, ControllerStats as CoreStats, IdKind, LOG_READS_PER_NODE, LaunchTemplate,
+    LaunchedContainer, LogChunk, LogError, ReservationOp, ReservationOutcome, SubmitError,
 };
 use gantry_controller::{Controller, ControllerConfig, Input, Output, Reply, ReplyTo, StreamId, WriteId};
 use gantry_engine::{AppId, AppSpec, Engine};
@@ -108,7 +108,10 @@ impl CoreHandle {
     }
 
     /// Hands the controller the input `make` builds and waits for its answer.
-    pub async fn call(&self, make: impl FnOnce(ReplyTo) -> Input + Send + 'static) -> Result<Reply, CoreGone> {
+    pub async fn call(
+        &self,
+        make: impl FnOnce(ReplyTo) -> Input + Send + 'static,
+    ) -> Result<Reply, CoreGone> {
         let (reply, rx) = oneshot::channel();
         self.send(Request::Call { make: Box::new(make), reply }).await?;
         rx.await.map_err(|_| CoreGone)
@@ -344,7 +347,13 @@ struct Shell {
 
 impl Shell {
     fn new(core: Core) -> Self {
-        Shell { core, streams: HashMap::new(), replies: HashMap::new(), last_reply: 0, commits: VecDeque::new() }
+        Shell {
+            core,
+            streams: HashMap::new(),
+            replies: HashMap::new(),
+            last_reply: 0,
+            commits: VecDeque::new(),
+        }
     }
 
     async fn run(mut self, mut rx: mpsc::Receiver<Request>, shutdown: impl Future<Output = ()>) -> Core {
@@ -416,7 +425,9 @@ impl Shell {
                 let to = self.next_reply(Slot::Registration { reply, stream });
                 self.input(Input::AgentConnected { reply: to, stream, register });
             }
-            Request::AgentMessage { node, stream, msg } => self.input(Input::AgentMessage { node, stream, msg }),
+            Request::AgentMessage { node, stream, msg } => {
+                self.input(Input::AgentMessage { node, stream, msg })
+            }
             Request::AgentDisconnected { node, stream } => {
                 self.streams.remove(&stream);
                 self.input(Input::AgentDisconnected { node, stream });
@@ -498,7 +509,8 @@ impl Shell {
 
     /// Tells the controller about callers that stopped waiting (a log read that timed out).
     fn drop_abandoned(&mut self) {
-        let gone: Vec<ReplyTo> = self.replies.iter().filter(|(_, s)| s.abandoned()).map(|(id, _)| *id).collect();
+        let gone: Vec<ReplyTo> =
+            self.replies.iter().filter(|(_, s)| s.abandoned()).map(|(id, _)| *id).collect();
         for reply in gone {
             self.replies.remove(&reply);
             self.input(Input::ReplyAbandoned { reply });
