@@ -75,7 +75,8 @@ pub enum Request {
 #[derive(Debug, Clone)]
 pub struct CoreHandle {
     tx: mpsc::Sender<Request>,
-    store: Option<Arc<Store>>,
+    /// Weak: handles outlive the daemon (tests, `Bound`), and the store must close with it.
+    store: Option<std::sync::Weak<Store>>,
 }
 
 /// The core is gone (the daemon is stopping).
@@ -91,7 +92,7 @@ impl CoreHandle {
 
     /// The durable store, if any (for reads of what memory no longer keeps).
     pub fn store(&self) -> Option<Arc<Store>> {
-        self.store.clone()
+        self.store.as_ref().and_then(std::sync::Weak::upgrade)
     }
 
     /// Runs `f` on the controller and returns its result.
@@ -307,7 +308,7 @@ pub fn spawn(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> (CoreHandle, tokio::task::JoinHandle<Core>) {
     let (tx, rx) = mpsc::channel(4096);
-    let store = core.store.clone();
+    let store = core.store.as_ref().map(Arc::downgrade);
     let now = core.clock.now_ms();
     core.controller.set_intervals(now, cycle_interval.as_millis() as u64, node_timeout.as_millis() as u64);
     let task = tokio::spawn(Shell::new(core).run(rx, shutdown));
