@@ -5,6 +5,7 @@
 
 use super::Engine;
 use super::policy_health::CallResult;
+use crate::det_hash::DetHashSet;
 use crate::event::{Command, KillReason};
 use crate::model::*;
 use crate::policy::Policy;
@@ -256,7 +257,7 @@ impl Engine {
             self.judge(slot, GANTRY_HOOK_REBALANCE, &rej);
             // The candidates are exactly this call's marks: clear the others first.
             let now = self.now_ms;
-            let marked: std::collections::HashSet<u32> = actions
+            let marked: DetHashSet<u32> = actions
                 .iter()
                 .filter_map(|a| match a {
                     RebalanceAction::Mark { container } => Some(*container),

@@ -16,39 +16,14 @@ mod queues;
 
 pub(crate) use queues::GuaranteeRule;
 
+use crate::det_hash::{DetHashMap, IdMap};
 use crate::error::EngineError;
 use crate::event::KillReason;
 use crate::model::*;
 use crate::strings::StringArena;
 use gantry_sdk::View;
 use gantry_sdk::abi::*;
-use std::collections::{HashMap, VecDeque};
-
-/// A map keyed by the engine's own ids (apps, containers): sequential numbers the engine hands
-/// out, never chosen by a client, so they need no DoS-resistant hash. One multiplication
-/// (Fibonacci hashing) spreads them over the table; SipHash cost a tenth of a placement.
-pub(crate) type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
-
-/// The hasher of [`IdMap`].
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only u64 keys are hashed; this keeps any other use correct, if slower.
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
+use std::collections::VecDeque;
 
 /// What the engine remembers of an application that is not in the records.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,14 +111,14 @@ pub struct ClusterState {
     pub(crate) strings: StringArena,
     pub(crate) labels: Vec<GantryLabel>,
     pub(crate) nodes: Vec<GantryNode>,
-    pub(crate) node_index: HashMap<String, u32>,
+    pub(crate) node_index: DetHashMap<String, u32>,
     /// Parallel to `nodes`: live-container counts and idle times.
     pub(crate) node_meta: Vec<NodeMeta>,
     /// Parallel to `nodes`: what each agent last measured (ABI 1.1's `node_usage`).
     pub(crate) node_usage: Vec<GantryNodeUsage>,
     pub(crate) gpus: Vec<GantryGpu>,
     pub(crate) queues: Vec<GantryQueue>,
-    pub(crate) queue_index: HashMap<String, u32>,
+    pub(crate) queue_index: DetHashMap<String, u32>,
     /// How each queue's absolute guarantee is set, by position; queues past its end take their
     /// configured share. Only a reservation plan (`reservations.rs`) sets other rules.
     pub(crate) queue_rules: Vec<GuaranteeRule>,
