@@ -33,4 +33,9 @@ impl SplitMix64 {
     pub fn below(&mut self, n: u64) -> u64 {
         if n == 0 { 0 } else { self.next_u64() % n }
     }
+
+    /// True once in `n` draws on average (always when `n` is 0 or 1).
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
 }
