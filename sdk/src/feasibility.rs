@@ -363,102 +363,61 @@ impl<'a> Feasibility<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::ViewBuilder;
 
     const GIB: u64 = 1 << 30;
 
-    /// Owned arrays lent out as a view: nodes on racks, queues, one-request apps.
-    #[derive(Default)]
-    struct Cluster {
-        strings: Vec<u8>,
-        labels: Vec<GantryLabel>,
-        nodes: Vec<GantryNode>,
-        queues: Vec<GantryQueue>,
-        apps: Vec<GantryApp>,
-        requests: Vec<GantryRequest>,
-        containers: Vec<GantryContainer>,
+    /// A hand-built cluster (the test kit, whose arrays it lends: `c.nodes`, `c.queues`, …) with
+    /// the shapes these tests add: nodes on racks, queues known by their maximum alone,
+    /// one-request apps.
+    struct Cluster(ViewBuilder);
+
+    impl Default for Cluster {
+        fn default() -> Self {
+            let mut b = ViewBuilder::new(GANTRY_HOOK_PLACE);
+            (b.cycle, b.seed) = (1, 1);
+            Cluster(b)
+        }
+    }
+
+    impl std::ops::Deref for Cluster {
+        type Target = ViewBuilder;
+        fn deref(&self) -> &ViewBuilder {
+            &self.0
+        }
+    }
+
+    impl std::ops::DerefMut for Cluster {
+        fn deref_mut(&mut self) -> &mut ViewBuilder {
+            &mut self.0
+        }
     }
 
     impl Cluster {
-        fn intern(&mut self, s: &str) -> GantryStrRef {
-            if let Some(at) = self.strings.windows(s.len().max(1)).position(|w| w == s.as_bytes()) {
-                return GantryStrRef { offset: at as u32, len: s.len() as u32 };
-            }
-            let r = GantryStrRef { offset: self.strings.len() as u32, len: s.len() as u32 };
-            self.strings.extend_from_slice(s.as_bytes());
-            r
-        }
-
         fn label(&mut self, key: &str, value: &str) -> GantryRange {
-            let (key, value) = (self.intern(key), self.intern(value));
-            self.labels.push(GantryLabel { key, value });
-            GantryRange { start: self.labels.len() as u32 - 1, len: 1 }
+            self.0.labels(&[(key, value)])
         }
 
         /// A running node of `cores` and 8 GiB; returns its index.
         fn node(&mut self, rack: &str, cores: u64, labels: GantryRange) -> u32 {
-            let rack = self.intern(rack);
-            self.nodes.push(GantryNode {
-                rack,
-                labels,
-                capacity: GantryResources::new(cores * 1000, 8 * GIB, 0),
-                state: GANTRY_NODE_RUNNING,
-                ..Default::default()
-            });
-            self.nodes.len() as u32 - 1
+            let n = self.0.node("", GantryResources::new(cores * 1000, 8 * GIB, 0)).rack(rack).index();
+            self.nodes[n as usize].labels = labels;
+            n
         }
 
         /// A queue under `parent` (GANTRY_NONE for root) with an absolute maximum of `cores`.
         fn queue(&mut self, parent: u32, cores: u64) -> u32 {
-            self.queues.push(GantryQueue {
-                parent,
-                absolute_maximum: GantryResources::new(cores * 1000, 1 << 50, 0),
-                ..Default::default()
-            });
-            self.queues.len() as u32 - 1
+            let q = self.0.queue("", parent, 0.0, 0.0);
+            self.queues[q as usize].absolute_maximum = GantryResources::new(cores * 1000, 1 << 50, 0);
+            q
         }
 
         /// An admitted one-request app in `queue`: `count` containers of `millis` CPU.
         fn request(&mut self, queue: u32, millis: u64, count: u32, flags: u32, selector: GantryRange) -> u32 {
-            let r = self.requests.len() as u32;
-            self.apps.push(GantryApp {
-                id: u64::from(r) + 1,
-                queue,
-                state: GANTRY_APP_ACCEPTED,
-                requests: GantryRange { start: r, len: 1 },
-                ..Default::default()
-            });
-            self.requests.push(GantryRequest {
-                id: u64::from(r) + 1,
-                app: r,
-                flags,
-                resources: GantryResources::new(millis, GIB, 0),
-                count,
-                selector,
-                ..Default::default()
-            });
+            let app = self.0.app(queue).index();
+            let r = self.0.request(app, GantryResources::new(millis, GIB, 0), count).flags(flags).index();
+            self.requests[r as usize].selector = selector;
             r
-        }
-
-        fn view(&self) -> View<'_> {
-            View {
-                hook: GANTRY_HOOK_PLACE,
-                now_ms: 0,
-                cycle: 1,
-                seed: 1,
-                cluster: GantryResources::default(),
-                strings: &self.strings,
-                labels: &self.labels,
-                nodes: &self.nodes,
-                gpus: &[],
-                queues: &self.queues,
-                apps: &self.apps,
-                requests: &self.requests,
-                containers: &self.containers,
-                reservations: &[],
-                pending: &[],
-                node_usage: &[],
-                plan: crate::PlanView::default(),
-            }
         }
     }
 

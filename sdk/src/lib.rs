@@ -6,7 +6,9 @@
 //! - [`View`]: a safe view of the cluster passed to every hook, borrowing the host's arrays;
 //! - [`Feasibility`]: the host's own placement rules, to check placements within one call;
 //! - [`Plugin`], [`Decisions`] and [`export_plugin!`]: implement the trait, export the type, and
-//!   the SDK provides the entry symbol, the vtable, panic catching and buffer handling.
+//!   the SDK provides the entry symbol, the vtable, panic catching and buffer handling;
+//! - `testkit` (cargo feature `testkit`, for tests): a view builder that owns the records a
+//!   hand-built [`View`] borrows.
 //!
 //! Plugin authors write no `unsafe`. The contract is in `sdk/ABI.md`; the guide in
 //! `sdk/README.md`.
@@ -58,6 +60,8 @@ pub mod names;
 mod panics;
 mod plugin;
 pub mod rng;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 pub mod units;
 mod view;
 

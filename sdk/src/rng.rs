@@ -33,4 +33,24 @@ impl SplitMix64 {
     pub fn below(&mut self, n: u64) -> u64 {
         if n == 0 { 0 } else { self.next_u64() % n }
     }
+
+    /// True once in `n` draws on average (always when `n` is 0 or 1).
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_stay_in_range_and_one_in_keeps_its_odds() {
+        let mut r = SplitMix64::new(11);
+        assert!((0..1000).all(|_| r.below(7) < 7 && (0.0..1.0).contains(&r.unit())));
+        assert_eq!(r.below(0), 0);
+        assert!((0..100).all(|_| r.one_in(1) && r.one_in(0)), "1 in 1 (or 0) is always");
+        let hits = (0..40_000).filter(|_| r.one_in(4)).count();
+        assert!((9_000..11_000).contains(&hits), "about a quarter: {hits}");
+    }
 }

@@ -35,8 +35,6 @@ mod config;
 mod plan;
 #[cfg(test)]
 mod reference;
-#[cfg(test)]
-mod test_rng;
 mod tree;
 mod usage;
 

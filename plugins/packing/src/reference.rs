@@ -52,71 +52,11 @@ mod tests {
     use super::*;
     use crate::config::{Basis, Mode, PackingConfig, UsageOf};
     use crate::plan::{Index, Scratch, place};
-    use crate::test_rng::Rng;
     use gantry_sdk::Decisions;
-    use std::collections::HashMap;
+    use gantry_sdk::rng::SplitMix64 as Rng;
+    use gantry_sdk::testkit::ViewBuilder;
 
     const GIB: u64 = 1 << 30;
-
-    /// Owned records a random view borrows.
-    #[derive(Default)]
-    struct Data {
-        strings: Vec<u8>,
-        interned: HashMap<String, GantryStrRef>,
-        labels: Vec<GantryLabel>,
-        nodes: Vec<GantryNode>,
-        gpus: Vec<GantryGpu>,
-        queues: Vec<GantryQueue>,
-        apps: Vec<GantryApp>,
-        requests: Vec<GantryRequest>,
-        containers: Vec<GantryContainer>,
-        pending: Vec<u32>,
-        usage: Vec<GantryNodeUsage>,
-        seed: u64,
-    }
-
-    impl Data {
-        fn s(&mut self, text: &str) -> GantryStrRef {
-            if let Some(&r) = self.interned.get(text) {
-                return r;
-            }
-            let r = GantryStrRef { offset: self.strings.len() as u32, len: text.len() as u32 };
-            self.strings.extend_from_slice(text.as_bytes());
-            self.interned.insert(text.to_owned(), r);
-            r
-        }
-
-        fn label_range(&mut self, pairs: &[(&str, &str)]) -> GantryRange {
-            let start = self.labels.len() as u32;
-            for (k, v) in pairs {
-                let label = GantryLabel { key: self.s(k), value: self.s(v) };
-                self.labels.push(label);
-            }
-            GantryRange { start, len: pairs.len() as u32 }
-        }
-
-        fn view(&self) -> View<'_> {
-            View {
-                hook: GANTRY_HOOK_PLACE,
-                now_ms: 10_000,
-                cycle: 1,
-                seed: self.seed,
-                cluster: GantryResources::default(),
-                strings: &self.strings,
-                labels: &self.labels,
-                nodes: &self.nodes,
-                gpus: &self.gpus,
-                queues: &self.queues,
-                apps: &self.apps,
-                requests: &self.requests,
-                containers: &self.containers,
-                reservations: &[],
-                pending: &self.pending,
-                node_usage: &self.usage,
-                plan: gantry_sdk::PlanView::default(),
-            }
-        }
-    }
 
     const LABEL_SETS: [&[(&str, &str)]; 7] = [
         &[("zone", "a")],
@@ -128,8 +68,12 @@ mod tests {
         &[("gpu", "true"), ("zone", "b")],
     ];
 
-    fn random_view(rng: &mut Rng) -> Data {
-        let mut d = Data { seed: rng.next(), ..Data::default() };
+    /// A random view (the SDK's test kit owns its records): nodes on racks with labels, GPUs
+    /// (some held beyond what the allocation says), random allocations and queue usage, apps with
+    /// gangs and rack constraints, containers, measured usage, all pending in random order.
+    fn random_view(rng: &mut Rng) -> ViewBuilder {
+        let mut d = ViewBuilder::new(GANTRY_HOOK_PLACE);
+        (d.now_ms, d.cycle, d.seed) = (10_000, 1, rng.next_u64());
         let n = 1 + rng.below(60) as usize;
         let racks = 1 + rng.below(5);
         for i in 0..n {
@@ -145,10 +89,10 @@ mod tests {
             if rng.one_in(2) {
                 labels.push(("disk", "ssd"));
             }
-            let label_range = d.label_range(&labels);
+            let label_range = d.labels(&labels);
             let rack_name = if rng.one_in(12) { String::new() } else { format!("r{}", rng.below(racks)) };
-            let rack = d.s(&rack_name);
-            let name = d.s(&format!("n{i}"));
+            let rack = d.intern(&rack_name);
+            let name = d.intern(&format!("n{i}"));
             let gpus = [0, 0, 2, 4][rng.below(4) as usize];
             let capacity = GantryResources::new(
                 [4000, 8000, 16000][rng.below(3) as usize],
@@ -239,13 +183,13 @@ mod tests {
                 let placed = if gang || rng.one_in(2) { 0 } else { rng.below(u64::from(count)) as u32 };
                 let selector = if rng.one_in(3) {
                     let set = LABEL_SETS[rng.below(LABEL_SETS.len() as u64) as usize];
-                    d.label_range(set)
+                    d.labels(set)
                 } else {
                     GantryRange::default()
                 };
                 let preferred = if rng.one_in(3) {
                     let set = LABEL_SETS[rng.below(LABEL_SETS.len() as u64) as usize];
-                    d.label_range(set)
+                    d.labels(set)
                 } else {
                     GantryRange::default()
                 };
@@ -306,7 +250,7 @@ mod tests {
         if !rng.one_in(3) {
             for node in &d.nodes {
                 let cap = node.capacity;
-                d.usage.push(if rng.one_in(4) {
+                d.node_usage.push(if rng.one_in(4) {
                     GantryNodeUsage::default()
                 } else {
                     GantryNodeUsage {

@@ -167,7 +167,7 @@ impl Tree {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_rng::Rng;
+    use gantry_sdk::rng::SplitMix64 as Rng;
 
     fn brute(
         keys: &[u64],

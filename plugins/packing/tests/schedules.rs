@@ -570,21 +570,9 @@ fn bad_configurations_are_refused() {
     assert!(StaticPolicy::<Packing>::create(r#"{"high_threshold":1}"#).is_ok());
 }
 
-/// A small deterministic generator for the random scenarios.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
-
 #[test]
 fn random_workloads_are_never_rejected_in_any_mode() {
-    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    let mut rng = gantry_sdk::rng::SplitMix64::new(0x5eed_1234_abcd_0001);
     let mut placed = 0u64;
     for round in 0..24 {
         let config = [

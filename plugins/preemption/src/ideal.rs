@@ -365,14 +365,9 @@ mod tests {
 
     #[test]
     fn water_level_is_the_offer_loops_fixed_point() {
-        // A small deterministic generator (xorshift) so the cases are the same every run.
-        let mut s: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 53) as f64
-        };
+        // The SDK's seeded generator, so the cases are the same every run.
+        let mut rng = gantry_sdk::rng::SplitMix64::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || rng.unit();
         for _ in 0..2000 {
             let n = 1 + (next() * 6.0) as usize;
             let items: Vec<Item> = (0..n)

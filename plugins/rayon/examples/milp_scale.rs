@@ -10,20 +10,19 @@ use gantry_rayon::milp::{self, Options, Request};
 use gantry_rayon::plan::Plan;
 use gantry_rdl::{Atom, Expr, Window};
 use gantry_sdk::abi::GantryResources;
+use gantry_sdk::rng::SplitMix64;
 
 fn cpu(c: u64) -> GantryResources {
     GantryResources { cpu_millis: c, ..Default::default() }
 }
 
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
+/// The SDK's seeded generator, with the draw this example makes.
+struct Rng(SplitMix64);
 
 impl Rng {
+    /// Uniform in `[0, n)`.
     fn next(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
+        self.0.below(n)
     }
 }
 
@@ -31,7 +30,7 @@ impl Rng {
 fn scenario(n: u64) -> (Plan, Vec<Request>) {
     let steps = 600;
     let mut plan = Plan::new(1000, steps, &cpu(64_000)).expect("plan");
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng(SplitMix64::new(0x9e37_79b9_7f4a_7c15));
     let mut requests = Vec::new();
     for id in 0..n {
         let start = rng.next(400);

@@ -11,24 +11,19 @@ use gantry_rayon::plan::Plan;
 use gantry_rayon::replan::{ReservationInfo, affected, replan, replan_yarn_simple};
 use gantry_rdl::{Atom, Expr, Window};
 use gantry_sdk::abi::GantryResources;
+use gantry_sdk::rng::SplitMix64;
 
 const GIB: u64 = 1 << 30;
 const NODES: u64 = 10_000;
 const HOUR_MS: u64 = 3_600_000;
 
-/// A small xorshift generator: deterministic, no dependency.
-struct Rng(u64);
+/// The SDK's seeded generator, with the draw this example makes.
+struct Rng(SplitMix64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
+    /// Uniform in `[lo, hi)`.
     fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo)
+        lo + self.0.below(hi - lo)
     }
 }
 
@@ -39,7 +34,7 @@ fn node(n: u64) -> GantryResources {
 fn main() {
     let reservations: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2000);
     let mut plan = Plan::with_horizon(1000, 24 * HOUR_MS, &node(NODES)).expect("plan");
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng(SplitMix64::new(0x9e37_79b9_7f4a_7c15));
     // About the day's capacity in all: n · h · 2.5 cores · 2.5 h ≈ 160,000 cores · 24 h.
     let h_mean = (614_400 / reservations.max(1)).max(10);
     let mut infos = Vec::new();

@@ -4,6 +4,10 @@
 //! details, definition nodes breadth first, allocation pieces per reservation sorted by atom then
 //! start), calls the plugin's `reserve` hook and applies the answer.
 //!
+//! The view's records are kept by the SDK's test kit ([`ViewBuilder`], which lays a reservation
+//! out as the engine does); this module is behind the crate's `harness` feature, which the tests,
+//! examples and benchmarks turn on, so the plugin itself does not carry it.
+//!
 //! The call goes through the SDK's C glue ([`Mode::Glue`]: `gantry_sdk::__private::hook` with a
 //! raw `GantryView` and a host-owned `GantryOutput`, what `libgantry_rayon.so` does inside the
 //! scheduler, minus `dlopen`) or straight to the Rust instance ([`Mode::Direct`], which lets a
@@ -15,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use gantry_rdl::Expr;
 use gantry_sdk::abi::*;
-use gantry_sdk::{Decisions, PlanView, Plugin, View};
+use gantry_sdk::testkit::ViewBuilder;
+use gantry_sdk::{Decisions, Plugin};
 
 use crate::plugin::Rayon;
 
@@ -99,10 +104,9 @@ pub struct Host {
     /// How far after its submission a deadline may lie.
     pub horizon_ms: u64,
     records: Vec<Record>,
-    reservations: Vec<GantryReservation>,
-    details: Vec<GantryReservationDetail>,
-    nodes: Vec<GantryRdlNode>,
-    allocations: Vec<GantryAllocation>,
+    /// The records as the view lays them out (reservations, details, definition nodes and
+    /// allocations); the plan's settings are set at each call.
+    view: ViewBuilder,
     /// The view arrays no longer match `records`.
     dirty: bool,
     decisions: Vec<GantryDecision>,
@@ -136,10 +140,7 @@ impl Host {
             step_ms,
             horizon_ms,
             records: Vec::new(),
-            reservations: Vec::new(),
-            details: Vec::new(),
-            nodes: Vec::new(),
-            allocations: Vec::new(),
+            view: ViewBuilder::new(GANTRY_HOOK_RESERVE),
             dirty: false,
             decisions: vec![GantryDecision::default(); 16],
             pieces: vec![GantryAllocation::default(); 64],
@@ -222,31 +223,18 @@ impl Host {
         output(&mut self.decisions, &mut self.message, &mut self.pieces, attempt)
     }
 
-    /// Appends record `i`'s view entries (its allocation at the end of `allocations`).
+    /// Appends record `i`'s view entries (its allocation at the end of the allocations).
     fn push_view(&mut self, i: usize) -> Result<(), String> {
         let r = &self.records[i];
-        let root = gantry_rdl::abi::push_nodes(&r.definition, &mut self.nodes).map_err(|e| e.to_string())?;
-        let start = self.allocations.len() as u32;
-        self.allocations
-            .extend(r.allocation.iter().map(|p| GantryAllocation { reservation: i as u32, ..*p }));
-        self.reservations.push(GantryReservation {
-            id: r.id,
-            queue: 0,
-            state: r.state,
-            start_ms: r.arrival_ms,
-            end_ms: r.deadline_ms,
-            resources: GantryResources::default(),
-        });
-        self.details.push(GantryReservationDetail {
-            definition: root,
-            atoms: r.definition.atoms().len() as u32,
-            arrival_ms: r.arrival_ms,
-            deadline_ms: r.deadline_ms,
-            accepted_ms: r.accepted_ms,
-            priority: r.priority,
-            reserved: 0,
-            allocation: GantryRange { start, len: r.allocation.len() as u32 },
-        });
+        let b = &mut self.view;
+        let root =
+            gantry_rdl::abi::push_nodes(&r.definition, &mut b.plan.rdl_nodes).map_err(|e| e.to_string())?;
+        b.reservation(r.id, root, r.definition.atoms().len() as u32)
+            .window(r.arrival_ms, r.deadline_ms)
+            .state(r.state)
+            .accepted_ms(r.accepted_ms)
+            .priority(r.priority)
+            .allocation(&r.allocation);
         Ok(())
     }
 
@@ -254,10 +242,11 @@ impl Host {
         if !self.dirty {
             return Ok(());
         }
-        self.reservations.clear();
-        self.details.clear();
-        self.nodes.clear();
-        self.allocations.clear();
+        let b = &mut self.view;
+        b.reservations.clear();
+        b.plan.details.clear();
+        b.plan.rdl_nodes.clear();
+        b.plan.allocations.clear();
         for i in 0..self.records.len() {
             self.push_view(i)?;
         }
@@ -269,23 +258,11 @@ impl Host {
     /// nothing.
     pub fn call(&mut self, cause: u32, subject: u32) -> Result<Answer, String> {
         self.rebuild()?;
-        let view = View {
-            now_ms: self.now_ms,
-            cluster: self.capacity,
-            reservations: &self.reservations,
-            plan: PlanView {
-                cause,
-                subject,
-                queue: GANTRY_NONE,
-                capacity: self.capacity,
-                step_ms: self.step_ms,
-                horizon_ms: self.horizon_ms,
-                details: &self.details,
-                rdl_nodes: &self.nodes,
-                allocations: &self.allocations,
-            },
-            ..View::empty(GANTRY_HOOK_RESERVE)
-        };
+        let b = &mut self.view;
+        (b.now_ms, b.cluster) = (self.now_ms, self.capacity);
+        (b.plan.cause, b.plan.subject, b.plan.capacity) = (cause, subject, self.capacity);
+        (b.plan.step_ms, b.plan.horizon_ms) = (self.step_ms, self.horizon_ms);
+        let view = self.view.view();
         match &mut self.caller {
             Caller::Direct(p) => {
                 let mut out = Decisions::new();
@@ -385,20 +362,22 @@ impl Host {
             allocation: Vec::new(),
         });
         let i = self.records.len() - 1;
-        let marks = (self.nodes.len(), self.allocations.len());
+        let marks = (self.view.plan.rdl_nodes.len(), self.view.plan.allocations.len());
         self.push_view(i)?;
         let answer = self.call(GANTRY_RESERVE_ADMIT, i as u32)?;
         let only_subject = answer.decisions.iter().all(|d| d.subject == i as u32);
         match answer.planned(i as u32) {
             Some(pieces) if only_subject && !self.dirty => {
                 // The common case, kept cheap: the new reservation's pieces go at the end.
-                let start = self.allocations.len() as u32;
-                self.allocations
+                let b = &mut self.view;
+                let start = b.plan.allocations.len() as u32;
+                b.plan
+                    .allocations
                     .extend(pieces.iter().map(|p| GantryAllocation { reservation: i as u32, ..*p }));
-                let d = &mut self.details[i];
+                let d = &mut b.plan.details[i];
                 d.allocation = GantryRange { start, len: pieces.len() as u32 };
                 d.accepted_ms = self.now_ms;
-                self.reservations[i].state = GANTRY_RESERVATION_ACCEPTED;
+                b.reservations[i].state = GANTRY_RESERVATION_ACCEPTED;
                 let r = &mut self.records[i];
                 r.allocation = pieces;
                 r.state = GANTRY_RESERVATION_ACCEPTED;
@@ -406,10 +385,11 @@ impl Host {
             }
             _ if only_subject && !self.dirty => {
                 self.records.pop();
-                self.reservations.pop();
-                self.details.pop();
-                self.nodes.truncate(marks.0);
-                self.allocations.truncate(marks.1);
+                let b = &mut self.view;
+                b.reservations.pop();
+                b.plan.details.pop();
+                b.plan.rdl_nodes.truncate(marks.0);
+                b.plan.allocations.truncate(marks.1);
             }
             _ => {
                 self.apply(&answer, GANTRY_RESERVE_ADMIT);

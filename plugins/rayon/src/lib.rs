@@ -12,10 +12,11 @@
 //! The host keeps only the generic mechanism (records, queues, the plan follower, validation);
 //! `plugins/rayon/README.md` has the settings, reason codes and how to load it. The same code
 //! links statically (`rlib`) into the tests, examples and benchmarks, which drive it through
-//! the SDK's C glue ([`harness`]).
+//! the SDK's C glue (`harness`, behind the `harness` feature they turn on).
 
 pub mod agents;
 mod config;
+#[cfg(feature = "harness")]
 pub mod harness;
 pub mod milp;
 pub mod plan;

@@ -3,6 +3,7 @@
 //! running whatever a plugin does. It respects everything the validator checks (selectors, rack
 //! constraints, gangs, node capacity, queue maximums), so its decisions are never rejected.
 
+use crate::det_hash::DetHashMap;
 use gantry_sdk::abi::*;
 use gantry_sdk::{Decisions, Hooks, Plugin, PluginError, View};
 
@@ -15,7 +16,7 @@ pub struct FirstFitFifo {
     /// Per request shape (size and selector), the first node that might still fit it in this
     /// cycle. Allocations only grow within a cycle, so a node that did not fit a shape never
     /// will: first fit stays O(nodes + containers) per cycle instead of O(nodes × containers).
-    cursors: std::collections::HashMap<(u64, u64, u32, u32, u32), usize>,
+    cursors: DetHashMap<(u64, u64, u32, u32, u32), usize>,
 }
 
 impl FirstFitFifo {

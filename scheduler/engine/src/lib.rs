@@ -16,6 +16,7 @@
 //! The records the engine keeps are the `repr(C)` records of the plugin ABI
 //! ([`gantry_sdk::abi`]), so the view passed to a plugin borrows the engine's own arrays.
 
+mod det_hash;
 pub mod engine;
 pub mod error;
 pub mod event;

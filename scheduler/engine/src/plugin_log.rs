@@ -279,7 +279,7 @@ mod tests {
         assert_eq!(Incident::of(&PolicyError::Panicked("x".into())), Incident::Panicked);
         assert_eq!(Incident::of(&PolicyError::TimedOut { hook: "place", budget_ms: 1 }), Incident::TimedOut);
         assert_eq!(Incident::of(&PolicyError::Failed("x".into())), Incident::Failed);
-        let slots: std::collections::HashSet<usize> =
+        let slots: std::collections::BTreeSet<usize> =
             RejectReason::ALL.iter().map(|r| Incident::Rejected(*r).slot()).chain([0, 1, 2, 3]).collect();
         assert_eq!(slots.len(), 4 + RejectReason::ALL.len(), "every kind has a tally of its own");
     }

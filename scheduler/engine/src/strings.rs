@@ -1,14 +1,14 @@
 //! The string arena behind every `GantryStrRef` of a view: strings are interned, so equal
 //! strings share one reference and plugins compare labels by reference.
 
+use crate::det_hash::DetHashMap;
 use gantry_sdk::abi::GantryStrRef;
-use std::collections::HashMap;
 
 /// An append-only arena of interned UTF-8 strings.
 #[derive(Debug, Default, Clone)]
 pub struct StringArena {
     bytes: Vec<u8>,
-    index: HashMap<Box<str>, GantryStrRef>,
+    index: DetHashMap<Box<str>, GantryStrRef>,
 }
 
 impl StringArena {

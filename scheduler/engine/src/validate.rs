@@ -3,10 +3,10 @@
 //! when they show the plugin is broken rather than merely wrong about feasibility — count toward
 //! its quarantine.
 
+use crate::det_hash::DetHashMap;
 use crate::state::{ClusterState, app_is_terminal, container_is_live};
 use gantry_sdk::abi::*;
 use gantry_sdk::{Feasibility, Infeasible, View};
-use std::collections::HashMap;
 
 /// Longest grace period a PREEMPT may ask for (one hour).
 pub const MAX_GRACE_MS: u64 = 3_600_000;
@@ -355,7 +355,7 @@ pub fn place(
 ) -> Vec<Placement> {
     // Group PLACE decisions by request, keeping the order in which requests first appear.
     let mut groups: Vec<(u32, Vec<u32>)> = Vec::new();
-    let mut group_of: HashMap<u32, usize> = HashMap::new();
+    let mut group_of: DetHashMap<u32, usize> = DetHashMap::default();
     for d in decisions {
         match d.kind {
             GANTRY_DECISION_PLACE => {

@@ -13,12 +13,12 @@
 //! overall and per label) and, per application, what the nodes can never give it. Only a
 //! gang's check looks at the nodes one by one, and it stops as soon as the gang fits.
 
+use crate::det_hash::DetHashMap;
 use crate::state::ClusterState;
 use crate::validate::{PlaceNote, RejectReason};
 use gantry_sdk::View;
 use gantry_sdk::abi::*;
 use gantry_sdk::units::{format_bytes, format_cores};
-use std::collections::HashMap;
 
 /// A resource dimension a request can ask too much of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -321,7 +321,7 @@ pub(crate) struct NodeSummary {
     /// The largest capacity per dimension over the nodes that are not lost.
     largest: GantryResources,
     /// For each label some node carries: the largest capacity per dimension among those nodes.
-    by_label: HashMap<GantryLabel, GantryResources>,
+    by_label: DetHashMap<GantryLabel, GantryResources>,
 }
 
 fn max_each(a: &GantryResources, b: &GantryResources) -> GantryResources {
@@ -415,7 +415,7 @@ fn gang_room(state: &ClusterState, r: &GantryRequest) -> Option<Waiting> {
     let want = u64::from(r.count);
     let selector = View::range(&state.labels, r.selector);
     let (mut total, mut nodes) = (0u64, 0u32);
-    let mut by_rack: HashMap<GantryStrRef, u64> = HashMap::new();
+    let mut by_rack: DetHashMap<GantryStrRef, u64> = DetHashMap::default();
     for n in state.nodes.iter().filter(|n| n.state != GANTRY_NODE_LOST) {
         if !View::labels_satisfy(state.strings.bytes(), View::range(&state.labels, n.labels), selector) {
             continue;

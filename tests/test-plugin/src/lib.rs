@@ -427,8 +427,9 @@ mod tests {
     use super::*;
     use gantry_sdk::abi::{
         GANTRY_DECISION_KILL, GANTRY_DECISION_ORDER, GANTRY_DECISION_PLACE, GANTRY_DECISION_PREEMPT,
-        GANTRY_DECISION_WAIT, GANTRY_HOOK_PLACE, GantryContainer, GantryNode,
+        GANTRY_DECISION_WAIT, GANTRY_HOOK_PLACE, GantryContainer,
     };
+    use gantry_sdk::testkit::ViewBuilder;
 
     fn cfg(mode: &str) -> String {
         format!("{{\"mode\": \"{mode}\"}}")
@@ -438,69 +439,24 @@ mod tests {
         TestMisbehave::create(&cfg(mode)).unwrap()
     }
 
-    struct Cluster {
-        nodes: Vec<GantryNode>,
-        requests: Vec<GantryRequest>,
-        containers: Vec<GantryContainer>,
-        pending: Vec<u32>,
-    }
-
-    impl Cluster {
-        /// Two nodes of 4 cores; a plain request for 3 × 2 cores and a gang of 3 × 1 core.
-        fn new() -> Self {
-            let node = GantryNode {
-                capacity: GantryResources::new(4000, 1 << 34, 0),
-                state: GANTRY_NODE_RUNNING,
-                ..GantryNode::default()
-            };
-            let plain = GantryRequest {
-                resources: GantryResources::new(2000, 1 << 30, 0),
-                count: 3,
-                ..GantryRequest::default()
-            };
-            let gang = GantryRequest {
-                flags: GANTRY_REQUEST_GANG,
-                resources: GantryResources::new(1000, 1 << 30, 0),
-                count: 3,
-                ..GantryRequest::default()
-            };
-            let container = GantryContainer::default();
-            Cluster {
-                nodes: vec![node; 2],
-                requests: vec![plain, gang],
-                containers: vec![container; 4],
-                pending: vec![0, 1],
-            }
+    /// Two nodes of 4 cores; a plain request for 3 × 2 cores and a gang of 3 × 1 core, both
+    /// pending; four empty container records (what the rebalance modes pick from).
+    fn cluster() -> ViewBuilder {
+        let mut c = ViewBuilder::new(GANTRY_HOOK_PLACE);
+        for _ in 0..2 {
+            c.node("", GantryResources::new(4000, 1 << 34, 0));
         }
-
-        fn view(&self) -> View<'_> {
-            View {
-                hook: GANTRY_HOOK_PLACE,
-                now_ms: 0,
-                cycle: 0,
-                seed: 0,
-                cluster: GantryResources::default(),
-                strings: &[],
-                labels: &[],
-                nodes: &self.nodes,
-                gpus: &[],
-                queues: &[],
-                apps: &[],
-                requests: &self.requests,
-                containers: &self.containers,
-                reservations: &[],
-                pending: &self.pending,
-                node_usage: &[],
-                plan: gantry_sdk::PlanView::default(),
-            }
-        }
+        c.request(0, GantryResources::new(2000, 1 << 30, 0), 3).pending();
+        c.request(0, GantryResources::new(1000, 1 << 30, 0), 3).flags(GANTRY_REQUEST_GANG).pending();
+        c.containers = vec![GantryContainer::default(); 4];
+        c
     }
 
     fn run(
         hook: fn(&mut TestMisbehave, &View<'_>, &mut Decisions) -> Result<(), PluginError>,
         p: &mut TestMisbehave,
     ) -> Result<Vec<GantryDecision>, PluginError> {
-        let c = Cluster::new();
+        let c = cluster();
         let mut out = Decisions::new();
         hook(p, &c.view(), &mut out).map(|()| out.as_slice().to_vec())
     }
@@ -608,10 +564,10 @@ mod tests {
 
     #[test]
     fn checksum_follows_the_view_not_where_it_lives() {
-        let c = Cluster::new();
-        let copy = Cluster { nodes: c.nodes.clone(), ..Cluster::new() };
+        let c = cluster();
+        let copy = c.clone();
         assert_eq!(view_checksum(&c.view()), view_checksum(&copy.view()));
-        let mut other = Cluster::new();
+        let mut other = cluster();
         other.containers[3].start_ms = 1;
         assert_ne!(view_checksum(&c.view()), view_checksum(&other.view()), "one field differs");
         let e = run(TestMisbehave::place, &mut plugin("checksum")).unwrap_err();

@@ -273,14 +273,21 @@ mod tests {
     use super::*;
     use gantry_rdl::{Window, parse_text};
     use gantry_sdk::PlanView;
+    use gantry_sdk::testkit::ViewBuilder;
 
-    /// A plan of reservations as a host lays it out.
-    #[derive(Default)]
-    struct Plan {
-        reservations: Vec<GantryReservation>,
-        details: Vec<GantryReservationDetail>,
-        nodes: Vec<GantryRdlNode>,
-        allocations: Vec<GantryAllocation>,
+    /// A plan of reservations as a host lays it out (the SDK's test kit owns the records).
+    struct Plan(ViewBuilder);
+
+    impl Default for Plan {
+        /// No reservation yet, in a plan of 10 cores.
+        fn default() -> Self {
+            let mut b = ViewBuilder::new(GANTRY_HOOK_RESERVE);
+            b.plan.queue = 0;
+            b.plan.capacity = GantryResources::new(10_000, 1 << 40, 0);
+            b.plan.step_ms = 1000;
+            b.plan.horizon_ms = 1 << 40;
+            Plan(b)
+        }
     }
 
     impl Plan {
@@ -294,47 +301,34 @@ mod tests {
             accepted_ms: u64,
             pieces: &[(u32, u64, u64, u64)],
         ) -> u32 {
-            let r = self.reservations.len() as u32;
             let inner = parse_text(text).expect("rdl");
             let expr = Expr::Window(Window { start_ms: arrival, end_ms: deadline, inner: Box::new(inner) });
-            let definition = gantry_rdl::abi::push_nodes(&expr, &mut self.nodes).expect("nodes");
-            let start = self.allocations.len() as u32;
-            for &(atom, start_ms, end_ms, bundles) in pieces {
-                self.allocations.push(GantryAllocation { reservation: r, atom, start_ms, end_ms, bundles });
-            }
+            let b = &mut self.0;
+            let definition = gantry_rdl::abi::push_nodes(&expr, &mut b.plan.rdl_nodes).expect("nodes");
+            let pieces: Vec<GantryAllocation> = pieces
+                .iter()
+                .map(|&(atom, start_ms, end_ms, bundles)| GantryAllocation {
+                    reservation: 0,
+                    atom,
+                    start_ms,
+                    end_ms,
+                    bundles,
+                })
+                .collect();
             let state = if accepted_ms > 0 { GANTRY_RESERVATION_ACCEPTED } else { GANTRY_RESERVATION_NEW };
-            self.reservations.push(GantryReservation { id: u64::from(r) + 1, state, ..Default::default() });
-            self.details.push(GantryReservationDetail {
-                definition,
-                atoms: expr.atoms().len() as u32,
-                arrival_ms: arrival,
-                deadline_ms: deadline,
-                accepted_ms,
-                allocation: GantryRange { start, len: pieces.len() as u32 },
-                ..Default::default()
-            });
-            r
+            let id = b.reservations.len() as u64 + 1;
+            b.reservation(id, definition, expr.atoms().len() as u32)
+                .window(arrival, deadline)
+                .state(state)
+                .accepted_ms(accepted_ms)
+                .allocation(&pieces)
+                .index()
         }
 
-        /// A reserve view at `now` with a plan of 10 cores.
+        /// A reserve view at `now`.
         fn view(&self, now: u64, cause: u32, subject: u32) -> View<'_> {
-            View {
-                now_ms: now,
-                cluster: GantryResources::default(),
-                reservations: &self.reservations,
-                plan: PlanView {
-                    cause,
-                    subject,
-                    queue: 0,
-                    capacity: GantryResources::new(10_000, 1 << 40, 0),
-                    step_ms: 1000,
-                    horizon_ms: 1 << 40,
-                    details: &self.details,
-                    rdl_nodes: &self.nodes,
-                    allocations: &self.allocations,
-                },
-                ..View::empty(GANTRY_HOOK_RESERVE)
-            }
+            let view = self.0.view();
+            View { now_ms: now, plan: PlanView { cause, subject, ..view.plan }, ..view }
         }
     }
 

@@ -431,8 +431,10 @@ mod tests {
     use super::*;
     use gantry_sdk::abi::{
         GANTRY_CONTAINER_RUNNING, GANTRY_DECISION_PLACE, GANTRY_HOOK_PLACE, GANTRY_NODE_DRAINING,
-        GANTRY_NODE_LOST, GantryContainer, GantryDecision, GantryLabel, GantryNode, GantryRange,
+        GANTRY_NODE_LOST, GantryContainer, GantryDecision,
     };
+    use gantry_sdk::rng::SplitMix64;
+    use gantry_sdk::testkit::ViewBuilder;
 
     const GIB: u64 = 1 << 30;
 
@@ -440,54 +442,36 @@ mod tests {
         GantryResources::new(cpu * 1000, mem_gib * GIB, 0)
     }
 
-    /// A hand-built cluster that lends itself out as a [`View`]. Strings are interned like the
-    /// engine does, so equal labels have equal references.
-    #[derive(Default)]
-    struct Cluster {
-        strings: Vec<u8>,
-        interned: Vec<(String, GantryStrRef)>,
-        labels: Vec<GantryLabel>,
-        nodes: Vec<GantryNode>,
-        requests: Vec<GantryRequest>,
-        containers: Vec<GantryContainer>,
-        pending: Vec<u32>,
+    /// A hand-built cluster (the SDK's test kit, whose arrays it lends: `c.nodes`, `c.requests`,
+    /// …) with the two shapes these tests add: nodes named by position, requests with no
+    /// application, each pending.
+    struct Cluster(ViewBuilder);
+
+    impl Default for Cluster {
+        fn default() -> Self {
+            let mut b = ViewBuilder::new(GANTRY_HOOK_PLACE);
+            (b.now_ms, b.cycle, b.seed) = (1_000, 1, 7);
+            Cluster(b)
+        }
+    }
+
+    impl std::ops::Deref for Cluster {
+        type Target = ViewBuilder;
+        fn deref(&self) -> &ViewBuilder {
+            &self.0
+        }
+    }
+
+    impl std::ops::DerefMut for Cluster {
+        fn deref_mut(&mut self) -> &mut ViewBuilder {
+            &mut self.0
+        }
     }
 
     impl Cluster {
-        fn intern(&mut self, s: &str) -> GantryStrRef {
-            if s.is_empty() {
-                return GantryStrRef::default();
-            }
-            if let Some((_, r)) = self.interned.iter().find(|(t, _)| t == s) {
-                return *r;
-            }
-            let r = GantryStrRef { offset: self.strings.len() as u32, len: s.len() as u32 };
-            self.strings.extend_from_slice(s.as_bytes());
-            self.interned.push((s.to_owned(), r));
-            r
-        }
-
-        fn label_range(&mut self, labels: &[(&str, &str)]) -> GantryRange {
-            let start = self.labels.len() as u32;
-            for (k, v) in labels {
-                let label = GantryLabel { key: self.intern(k), value: self.intern(v) };
-                self.labels.push(label);
-            }
-            GantryRange { start, len: labels.len() as u32 }
-        }
-
         fn node(&mut self, rack: &str, capacity: GantryResources, labels: &[(&str, &str)]) -> u32 {
             let name = format!("node-{}", self.nodes.len());
-            let node = GantryNode {
-                name: self.intern(&name),
-                rack: self.intern(rack),
-                labels: self.label_range(labels),
-                capacity,
-                state: GANTRY_NODE_RUNNING,
-                ..GantryNode::default()
-            };
-            self.nodes.push(node);
-            self.nodes.len() as u32 - 1
+            self.0.node(&name, capacity).rack(rack).labels(labels).index()
         }
 
         fn request(
@@ -497,40 +481,8 @@ mod tests {
             flags: u32,
             selector: &[(&str, &str)],
         ) -> u32 {
-            let req = GantryRequest {
-                id: self.requests.len() as u64 + 100,
-                flags,
-                resources: each,
-                count,
-                selector: self.label_range(selector),
-                ..GantryRequest::default()
-            };
-            self.requests.push(req);
-            let r = self.requests.len() as u32 - 1;
-            self.pending.push(r);
-            r
-        }
-
-        fn view(&self) -> View<'_> {
-            View {
-                hook: GANTRY_HOOK_PLACE,
-                now_ms: 1_000,
-                cycle: 1,
-                seed: 7,
-                cluster: GantryResources::default(),
-                strings: &self.strings,
-                labels: &self.labels,
-                nodes: &self.nodes,
-                gpus: &[],
-                queues: &[],
-                apps: &[],
-                requests: &self.requests,
-                containers: &self.containers,
-                reservations: &[],
-                pending: &self.pending,
-                node_usage: &[],
-                plan: gantry_sdk::PlanView::default(),
-            }
+            let id = self.requests.len() as u64 + 100;
+            self.0.request(0, each, count).id(id).flags(flags).selector(selector).pending().index()
         }
 
         fn place(&self, plugin: &mut MinimalFirstFit) -> Vec<GantryDecision> {
@@ -866,13 +818,8 @@ mod tests {
     /// rules, over several calls with the same plugin (so reused buffers are exercised).
     #[test]
     fn matches_reference_on_mixed_workloads() {
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut rand = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = SplitMix64::new(0x2545_f491_4f6c_dd1d);
+        let mut rand = move |n: u64| rng.below(n);
         let mut plugin = MinimalFirstFit::new();
         for round in 0..40 {
             let mut c = Cluster::default();

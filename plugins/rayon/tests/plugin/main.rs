@@ -13,6 +13,7 @@ use gantry_rayon::{
 use gantry_rdl::{Atom, Expr, Window};
 use gantry_sdk::abi::*;
 use gantry_sdk::rng::SplitMix64;
+use gantry_sdk::testkit::ViewBuilder;
 use gantry_sdk::{Decisions, PlanView, Plugin, View};
 
 use check::{check_allocation, check_host, check_past};
@@ -311,34 +312,14 @@ fn a_passed_deadline_and_a_broken_definition_are_rejected_with_their_codes() {
     assert_eq!(a.rejected(0), Some(REASON_DEADLINE_PASSED));
 
     // A host that broke the node layout (an unknown kind): a hand-built view.
-    let mut nodes = gantry_rdl::abi::to_nodes(&window(0, HOUR, atom(1, 1, SEC, MIN))).expect("nodes");
-    nodes[1].kind = 99;
-    let reservations = [GantryReservation {
-        id: 5,
-        queue: 0,
-        state: GANTRY_RESERVATION_NEW,
-        start_ms: 0,
-        end_ms: HOUR,
-        resources: GantryResources::default(),
-    }];
-    let details =
-        [GantryReservationDetail { definition: 0, atoms: 1, deadline_ms: HOUR, ..Default::default() }];
-    let view = View {
-        now_ms: 0,
-        cluster: cores(10),
-        reservations: &reservations,
-        plan: PlanView {
-            cause: GANTRY_RESERVE_ADMIT,
-            subject: 0,
-            capacity: cores(10),
-            step_ms: SEC,
-            horizon_ms: HOUR,
-            details: &details,
-            rdl_nodes: &nodes,
-            ..PlanView::default()
-        },
-        ..View::empty(GANTRY_HOOK_RESERVE)
-    };
+    let mut b = ViewBuilder::new(GANTRY_HOOK_RESERVE);
+    b.plan.rdl_nodes = gantry_rdl::abi::to_nodes(&window(0, HOUR, atom(1, 1, SEC, MIN))).expect("nodes");
+    b.plan.rdl_nodes[1].kind = 99;
+    b.reservation(5, 0, 1).window(0, HOUR);
+    b.cluster = cores(10);
+    (b.plan.cause, b.plan.subject, b.plan.capacity) = (GANTRY_RESERVE_ADMIT, 0, cores(10));
+    (b.plan.step_ms, b.plan.horizon_ms) = (SEC, HOUR);
+    let view = b.view();
     let mut p = Rayon::create("{}").expect("create");
     let mut out = Decisions::new();
     p.reserve(&view, &mut out).expect("answers");

@@ -20,9 +20,10 @@ use gantry_rdl::Expr;
 use gantry_sdk::abi::*;
 
 use super::AtomInterval;
+use crate::det_hash::IdMap;
 use crate::error::EngineError;
 use crate::policy::ViewChanges;
-use crate::state::{ClusterState, IdMap};
+use crate::state::ClusterState;
 
 /// Unused nodes or pieces below this many are never compacted.
 const COMPACT_MIN: usize = 4096;

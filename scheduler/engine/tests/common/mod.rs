@@ -56,7 +56,7 @@ impl Rng {
     }
     /// Uniform-ish in `0..n` (0 when `n == 0`).
     pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
+        self.0.below(n)
     }
     /// As `below`, for `usize` bounds.
     pub fn below32(&mut self, n: usize) -> u32 {
@@ -64,6 +64,6 @@ impl Rng {
     }
     /// True once in `one_in` draws.
     pub fn chance(&mut self, one_in: u64) -> bool {
-        self.below(one_in) == 0
+        self.0.one_in(one_in)
     }
 }
