@@ -299,7 +299,7 @@ mod tests {
     /// executor's — is refused by both ways in, with the same words: were the two to drift
     /// apart again, one of the pairs below would differ.
     #[test]
-    fn the_wire_and_the_executor_refuse_the_same_specs_with_the_same_words() {
+    fn both_ways_in_refuse_the_same_specs_with_the_same_words() {
         type Edit = fn(&mut LaunchSpec, &mut v1::Launch);
         let cases: Vec<(&str, Edit)> = vec![
             ("argv is empty", |s, l| {
@@ -318,7 +318,7 @@ mod tests {
                 s.env = (0..=MAX_LAUNCH_ENTRIES).map(|i| (format!("V{i}"), String::new())).collect();
                 l.env = s.env.iter().cloned().collect();
             }),
-            ("argv[1] contains a NUL byte", |s, l| {
+            ("argv[2] contains a NUL byte", |s, l| {
                 s.argv.push("a\0b".into());
                 l.argv = s.argv.clone();
             }),

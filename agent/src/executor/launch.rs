@@ -10,6 +10,7 @@ use crate::procfs::descendants;
 use crate::shim::{
     self, DEFAULT_PATH, LAUNCH_ERROR_FILE, PID_FILE, PidRecord, SHIM_LOG_FILE, SPEC_FILE, ShimSpec,
 };
+use gantry_sdk::limits::{self, Limit};
 use nix::sys::signal::Signal;
 use std::collections::HashMap;
 use std::io;
@@ -31,8 +32,9 @@ impl Executor {
         if let Some(&index) = spec.gpus.iter().find(|&&index| index >= self.settings.gpu_count) {
             return Err(SpecError::NoSuchGpu { index, count: self.settings.gpu_count });
         }
-        // The node's default was checked with its configuration; an explicit limit by `check`.
+        // `check` saw an explicit limit; the node's default is checked here, by the same rule.
         let max_pids = spec.max_pids.unwrap_or(self.settings.max_pids);
+        limits::check_or_unlimited(Limit::MaxPids, max_pids)?;
         let user = self.identity(spec)?;
         let id = spec.key();
         if self.is_known(id) || self.control_dir(id).exists() {
