@@ -1,15 +1,16 @@
 //! The agent's side of the scheduler stream (protocol: `gantry-proto`, `agent.proto`).
 //!
 //! [`Client::run`] keeps one bidirectional gRPC stream to the scheduler open for as long as the
-//! agent lives. Every stream starts with a `Register` built from a fresh [`RegistrationReport`] plus every
-//! exit the scheduler has not acknowledged, so a reconnect is always a full resync and the
-//! scheduler never has to remember what an earlier stream said. After that the client forwards
+//! agent lives. Every stream starts with a `Register` built from a fresh [`RegistrationReport`]
+//! plus every exit the scheduler has not acknowledged, so a reconnect is always a full resync and
+//! the scheduler never has to remember what an earlier stream said. After that the client forwards
 //! the agent core's [`AgentEvent`]s up and delivers the scheduler's commands to the core as
-//! [`SchedulerCommand`]s; pings are answered here. Any stream error or end leads to a reconnect after an
-//! exponential backoff with full jitter ([`Backoff`]), until the shutdown future completes or the
-//! core drops its end of a channel. A registration the scheduler refuses because another live
-//! agent holds this node's name (`ALREADY_EXISTS`; every `Register` carries this agent's instance
-//! id, [`crate::instance`]) is retried only after the backoff ceiling, and said once a minute.
+//! [`SchedulerCommand`]s; pings are answered here. Any stream error or end leads to a reconnect
+//! after an exponential backoff with full jitter ([`Backoff`]), until the shutdown future completes
+//! or the core drops its end of a channel. A registration the scheduler refuses because another
+//! live agent holds this node's name (`ALREADY_EXISTS`; every `Register` carries this agent's
+//! instance id, [`crate::instance`]) is retried only after the backoff ceiling, and said once a
+//! minute.
 //!
 //! Nothing here blocks on the core or on the network in a way that stops the rest: outgoing
 //! messages wait in a queue while the stream is busy, the event channel is drained even while

@@ -29,7 +29,7 @@ use crate::model::{ContainerExit, ContainerKey};
 const OUT_CHANNEL: usize = 16;
 /// Outgoing messages queued beyond which a new `Status` is dropped rather than queued.
 const MAX_OUTBOX: usize = 256;
-/// SchedulerCommands queued for the core beyond which the client stops reading from the scheduler.
+/// Commands queued for the core beyond which the client stops reading from the scheduler.
 const MAX_TO_CORE: usize = 64;
 /// Launch failures remembered while disconnected (oldest dropped first).
 const MAX_PENDING_FAILURES: usize = 1024;
@@ -83,7 +83,7 @@ struct Runner<'a> {
     unacked: BTreeMap<ContainerKey, ContainerExit>,
     /// `LaunchFailed` messages that could not be sent yet.
     failures: VecDeque<v1::LaunchFailed>,
-    /// SchedulerCommands waiting for room in the core's channel.
+    /// Commands waiting for room in the core's channel.
     to_core: VecDeque<SchedulerCommand>,
     /// Statuses sent and not yet acknowledged: (seq, when handed to the stream).
     in_flight: VecDeque<(u64, Instant)>,
@@ -225,7 +225,7 @@ impl Runner<'_> {
                 self.remember_failure(f);
             }
         }
-        // SchedulerCommands from a stream that is gone are the old stream's business, except that the
+        // Commands from a stream that is gone are the old stream's business, except that the
         // core may still forget acknowledged exits.
         self.to_core.retain(|c| matches!(c, SchedulerCommand::AckExit { .. }));
         drop(channel);

@@ -10,10 +10,10 @@ use crate::shim::{self, EXIT_FILE, ExitRecord, PID_FILE, PidRecord, SPEC_FILE, S
 use std::io;
 
 impl Executor {
-    /// Re-adopts the containers of a previous agent run, after a restart: a live supervisor
-    /// (same pid and start time) → running again; a recorded exit → reported with its recorded
-    /// time; neither → [`ExitReason::Lost`](crate::model::ExitReason::Lost) (and whatever is left in its cgroup is killed).
-    /// Ended ones come out of the next [`Executor::collect_exits`].
+    /// Re-adopts the containers of a previous agent run, after a restart: a live supervisor (same
+    /// pid and start time) → running again; a recorded exit → reported with its recorded time;
+    /// neither → [`ExitReason::Lost`](crate::model::ExitReason::Lost) (and whatever is left in its
+    /// cgroup is killed). Ended ones come out of the next [`Executor::collect_exits`].
     pub fn adopt(&self) -> Result<Adopted, ExecError> {
         let dir = &self.settings.containers_dir;
         let entries = match std::fs::read_dir(dir) {

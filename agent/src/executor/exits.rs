@@ -62,7 +62,8 @@ impl Executor {
     }
 
     /// One container's exit, if it has ended and its exit was not collected yet (by this call,
-    /// [`Executor::collect_exits`], or adoption). The cheap path after its [`ExitNotice`](super::ExitNotice) fired.
+    /// [`Executor::collect_exits`], or adoption). The cheap path after its
+    /// [`ExitNotice`](super::ExitNotice) fired.
     pub fn collect_exit(&self, id: ContainerKey) -> Option<ContainerExit> {
         let mut inner = self.lock();
         if let Some(i) = inner.pending.iter().position(|e| e.key() == id) {

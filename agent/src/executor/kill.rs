@@ -89,8 +89,8 @@ impl Executor {
     }
 
     /// Kills a container for exceeding its memory limit; its exit is reported as
-    /// [`ExitReason::MemoryLimit`](crate::model::ExitReason::MemoryLimit) with `seen`, the usage that condemned it. Returns once SIGKILL
-    /// is sent.
+    /// [`ExitReason::MemoryLimit`](crate::model::ExitReason::MemoryLimit) with `seen`, the usage
+    /// that condemned it. Returns once SIGKILL is sent.
     pub fn kill_for_memory(&self, id: ContainerKey, seen: MemorySeen) -> Result<(), ExecError> {
         let control =
             self.lock().containers.get(&id).map(|t| t.control.clone()).ok_or(ExecError::Unknown(id))?;
@@ -103,7 +103,8 @@ impl Executor {
     }
 
     /// Kills a container whose files hold more than its disk allowance; its exit is reported as
-    /// [`ExitReason::DiskLimit`](crate::model::ExitReason::DiskLimit) with `seen`. Returns once SIGKILL is sent.
+    /// [`ExitReason::DiskLimit`](crate::model::ExitReason::DiskLimit) with `seen`. Returns once
+    /// SIGKILL is sent.
     pub fn kill_for_disk(&self, id: ContainerKey, seen: DiskSeen) -> Result<(), ExecError> {
         let control =
             self.lock().containers.get(&id).map(|t| t.control.clone()).ok_or(ExecError::Unknown(id))?;
@@ -160,7 +161,8 @@ impl Executor {
 
     /// Kills a container gracefully: SIGTERM to its process group, up to `grace` for it to end,
     /// then SIGKILL to everything left. Returns once it has ended; its exit (reported as
-    /// [`ExitReason::KilledByRequest`](crate::model::ExitReason::KilledByRequest)) comes out of [`Executor::collect_exits`].
+    /// [`ExitReason::KilledByRequest`](crate::model::ExitReason::KilledByRequest)) comes out of
+    /// [`Executor::collect_exits`].
     pub async fn kill(&self, id: ContainerKey, grace: Duration) -> Result<(), ExecError> {
         self.kill_as(id, grace, AgentKillReason::Request).await
     }

@@ -7,15 +7,15 @@
 //! same container": a launch is refused only if its key exists, and kills, exits and log reads
 //! go by key.
 //!
-//! Each container has a *control directory* `<containers>/<key>/` (`<id>.<cluster id>`, or
-//! `<id>` for the legacy cluster, as agents older than cluster ids wrote them), owned by the agent and not
+//! Each container has a *control directory* `<containers>/<key>/` (`<id>.<cluster id>`, or `<id>`
+//! for the legacy cluster, as agents older than cluster ids wrote them), owned by the agent and not
 //! writable by the container, holding what must survive the agent: `spec.json` (the resolved
-//! [`ShimSpec`](crate::shim::ShimSpec)), `pid` (pids and start times), `exit.json` (written by the shim), `kill-reason`
-//! (why the agent killed it), `reported` (after [`Executor::forget`]) and `shim.log`. Inside it,
-//! `work/` is the *container directory*: owned by the container's user, the default working
-//! directory, the base of every path in the spec, and where stdout/stderr land. Keeping the
-//! control files out of the user's reach means a container cannot forge the pid file the agent
-//! signals, or the exit record it reports.
+//! [`ShimSpec`](crate::shim::ShimSpec)), `pid` (pids and start times), `exit.json` (written by the
+//! shim), `kill-reason` (why the agent killed it), `reported` (after [`Executor::forget`]) and
+//! `shim.log`. Inside it, `work/` is the *container directory*: owned by the container's user, the
+//! default working directory, the base of every path in the spec, and where stdout/stderr land.
+//! Keeping the control files out of the user's reach means a container cannot forge the pid file
+//! the agent signals, or the exit record it reports.
 //!
 //! Every container runs under its own [shim](crate::shim), which is the command's parent; the
 //! executor talks to a container only through files, signals and its cgroup, so a restarted
@@ -64,10 +64,12 @@ use thiserror::Error;
 pub const WORK_DIR: &str = "work";
 /// Why the agent killed a container (`request` or `memory-limit`); the first writer wins.
 pub const KILL_REASON_FILE: &str = "kill-reason";
-/// What the monitor saw when it killed a container for memory ([`MemorySeen`](crate::model::MemorySeen) as JSON); the
-/// first writer wins, like [`KILL_REASON_FILE`].
+/// What the monitor saw when it killed a container for memory
+/// ([`MemorySeen`](crate::model::MemorySeen) as JSON); the first writer wins, like
+/// [`KILL_REASON_FILE`].
 pub const MEMORY_SEEN_FILE: &str = "memory-seen.json";
-/// What the disk round saw when it killed a container for disk ([`DiskSeen`](crate::model::DiskSeen) as JSON).
+/// What the disk round saw when it killed a container for disk
+/// ([`DiskSeen`](crate::model::DiskSeen) as JSON).
 pub const DISK_SEEN_FILE: &str = "disk-seen.json";
 /// Written once the container's exit has been reported; adoption skips such directories.
 pub const REPORTED_FILE: &str = "reported";
