@@ -38,8 +38,8 @@
 //! round trip measurement, on its clock.
 //!
 //! This file holds the client's interface: its options, what the core hands it and what it
-//! hands the core. [`session`] is the connection loop, [`wire`] the translation to and from
-//! the protocol's messages, and [`backoff`] the reconnect delays.
+//! hands the core. `session.rs` is the connection loop, `wire.rs` the translation to and from
+//! the protocol's messages, and `backoff.rs` the reconnect delays.
 
 mod backoff;
 mod session;

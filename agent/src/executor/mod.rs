@@ -28,9 +28,9 @@
 //! `O_NOFOLLOW`, and only a regular file owned by the container's user is read.
 //!
 //! One concern per file: this one holds the settings, the errors and the registry of tracked
-//! containers (what is known of each, listing and usage); [`launch`] prepares a spec and starts
-//! its shim, [`kill`] stops containers and records why, [`exits`] finds and classifies how they
-//! ended, [`adopt`] takes over those of a previous agent run, and [`logs`] reads their logs.
+//! containers (what is known of each, listing and usage); `launch.rs` prepares a spec and starts
+//! its shim, `kill.rs` stops containers and records why, `exits.rs` finds and classifies how they
+//! ended, `adopt.rs` takes over those of a previous agent run, and `logs.rs` reads their logs.
 //! The launch spec itself is checked in [`crate::launch_spec`].
 
 mod adopt;
