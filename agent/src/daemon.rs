@@ -3,10 +3,12 @@
 //! scheduler stream. Containers are not stopped when the agent stops: a restarted agent adopts
 //! them again, and their supervisors record exits that happen meanwhile.
 
-use crate::client::{AgentEvent, Client, ClientOptions, Command, LiveContainer, LiveState, Snapshot};
+use crate::client::{
+    AgentEvent, Client, ClientOptions, LiveContainer, LiveState, RegistrationReport, SchedulerCommand,
+};
 use crate::conditions::{Conditions, Thresholds};
 use crate::config::AgentConfig;
-use crate::executor::{ExecError, Executor, ExecutorSettings, ExitNotice, KillReason, LogStream};
+use crate::executor::{AgentKillReason, ExecError, Executor, ExecutorSettings, ExitNotice, LogStream};
 use crate::fencing::{ContactClock, Fence};
 use crate::metrics::{self, AgentMetrics};
 use crate::model::{ContainerExit, ContainerKey, ExitReason, LaunchSpec, NodeReport};
@@ -119,7 +121,7 @@ pub async fn run_with(
     let report: Arc<Mutex<NodeReport>> = Arc::new(Mutex::new(first.report));
 
     let (events, events_rx) = mpsc::channel::<AgentEvent>(1024);
-    let (commands_tx, mut commands) = mpsc::channel::<Command>(256);
+    let (commands_tx, mut commands) = mpsc::channel::<SchedulerCommand>(256);
     // Node conditions, and the disk round that measures allowances, pressure and cleans up.
     let conditions = Arc::new(Conditions::new(Thresholds::from_config(&config)));
     let disk_wake = Arc::new(tokio::sync::Notify::new());
@@ -143,7 +145,7 @@ pub async fn run_with(
     // executor before it leaves the in-flight set, so none falls between the two reads. What
     // remains is the instant between the executor collecting an exit and the exit reaching the
     // client's channel.
-    let snapshot = {
+    let registration = {
         let report = report.clone();
         let executor = executor.clone();
         let launcher = launcher.clone();
@@ -162,7 +164,7 @@ pub async fn run_with(
                 let state = LiveState::Running;
                 containers.insert(key, LiveContainer { key, app_id, state, started_at_ms });
             }
-            Snapshot {
+            RegistrationReport {
                 node: report.lock().map(|r| r.clone()).unwrap_or_else(|p| p.into_inner().clone()),
                 containers: containers.into_values().collect(),
                 conditions: conditions.current(now_ms()),
@@ -181,7 +183,7 @@ pub async fn run_with(
         client_options.backoff.cap = client_options.backoff.cap.min(timeout / 4);
     }
     let contact = ContactClock::new();
-    let client = Client::new(client_options, snapshot)
+    let client = Client::new(client_options, registration)
         .on_heartbeat_latency(move |d| latency_metrics.observe_heartbeat(d))
         .on_scheduler_message({
             let contact = contact.clone();
@@ -236,33 +238,33 @@ pub async fn run_with(
             cmd = commands.recv() => {
                 let Some(cmd) = cmd else { break };
                 match cmd {
-                    Command::Launch(spec) => {
+                    SchedulerCommand::Launch(spec) => {
                         // The launch came with a contact: its container starts under a live lease.
                         crate::lease::renew(lease.as_deref());
                         launcher.launch(spec);
                     }
-                    Command::Kill { key, grace, reason } => {
+                    SchedulerCommand::Kill { key, grace, reason } => {
                         let grace = grace.unwrap_or(default_grace);
-                        if launcher.kill_when_launched(key, grace, KillReason::Request) {
+                        if launcher.kill_when_launched(key, grace, AgentKillReason::Request) {
                             tracing::info!(container = %key, %reason, "kill requested during its launch");
                         } else if executor.list().iter().any(|c| c.key == key) {
                             tracing::info!(container = %key, %reason, "kill requested");
-                            spawn_kill(executor.clone(), key, grace, KillReason::Request);
+                            spawn_kill(executor.clone(), key, grace, AgentKillReason::Request);
                         } else {
                             // Nothing of it runs here: say so, so the scheduler stops waiting.
                             let exit = ContainerExit::new(key, ExitReason::Lost, now_ms());
                             report_exit(&events, &metrics, exit).await;
                         }
                     }
-                    Command::ReadLog { request_id, key, stream, tail } => {
+                    SchedulerCommand::ReadLog { request_id, key, stream, tail } => {
                         spawn_log_read(executor.clone(), log_reads.clone(), events.clone(), LogReadRequest { request_id, key, stream, tail });
                     }
-                    Command::AckExit { key } => {
+                    SchedulerCommand::AckExit { key } => {
                         if let Err(e) = executor.forget(key) {
                             tracing::debug!(container = %key, error = %e, "forget");
                         }
                     }
-                    Command::Registered { heartbeat_interval } => {
+                    SchedulerCommand::Registered { heartbeat_interval } => {
                         if let Some(h) = heartbeat_interval.filter(|h| *h >= Duration::from_millis(10) && *h != interval) {
                             interval = h;
                             tick = tokio::time::interval(interval);
@@ -343,13 +345,13 @@ fn fence_if_due(
     );
     let grace = crate::fencing::grace(kill_grace);
     for id in due {
-        if !launcher.kill_when_launched(id, grace, KillReason::Fenced) {
-            spawn_kill(executor.clone(), id, grace, KillReason::Fenced);
+        if !launcher.kill_when_launched(id, grace, AgentKillReason::Fenced) {
+            spawn_kill(executor.clone(), id, grace, AgentKillReason::Fenced);
         }
     }
 }
 
-fn spawn_kill(executor: Arc<Executor>, key: ContainerKey, grace: Duration, reason: KillReason) {
+fn spawn_kill(executor: Arc<Executor>, key: ContainerKey, grace: Duration, reason: AgentKillReason) {
     tokio::spawn(async move {
         if let Err(e) = executor.kill_as(key, grace, reason).await {
             tracing::warn!(container = %key, error = %e, "kill failed");
@@ -403,7 +405,7 @@ struct InFlight {
 #[derive(Debug, Clone, Copy)]
 struct PendingKill {
     grace: Duration,
-    reason: KillReason,
+    reason: AgentKillReason,
 }
 
 /// Runs launches off the main loop, a few at a time, so one slow launch does not hold up the
@@ -464,7 +466,7 @@ impl Launcher {
 
     /// Records a kill for a container whose launch is in flight; it is carried out once the
     /// launch completes. False if no launch of it is in flight.
-    fn kill_when_launched(&self, id: ContainerKey, grace: Duration, reason: KillReason) -> bool {
+    fn kill_when_launched(&self, id: ContainerKey, grace: Duration, reason: AgentKillReason) -> bool {
         match self.in_flight().get_mut(&id) {
             Some(launch) => {
                 launch.kill = Some(PendingKill { grace, reason });

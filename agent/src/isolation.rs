@@ -13,8 +13,9 @@
 //! private `/tmp` and `/dev/shm`, and no way back to privileges (no_new_privs, an empty bounding
 //! set).
 
-use crate::executor::SpecError;
+use crate::launch_spec::SpecError;
 use crate::model::LaunchSpec;
+use gantry_sdk::limits::{self, Limit};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io;
@@ -43,7 +44,8 @@ pub struct IsolationConfig {
     /// Uids for users without a mapped account, `FIRST-LAST` (default 61184-65519); uids with an
     /// entry in the password or group database are skipped.
     pub dynamic_uids: String,
-    /// Processes and threads per container unless its request says (0: unlimited; default 4096).
+    /// Processes and threads per container unless its request says (0: unlimited; default 4096;
+    /// at most [`gantry_sdk::limits::MAX_PIDS`]).
     pub max_pids: u64,
     /// A private `/tmp` and `/dev/shm` per container, gone with it (default true).
     pub private_tmp: bool,
@@ -67,8 +69,8 @@ impl IsolationConfig {
     /// Checks the settings; the message names what is wrong.
     pub fn validate(&self) -> Result<(), String> {
         UidRange::parse(&self.dynamic_uids)?;
-        if self.max_pids > MAX_PIDS_LIMIT {
-            return Err(format!("max_pids {} is more than {MAX_PIDS_LIMIT}", self.max_pids));
+        if limits::check_or_unlimited(Limit::MaxPids, self.max_pids).is_err() {
+            return Err(format!("max_pids {} is more than {}", self.max_pids, limits::MAX_PIDS));
         }
         Ok(())
     }
@@ -78,9 +80,6 @@ impl IsolationConfig {
         UidRange::parse(&self.dynamic_uids)
     }
 }
-
-/// The largest process limit accepted (the kernel's own `pid_max` ceiling, 2^22).
-pub const MAX_PIDS_LIMIT: u64 = 1 << 22;
 
 /// An inclusive range of uids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +165,7 @@ impl Identity {
 /// Who a container runs as: the account its user is mapped to (`spec.user`), else the
 /// configured `container_user`, else a uid of the submitting user's own from the dynamic
 /// range — or, for an agent that is not root and cannot switch users, the agent's own uid.
+/// `spec` has passed [`crate::launch_spec::check`] (no NUL byte in its user or submitter).
 pub fn identity(
     spec: &LaunchSpec,
     default_user: Option<&str>,
@@ -179,13 +179,11 @@ pub fn identity(
             return Identity::of_uid(agent_uid.as_raw())
                 .map_err(|message| SpecError::UserLookup { user: format!("uid {agent_uid}"), message });
         }
-        crate::executor::no_nul("submitter", &spec.submitter)?;
         let uid = uids
             .uid_for(&spec.submitter)
             .map_err(|e| SpecError::NoDynamicUid { user: spec.submitter.clone(), message: e.to_string() })?;
         return Ok(Identity::dynamic(uid, &spec.submitter));
     };
-    crate::executor::no_nul("user", name)?;
     let user = match nix::unistd::User::from_name(name) {
         Ok(Some(u)) if !name.is_empty() => u,
         Ok(_) => return Err(SpecError::UnknownUser(name.to_owned())),

@@ -2,7 +2,8 @@
 //!
 //! The node agent: one per machine. It measures the machine ([`probe`]), launches containers —
 //! process trees in their own session and cgroup, with CPU and memory limits — through a small
-//! per-container supervisor ([`shim`], [`executor`], [`cgroup`]), enforces limits and samples
+//! per-container supervisor ([`shim`], [`executor`], [`cgroup`]; each launch checked once,
+//! [`launch_spec`]), enforces limits and samples
 //! usage ([`monitor`]), remembers its containers across its own restarts (the executor's
 //! per-container control directories), exposes `/metrics` ([`metrics`]) and talks to the
 //! scheduler over one gRPC stream ([`client`]); [`daemon`] ties them together, and kills the
@@ -23,6 +24,7 @@ pub mod fencing;
 pub mod housekeeping;
 pub mod instance;
 pub mod isolation;
+pub mod launch_spec;
 pub mod lease;
 pub mod metrics;
 pub mod model;

@@ -17,13 +17,13 @@ use std::time::Duration;
 #[command(name = "gantry-agent", version, about)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Cmd>,
+    command: Option<AgentSubcommand>,
     #[command(flatten)]
     overrides: Overrides,
 }
 
 #[derive(Debug, Subcommand)]
-enum Cmd {
+enum AgentSubcommand {
     /// Run the agent (the default).
     Run,
     /// Print what the agent would register and report, as JSON, and exit.
@@ -127,10 +127,11 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let result = load_config(&cli.overrides).and_then(|config| match cli.command.unwrap_or(Cmd::Run) {
-        Cmd::Run => run(config),
-        Cmd::Probe => probe(&config),
-    });
+    let result =
+        load_config(&cli.overrides).and_then(|config| match cli.command.unwrap_or(AgentSubcommand::Run) {
+            AgentSubcommand::Run => run(config),
+            AgentSubcommand::Probe => probe(&config),
+        });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -149,7 +149,7 @@ fn mark_fenced(dir: &Path) {
     let path = dir.join(crate::executor::KILL_REASON_FILE);
     match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
         Ok(mut f) => {
-            if let Err(e) = f.write_all(crate::executor::KillReason::Fenced.as_str().as_bytes()) {
+            if let Err(e) = f.write_all(crate::executor::AgentKillReason::Fenced.as_str().as_bytes()) {
                 eprintln!("gantry-shim: cannot record the kill reason in {}: {e}", path.display());
             }
         }

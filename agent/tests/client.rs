@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gantry_agent::client::{
-    AgentEvent, Backoff, Client, ClientError, ClientOptions, Command, LaunchError, LiveContainer, LiveState,
-    Snapshot, StatusReport, launch_from_wire,
+    AgentEvent, Backoff, Client, ClientError, ClientOptions, LiveContainer, LiveState, RegistrationReport,
+    SchedulerCommand, StatusReport,
 };
 use gantry_agent::executor::{LogRead, LogStream};
+use gantry_agent::launch_spec::{self, SpecError};
 use gantry_agent::model::{
     ClusterId, ContainerExit, ContainerKey, ContainerUsage, ExitReason, GpuInfo, HostUsage, LaunchSpec,
     NodeReport, Resources,
@@ -29,7 +30,7 @@ use tokio::time::timeout;
 /// The agent side: the client running in a task, with the core's ends of its channels.
 struct Agent {
     events: mpsc::Sender<AgentEvent>,
-    commands: mpsc::Receiver<Command>,
+    commands: mpsc::Receiver<SchedulerCommand>,
     latencies: mpsc::UnboundedReceiver<Duration>,
     live: Arc<Mutex<Vec<LiveContainer>>>,
     stop: Option<oneshot::Sender<()>>,
@@ -72,7 +73,7 @@ impl Agent {
             started_at_ms: 1_000,
         }]));
         let snapshot_live = live.clone();
-        let client = Client::new(options, move || Snapshot {
+        let client = Client::new(options, move || RegistrationReport {
             node: node(),
             containers: snapshot_live.lock().expect("live list").clone(),
             conditions: Vec::new(),
@@ -96,7 +97,7 @@ impl Agent {
         self.events.send(event).await.expect("client gone");
     }
 
-    async fn command(&mut self) -> Command {
+    async fn command(&mut self) -> SchedulerCommand {
         timeout(GUARD, self.commands.recv()).await.expect("guard: no command").expect("client gone")
     }
 
@@ -185,7 +186,7 @@ async fn registers_first_then_relays_commands_and_events_both_ways() {
     s.send(Down::Registered(v1::Registered { heartbeat_interval_ms: 500, cluster_id: NEW.to_wire() })).await;
     assert_eq!(
         agent.command().await,
-        Command::Registered { heartbeat_interval: Some(Duration::from_millis(500)) }
+        SchedulerCommand::Registered { heartbeat_interval: Some(Duration::from_millis(500)) }
     );
 
     // A launch arrives as a checked LaunchSpec.
@@ -207,10 +208,10 @@ async fn registers_first_then_relays_commands_and_events_both_ways() {
         stderr: Some("logs/err".into()),
         disk_bytes: 5 << 20,
     };
-    assert_eq!(agent.command().await, Command::Launch(want.clone()));
+    assert_eq!(agent.command().await, SchedulerCommand::Launch(want.clone()));
     // The same id under a cluster id is another container.
     s.send(Down::Launch(v1::Launch { cluster_id: NEW.to_wire(), ..good_launch(7) })).await;
-    assert_eq!(agent.command().await, Command::Launch(LaunchSpec { cluster: NEW, ..want }));
+    assert_eq!(agent.command().await, SchedulerCommand::Launch(LaunchSpec { cluster: NEW, ..want }));
 
     // Kill: an explicit grace of 0 is not "the default"; each names its container's cluster.
     let kill = |container_id, grace_ms, reason: &str, cluster: ClusterId| {
@@ -220,11 +221,15 @@ async fn registers_first_then_relays_commands_and_events_both_ways() {
     s.send(kill(8, None, "", NEW)).await;
     assert_eq!(
         agent.command().await,
-        Command::Kill { key: ContainerKey::legacy(7), grace: Some(Duration::ZERO), reason: "test".into() }
+        SchedulerCommand::Kill {
+            key: ContainerKey::legacy(7),
+            grace: Some(Duration::ZERO),
+            reason: "test".into()
+        }
     );
     assert_eq!(
         agent.command().await,
-        Command::Kill { key: ContainerKey::new(NEW, 8), grace: None, reason: String::new() }
+        SchedulerCommand::Kill { key: ContainerKey::new(NEW, 8), grace: None, reason: String::new() }
     );
 
     // Status is numbered and timestamped by the client, usage passed through.
@@ -323,7 +328,7 @@ async fn registers_first_then_relays_commands_and_events_both_ways() {
     // An acknowledgement names the cluster too: the legacy container 7 has no pending exit.
     s.send(Down::AckExit(v1::AckExit { container_id: 7, cluster_id: String::new() })).await;
     s.send(Down::AckExit(v1::AckExit { container_id: 7, cluster_id: NEW.to_wire() })).await;
-    assert_eq!(agent.command().await, Command::AckExit { key: ContainerKey::new(NEW, 7) });
+    assert_eq!(agent.command().await, SchedulerCommand::AckExit { key: ContainerKey::new(NEW, 7) });
     assert!(agent.commands.try_recv().is_err(), "nothing else was delivered");
 
     agent.stop().await;
@@ -334,13 +339,13 @@ async fn invalid_launches_are_answered_with_launch_failed_and_never_reach_the_co
     let mut server = Server::start(false).await;
     let mut agent = Agent::to(server.addr);
     let (mut s, _) = server.handshake().await;
-    assert!(matches!(agent.command().await, Command::Registered { .. }));
+    assert!(matches!(agent.command().await, SchedulerCommand::Registered { .. }));
 
     let bad: Vec<(v1::Launch, &str)> = vec![
         (v1::Launch { memory_bytes: -1, ..good_launch(20) }, "negative memory_bytes: -1"),
         (v1::Launch { cpu_millis: -500, ..good_launch(21) }, "negative cpu_millis: -500"),
         (v1::Launch { argv: vec![], ..good_launch(22) }, "argv is empty"),
-        (v1::Launch { argv: vec![String::new(), "x".into()], ..good_launch(23) }, "argv is empty"),
+        (v1::Launch { argv: vec![String::new(), "x".into()], ..good_launch(23) }, "argv[0] is empty"),
         (v1::Launch { workdir: "../../etc".into(), ..good_launch(24) }, "workdir \"../../etc\" escapes"),
         (v1::Launch { stdout: "/etc/passwd".into(), ..good_launch(25) }, "absolute"),
         (v1::Launch { stderr: "logs/../../x".into(), ..good_launch(26) }, "`..`"),
@@ -364,7 +369,7 @@ async fn invalid_launches_are_answered_with_launch_failed_and_never_reach_the_co
     // Commands are delivered in order: had any bad launch got through, it would come first.
     s.send(Down::Launch(good_launch(30))).await;
     match agent.command().await {
-        Command::Launch(spec) => assert_eq!(spec.container_id, 30),
+        SchedulerCommand::Launch(spec) => assert_eq!(spec.container_id, 30),
         other => panic!("expected the good launch, got {other:?}"),
     }
     assert!(agent.commands.try_recv().is_err(), "nothing else was delivered");
@@ -376,7 +381,7 @@ async fn log_reads_reach_the_core_and_their_answers_go_up_the_stream() {
     let mut server = Server::start(false).await;
     let mut agent = Agent::to(server.addr);
     let (mut s, _) = server.handshake().await;
-    assert!(matches!(agent.command().await, Command::Registered { .. }));
+    assert!(matches!(agent.command().await, SchedulerCommand::Registered { .. }));
 
     let read = |request_id, container_id, stream: i32, tail_bytes| {
         Down::ReadLog(v1::ReadLog { request_id, container_id, stream, tail_bytes, cluster_id: String::new() })
@@ -394,16 +399,16 @@ async fn log_reads_reach_the_core_and_their_answers_go_up_the_stream() {
     let key = ContainerKey::legacy(7);
     assert_eq!(
         agent.command().await,
-        Command::ReadLog { request_id: 5, key, stream: LogStream::Stderr, tail: Some(3) }
+        SchedulerCommand::ReadLog { request_id: 5, key, stream: LogStream::Stderr, tail: Some(3) }
     );
     assert_eq!(
         agent.command().await,
-        Command::ReadLog { request_id: 6, key, stream: LogStream::Stdout, tail: None },
+        SchedulerCommand::ReadLog { request_id: 6, key, stream: LogStream::Stdout, tail: None },
         "an absent tail is the whole file, not zero bytes"
     );
     assert_eq!(
         agent.command().await,
-        Command::ReadLog {
+        SchedulerCommand::ReadLog {
             request_id: 10,
             key: ContainerKey::new(NEW, 7),
             stream: LogStream::Stdout,
@@ -457,21 +462,24 @@ async fn log_reads_reach_the_core_and_their_answers_go_up_the_stream() {
 #[test]
 fn launch_from_wire_names_the_problem() {
     assert_eq!(
-        launch_from_wire(v1::Launch { memory_bytes: i64::MIN, ..good_launch(1) }),
-        Err(LaunchError::Negative { field: "memory_bytes", value: i64::MIN })
+        launch_spec::from_wire(v1::Launch { memory_bytes: i64::MIN, ..good_launch(1) }),
+        Err(SpecError::Negative { field: "memory_bytes", value: i64::MIN })
     );
-    assert_eq!(launch_from_wire(v1::Launch { argv: vec![], ..good_launch(1) }), Err(LaunchError::EmptyArgv));
+    assert_eq!(
+        launch_spec::from_wire(v1::Launch { argv: vec![], ..good_launch(1) }),
+        Err(SpecError::EmptyArgv)
+    );
     assert!(matches!(
-        launch_from_wire(v1::Launch { workdir: "a/./../../b".into(), ..good_launch(1) }),
-        Err(LaunchError::PathEscape { field: "workdir", .. })
+        launch_spec::from_wire(v1::Launch { workdir: "a/./../../b".into(), ..good_launch(1) }),
+        Err(SpecError::PathEscape { field: "workdir", .. })
     ));
-    let too_many = vec!["x".to_string(); gantry_agent::client::MAX_LAUNCH_ENTRIES + 1];
+    let too_many = vec!["x".to_string(); launch_spec::MAX_LAUNCH_ENTRIES + 1];
     assert!(matches!(
-        launch_from_wire(v1::Launch { argv: too_many, ..good_launch(1) }),
-        Err(LaunchError::TooMany { field: "argv", .. })
+        launch_spec::from_wire(v1::Launch { argv: too_many, ..good_launch(1) }),
+        Err(SpecError::TooMany { field: "argv", .. })
     ));
     // Inside the container directory is fine, `.` included; limits of 0 mean "none".
-    let spec = launch_from_wire(v1::Launch {
+    let spec = launch_spec::from_wire(v1::Launch {
         workdir: "./a/b".into(),
         stdout: "out.log".into(),
         cpu_millis: 0,
@@ -489,7 +497,7 @@ async fn reconnects_and_resends_unacknowledged_exits_until_acked() {
     let mut agent = Agent::to(server.addr);
     let (mut s, r) = server.handshake().await;
     assert!(r.unacked_exits.is_empty());
-    assert!(matches!(agent.command().await, Command::Registered { .. }));
+    assert!(matches!(agent.command().await, SchedulerCommand::Registered { .. }));
 
     // Exit A reaches the scheduler, which drops the stream without acknowledging it.
     agent.send(AgentEvent::Exited(exit(11, ExitReason::MemoryLimit))).await;
@@ -525,16 +533,16 @@ async fn reconnects_and_resends_unacknowledged_exits_until_acked() {
     // Acknowledge A, then drop the stream: the next Register carries only B.
     s.send(Down::Registered(v1::Registered::default())).await;
     s.send(Down::AckExit(v1::AckExit { container_id: 11, cluster_id: String::new() })).await;
-    assert!(matches!(agent.command().await, Command::Registered { .. }));
-    assert_eq!(agent.command().await, Command::AckExit { key: ContainerKey::legacy(11) });
+    assert!(matches!(agent.command().await, SchedulerCommand::Registered { .. }));
+    assert_eq!(agent.command().await, SchedulerCommand::AckExit { key: ContainerKey::legacy(11) });
     drop(s);
     let (s, r) = server.handshake().await;
     assert_eq!(unacked_ids(&r), vec![12]);
 
     // Acknowledge B: nothing is resent any more.
     s.send(Down::AckExit(v1::AckExit { container_id: 12, cluster_id: String::new() })).await;
-    assert!(matches!(agent.command().await, Command::Registered { .. }));
-    assert_eq!(agent.command().await, Command::AckExit { key: ContainerKey::legacy(12) });
+    assert!(matches!(agent.command().await, SchedulerCommand::Registered { .. }));
+    assert_eq!(agent.command().await, SchedulerCommand::AckExit { key: ContainerKey::legacy(12) });
     drop(s);
     let (_s, r) = server.handshake().await;
     assert!(r.unacked_exits.is_empty(), "{:?}", unacked_ids(&r));
@@ -573,11 +581,11 @@ async fn the_same_id_in_two_clusters_is_two_containers_in_register_and_acknowled
     s.send(Down::AckExit(v1::AckExit { container_id: 5, cluster_id: NEW.to_wire() })).await;
     let acked = loop {
         match agent.command().await {
-            Command::Registered { .. } => {} // one per handshake above
+            SchedulerCommand::Registered { .. } => {} // one per handshake above
             other => break other,
         }
     };
-    assert_eq!(acked, Command::AckExit { key: ContainerKey::new(NEW, 5) });
+    assert_eq!(acked, SchedulerCommand::AckExit { key: ContainerKey::new(NEW, 5) });
     drop(s);
     let (_s, r) = server.handshake().await;
     assert_eq!(exits(&r), vec![(5, OLD.to_wire())]);
@@ -610,7 +618,7 @@ async fn keeps_retrying_while_the_scheduler_is_down_and_registers_when_it_is_up(
             cluster_id: String::new()
         })
     );
-    assert!(matches!(agent.command().await, Command::Registered { .. }));
+    assert!(matches!(agent.command().await, SchedulerCommand::Registered { .. }));
     agent.stop().await;
 }
 

@@ -6,7 +6,8 @@
 mod common;
 
 use gantry_agent::cgroup::{ContainerCgroup, Layout};
-use gantry_agent::executor::{CgroupMode, ExecError, Executor, ExecutorSettings, SpecError};
+use gantry_agent::executor::{CgroupMode, ExecError, Executor, ExecutorSettings};
+use gantry_agent::launch_spec::SpecError;
 use gantry_agent::model::{
     ClusterId, ContainerExit, ContainerKey, DiskSeen, ExitReason, LaunchSpec, MemorySeen,
 };
@@ -439,7 +440,7 @@ fn bad_specs_are_refused_and_launch_nothing() {
         ("relative to the container directory", Box::new(|s| s.stdout = Some("/tmp/gantry-evil".into()))),
         ("does not name a file", Box::new(|s| s.stdout = Some(".".into()))),
         ("GPU 2 does not exist", Box::new(|s| s.gpus = vec![0, 2])),
-        ("listed twice", Box::new(|s| s.gpus = vec![1, 1])),
+        ("GPU 1 is listed more than once", Box::new(|s| s.gpus = vec![1, 1])),
         ("environment variable name", Box::new(|s| s.env = vec![("A=B".into(), "x".into())])),
         ("cpu_millis 5", Box::new(|s| s.cpu_millis = 5)),
         ("memory_bytes 1 ", Box::new(|s| s.memory_bytes = 1)),

@@ -56,6 +56,7 @@
 pub mod abi;
 pub mod config;
 pub mod feasibility;
+pub mod limits;
 pub mod names;
 mod panics;
 mod plugin;
