@@ -16,6 +16,7 @@
 //! backend sees it, so a refused request changes nothing.
 
 pub mod client;
+pub mod durations;
 pub mod reservations;
 pub mod routes;
 pub mod types;
@@ -30,6 +31,9 @@ use types::{
     AppInfo, AppState, ClusterInfo, ClusterMetrics, NewApplication, NodeInfo, NodeState, RemoteException,
     RemoteExceptionBody, RemovableNode, SchedulerInfo, SubmitApp,
 };
+
+/// The API's path prefix, as YARN's: the routes serve under it, the client's paths start with it.
+pub const PREFIX: &str = "/ws/v1/cluster";
 
 /// Largest request body accepted, in bytes. A submission of a thousand container groups with
 /// long command lines stays far below it; anything larger is a mistake or an attack, and gets
