@@ -1,7 +1,7 @@
 //! The `gantry` CLI's cluster commands — `submit`, `apps`, `app`, `kill`, `nodes`, `queues`,
-//! `logs`, `node` — as library code over the REST API ([`crate::api::client`]), so they can be
-//! tested against a real HTTP server and embedded by the binary as one clap subcommand enum
-//! ([`ClientCommand`]).
+//! `logs`, `node`, `reserve` — as library code over the REST API ([`crate::api::client`]), so
+//! they can be tested against a real HTTP server and embedded by the binary as one clap
+//! subcommand enum ([`ClientCommand`]).
 //!
 //! Output is a human table by default and the API's own JSON with `--json` (for scripts: the
 //! JSON is what the scheduler sent, pretty-printed, not a re-encoding). The scheduler's address
@@ -27,6 +27,7 @@ mod node;
 mod nodes;
 mod parse;
 mod queues;
+mod reserve;
 mod submit;
 
 pub use app::AppArgs;
@@ -41,6 +42,7 @@ pub use parse::{
     parse_bytes, parse_cpu, parse_duration_ms, parse_duration_or_zero_ms, parse_key_value, parse_memory,
     parse_rack_affinity, parse_size, parse_state,
 };
+pub use reserve::{OptimizeArgs, ReserveArgs, ReserveCommand, ReserveIdArgs, ReserveListArgs};
 pub use submit::SubmitArgs;
 
 use serde_json::Value;
@@ -79,7 +81,7 @@ pub enum ClientCommand {
     Reserve {
         /// What to do.
         #[command(subcommand)]
-        command: crate::reserve_cli::ReserveCommand,
+        command: ReserveCommand,
     },
 }
 
@@ -127,7 +129,7 @@ pub async fn execute(cmd: ClientCommand, out: &mut dyn Write) -> Result<(), CliE
         ClientCommand::Node { command: NodeCommand::Drain(a) } => node::set_node_drain(a, true, out).await,
         ClientCommand::Node { command: NodeCommand::Undrain(a) } => node::set_node_drain(a, false, out).await,
         ClientCommand::Node { command: NodeCommand::Removable(a) } => node::removable(a, out).await,
-        ClientCommand::Reserve { command } => crate::reserve_cli::execute(command, out).await,
+        ClientCommand::Reserve { command } => reserve::execute(command, out).await,
     }
 }
 
