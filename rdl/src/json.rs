@@ -175,7 +175,7 @@ impl Reader<'_> {
             let p = child(path, "cpu");
             b.cpu_millis = match cpu {
                 Json::String(s) | Json::Number(s) => {
-                    units::parse_cpu(s).map_err(|e| self.fail(&p, ErrorKind::Value, e))?
+                    units::parse_cpu(s).map_err(|e| self.fail(&p, ErrorKind::Value, e.to_string()))?
                 }
                 other => {
                     return Err(self.fail(
@@ -192,13 +192,9 @@ impl Reader<'_> {
         if let Some(mem) = f[1] {
             let p = child(path, "memory");
             b.memory_bytes = match mem {
-                Json::String(s) => units::parse_memory(s).map_err(|e| {
-                    self.fail(
-                        &p,
-                        if e.starts_with("unknown") { ErrorKind::Unknown } else { ErrorKind::Value },
-                        e,
-                    )
-                })?,
+                Json::String(s) => {
+                    units::parse_memory(s).map_err(|e| self.fail(&p, units::error_kind(&e), e.to_string()))?
+                }
                 Json::Number(n) => n.parse::<u64>().map_err(|_| {
                     self.fail(&p, ErrorKind::Value, format!("memory as a number is whole bytes, got {n}"))
                 })?,
@@ -257,13 +253,8 @@ impl Reader<'_> {
 
     fn duration(&self, v: &Json, path: &str, what: &str, max: u64) -> Res<u64> {
         match v {
-            Json::String(s) => units::parse_duration(s, max).map_err(|e| {
-                self.fail(
-                    path,
-                    if e.starts_with("unknown") { ErrorKind::Unknown } else { ErrorKind::Value },
-                    e,
-                )
-            }),
+            Json::String(s) => units::parse_duration(s, max)
+                .map_err(|e| self.fail(path, units::error_kind(&e), e.to_string())),
             Json::Number(n) => match n.parse::<u64>() {
                 Ok(ms) if ms <= max => Ok(ms),
                 Ok(_) => Err(self.fail(

@@ -177,7 +177,7 @@ impl<'a> Parser<'a> {
 
     fn duration(&mut self, path: &str, what: &str, max: u64) -> Res<u64> {
         let (q, off) = self.quantity(path, what)?;
-        units::parse_duration(q, max).map_err(|e| self.err(off, path, unit_kind(&e), e))
+        units::parse_duration(q, max).map_err(|e| self.err(off, path, units::error_kind(&e), e.to_string()))
     }
 
     fn count(&mut self, path: &str, what: &str) -> Res<u32> {
@@ -205,11 +205,11 @@ impl<'a> Parser<'a> {
             let slot = match unit {
                 "c" | "mc" => {
                     let millis = if unit == "c" {
-                        units::parse_cpu(num)
+                        units::parse_cpu(num).map_err(|e| e.to_string())
                     } else if num.contains('.') {
                         Err(format!("`{q}`: millicores are whole numbers"))
                     } else {
-                        units::parse_cpu(&format!("{num}m"))
+                        units::parse_cpu(&format!("{num}m")).map_err(|e| e.to_string())
                     }
                     .map_err(|e| bad(self, ErrorKind::Value, e))?;
                     b.cpu_millis = millis;
@@ -236,7 +236,8 @@ impl<'a> Parser<'a> {
                     ));
                 }
                 u if u.ends_with('B') || u.ends_with('b') => {
-                    b.memory_bytes = units::parse_memory(q).map_err(|e| bad(self, unit_kind(&e), e))?;
+                    b.memory_bytes = units::parse_memory(q)
+                        .map_err(|e| bad(self, units::error_kind(&e), e.to_string()))?;
                     1
                 }
                 u => {
@@ -357,10 +358,6 @@ impl<'a> Parser<'a> {
 }
 
 /// Unknown units are [`ErrorKind::Unknown`]; every other bad quantity is a bad value.
-fn unit_kind(reason: &str) -> ErrorKind {
-    if reason.starts_with("unknown") { ErrorKind::Unknown } else { ErrorKind::Value }
-}
-
 /// Parses and checks the text form.
 pub fn parse_text(src: &str) -> Result<Expr, RdlError> {
     if src.len() > MAX_INPUT_BYTES {

@@ -1,5 +1,10 @@
 //! Quantities with units, read and written exactly (no floating point): durations and work,
-//! CPU, memory, GPUs.
+//! CPU, memory, GPUs. The grammar is the SDK's ([`gantry_sdk::units`]), read strictly: a
+//! quantity is one token with a unit, its value exact; this module holds the language's bounds
+//! and its way of writing quantities back.
+
+use crate::ErrorKind;
+use gantry_sdk::units::{QuantityError, Reading, parse_quantity};
 
 /// The longest lease an expression may name: ten years, in ms.
 pub const MAX_TIME_MS: u64 = 10 * 365 * 24 * 3_600_000;
@@ -15,7 +20,6 @@ pub const MAX_CPU_MILLIS: u64 = 1_000_000_000;
 /// The most GPUs one bundle may ask for.
 pub const MAX_GPUS: u32 = 1_000_000;
 
-const DURATION_UNITS: [(&str, u64); 4] = [("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)];
 const MEMORY_UNITS: [(&str, u64); 6] =
     [("PiB", 1 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1)];
 
@@ -25,74 +29,25 @@ pub(crate) fn split_unit(s: &str) -> (&str, &str) {
     s.split_at(i)
 }
 
-/// `digits[.digits]` times `unit`, exactly: `None` when malformed, not a whole number of the
-/// base unit, or past `u64`.
-pub(crate) fn scaled(num: &str, unit: u64) -> Result<u64, &'static str> {
-    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
-    let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !all_digits(int) || (num.contains('.') && !all_digits(frac)) {
-        return Err("not a number");
-    }
-    if frac.len() > 18 || int.len() > 20 {
-        return Err("too many digits");
-    }
-    let int: u128 = int.parse().map_err(|_| "not a number")?;
-    let frac_value: u128 = if frac.is_empty() { 0 } else { frac.parse().map_err(|_| "not a number")? };
-    let denom = 10u128.pow(frac.len() as u32);
-    let frac_scaled = frac_value * unit as u128;
-    if frac_scaled % denom != 0 {
-        return Err("not a whole number of the smallest unit");
-    }
-    let total = int * unit as u128 + frac_scaled / denom;
-    u64::try_from(total).map_err(|_| "too large")
+/// How a refused quantity is classified: an unknown unit apart from a bad value.
+pub(crate) fn error_kind(e: &QuantityError) -> ErrorKind {
+    if e.is_unknown_unit() { ErrorKind::Unknown } else { ErrorKind::Value }
 }
 
-/// A duration (`90s`, `1.5h`, `250ms`, `0s`) in ms, at most `max`.
-pub fn parse_duration(s: &str, max: u64) -> Result<u64, String> {
-    let (num, unit) = split_unit(s);
-    let Some(&(_, unit_ms)) = DURATION_UNITS.iter().find(|(u, _)| *u == unit) else {
-        return Err(if unit.is_empty() {
-            format!("`{s}` needs a unit: ms, s, m or h")
-        } else {
-            format!("unknown duration unit `{unit}` in `{s}` (use ms, s, m or h)")
-        });
-    };
-    let ms = scaled(num, unit_ms).map_err(|why| format!("`{s}` is not a duration ({why})"))?;
-    if ms > max {
-        return Err(format!("`{s}` is more than the limit of {}", format_duration(max)));
-    }
-    Ok(ms)
+/// A duration (`90s`, `1.5h`, `250ms`, `0s`) in ms, at most `max`: the SDK's grammar, strict —
+/// a unit is required, the value exact to the ms, one token without blanks.
+pub fn parse_duration(s: &str, max: u64) -> Result<u64, QuantityError> {
+    parse_quantity(s, &Reading { max, ..Reading::DURATION })
 }
 
-/// A duration in the largest unit that writes it exactly.
-pub fn format_duration(ms: u64) -> String {
-    if ms == 0 {
-        return "0s".to_owned();
-    }
-    for (unit, size) in DURATION_UNITS {
-        if ms % size == 0 {
-            return format!("{}{unit}", ms / size);
-        }
-    }
-    format!("{ms}ms")
-}
+/// A duration in the largest unit that writes it exactly (the SDK's, which the parser reads
+/// back).
+pub use gantry_sdk::units::format_duration;
 
-/// A CPU amount as the CLI reads it: cores with up to three decimals (`2`, `0.5`) or
-/// millicores (`500m`); into millicores.
-pub fn parse_cpu(s: &str) -> Result<u64, String> {
-    let millis = if let Some(m) = s.strip_suffix('m') {
-        if m.contains('.') {
-            return Err(format!("`{s}`: millicores are whole numbers"));
-        }
-        scaled(m, 1)
-    } else {
-        scaled(s, 1000)
-    }
-    .map_err(|why| format!("`{s}` is not a CPU amount such as 2, 0.5 or 500m ({why})"))?;
-    if millis > MAX_CPU_MILLIS {
-        return Err(format!("`{s}` is more than {} cores", MAX_CPU_MILLIS / 1000));
-    }
-    Ok(millis)
+/// A CPU amount as the CLI writes it: cores with up to three decimals (`2`, `0.5`) or
+/// millicores (`500m`); into millicores, exact, at most [`MAX_CPU_MILLIS`].
+pub fn parse_cpu(s: &str) -> Result<u64, QuantityError> {
+    parse_quantity(s, &Reading { max: MAX_CPU_MILLIS, ..Reading::CPU })
 }
 
 /// Millicores in the CLI's form: whole cores as `2`, the rest as `1500m`.
@@ -100,18 +55,10 @@ pub fn format_cpu(millis: u64) -> String {
     if millis % 1000 == 0 { format!("{}", millis / 1000) } else { format!("{millis}m") }
 }
 
-/// A memory size as the CLI reads it: a number and a binary unit, `B`, `K`, `M`, `G`, `T`, `P`,
+/// A memory size as the CLI writes it: a number and a binary unit, `B`, `K`, `M`, `G`, `T`, `P`,
 /// also written `KB` / `KiB` and so on, any case; exact to the byte.
-pub fn parse_memory(s: &str) -> Result<u64, String> {
-    let (num, unit) = split_unit(s);
-    let unit_bytes = match gantry_sdk::units::binary_unit_bytes(unit) {
-        Some(b) => b,
-        None if unit.is_empty() => return Err(format!("`{s}` needs a unit: B, KiB, MiB, GiB, TiB or PiB")),
-        None => {
-            return Err(format!("unknown memory unit `{unit}` in `{s}` (use B, KiB, MiB, GiB, TiB or PiB)"));
-        }
-    };
-    scaled(num, unit_bytes).map_err(|why| format!("`{s}` is not a memory size ({why})"))
+pub fn parse_memory(s: &str) -> Result<u64, QuantityError> {
+    parse_quantity(s, &Reading::MEMORY)
 }
 
 /// Bytes in the largest binary unit that writes them exactly (`2GiB`, `1536MiB`, `100B`).
@@ -134,8 +81,8 @@ mod tests {
         assert_eq!(parse_duration("250ms", MAX_TIME_MS), Ok(250));
         assert_eq!(parse_duration("0s", MAX_TIME_MS), Ok(0));
         assert!(parse_duration("0.5ms", MAX_TIME_MS).is_err());
-        assert!(parse_duration("5", MAX_TIME_MS).unwrap_err().contains("needs a unit"));
-        assert!(parse_duration("5d", MAX_TIME_MS).unwrap_err().contains("unknown duration unit"));
+        assert!(parse_duration("5", MAX_TIME_MS).unwrap_err().to_string().contains("needs a unit"));
+        assert!(parse_duration("5d", MAX_TIME_MS).unwrap_err().to_string().contains("unknown duration unit"));
         assert!(parse_duration("1.h", MAX_TIME_MS).is_err());
         assert!(parse_duration("99999999999999999999999h", u64::MAX).is_err());
         assert!(parse_duration("11000d", MAX_TIME_MS).is_err());

@@ -15,7 +15,6 @@ pub mod dev;
 pub mod loadgen;
 pub mod metrics;
 pub mod plugin_host;
-pub mod reserve_cli;
 pub mod server;
 pub mod sim_cli;
 pub mod store;

@@ -418,7 +418,7 @@ impl Client {
 
 /// The API's paths, relative to the scheduler's base address.
 pub mod paths {
-    use crate::api::routes::PREFIX;
+    use crate::api::PREFIX;
     use crate::api::{AppFilter, LogFile};
 
     /// Cluster info.

@@ -16,20 +16,25 @@
 //! backend sees it, so a refused request changes nothing.
 
 pub mod client;
+pub mod durations;
 pub mod reservations;
 pub mod routes;
 pub mod types;
 
 pub use routes::router;
+pub use types::{AppFilter, LogFile, NodeFilter};
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use std::future::Future;
 use types::{
-    AppInfo, AppState, ClusterInfo, ClusterMetrics, NewApplication, NodeInfo, NodeState, RemoteException,
+    AppInfo, ClusterInfo, ClusterMetrics, NewApplication, NodeInfo, NodeState, RemoteException,
     RemoteExceptionBody, RemovableNode, SchedulerInfo, SubmitApp,
 };
+
+/// The API's path prefix, as YARN's: the routes serve under it, the client's paths start with it.
+pub const PREFIX: &str = "/ws/v1/cluster";
 
 /// Largest request body accepted, in bytes. A submission of a thousand container groups with
 /// long command lines stays far below it; anything larger is a mistake or an attack, and gets
@@ -168,86 +173,6 @@ pub trait Backend: Clone + Send + Sync + 'static {
         file: LogFile,
         tail: Option<u64>,
     ) -> impl Future<Output = Result<Vec<u8>, ApiError>> + Send;
-}
-
-/// Which of a container's log files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LogFile {
-    /// Standard output.
-    Stdout,
-    /// Standard error.
-    Stderr,
-}
-
-impl LogFile {
-    /// The file's name in URLs and on the agent (`stdout`, `stderr`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogFile::Stdout => "stdout",
-            LogFile::Stderr => "stderr",
-        }
-    }
-
-    /// Parses `stdout` or `stderr`.
-    pub fn parse(s: &str) -> Option<LogFile> {
-        match s {
-            "stdout" => Some(LogFile::Stdout),
-            "stderr" => Some(LogFile::Stderr),
-            _ => None,
-        }
-    }
-}
-
-/// The filters of `GET /ws/v1/cluster/apps` (YARN's query parameter names: `states`, `queue`,
-/// `user`, `limit`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AppFilter {
-    /// Keep apps in any of these states; empty keeps all.
-    pub states: Vec<AppState>,
-    /// Keep apps of this queue: a full path (`root.prod.etl`) or, without a dot, a leaf's own
-    /// name (`etl`), as YARN users name queues.
-    pub queue: Option<String>,
-    /// Keep apps of this user.
-    pub user: Option<String>,
-    /// Keep at most this many (the first ones in the backend's order).
-    pub limit: Option<usize>,
-}
-
-impl AppFilter {
-    /// Whether an app passes the state, queue and user filters (`limit` is not about one app).
-    pub fn matches(&self, app: &AppInfo) -> bool {
-        (self.states.is_empty() || self.states.contains(&app.state))
-            && self.queue.as_deref().is_none_or(|q| {
-                app.queue == q || (!q.contains('.') && app.queue.rsplit('.').next() == Some(q))
-            })
-            && self.user.as_deref().is_none_or(|u| app.user == u)
-    }
-
-    /// Keeps the apps that match, at most `limit` of them.
-    pub fn apply(&self, apps: Vec<AppInfo>) -> Vec<AppInfo> {
-        let limit = self.limit.unwrap_or(usize::MAX);
-        apps.into_iter().filter(|a| self.matches(a)).take(limit).collect()
-    }
-}
-
-/// Which nodes `GET /nodes?states=` asks for.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeFilter {
-    /// Keep nodes in any of these states; `None` keeps all. `Some` of an empty list keeps
-    /// none: the query named only YARN states that no gantry node is in.
-    pub states: Option<Vec<NodeState>>,
-}
-
-impl NodeFilter {
-    /// Whether a node passes.
-    pub fn matches(&self, node: &NodeInfo) -> bool {
-        self.states.as_ref().is_none_or(|states| states.contains(&node.state))
-    }
-
-    /// Keeps the nodes that match.
-    pub fn apply(&self, nodes: Vec<NodeInfo>) -> Vec<NodeInfo> {
-        nodes.into_iter().filter(|n| self.matches(n)).collect()
-    }
 }
 
 /// An error answered to an API client: an HTTP status and a message, sent as YARN's

@@ -31,6 +31,7 @@
 use crate::api::types::*;
 use crate::api::{
     ApiError, AppFilter, Backend, DEFAULT_QUEUE, LogFile, MAX_BODY_BYTES, MAX_LOG_TAIL_BYTES, NodeFilter,
+    PREFIX,
 };
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State};
@@ -42,9 +43,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-
-/// The API's path prefix, as YARN's.
-pub const PREFIX: &str = "/ws/v1/cluster";
 
 /// The REST API over `backend`. Other routes (the daemon's `/metrics`) can be added to the
 /// returned router with `.route(…)`; it already has its fallbacks, so do not `merge` another
@@ -254,9 +252,8 @@ async fn removable_nodes<B: Backend>(
 ) -> Result<Json<RemovableNodesResponse>, ApiError> {
     let min_idle_ms = match q.idle.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         None => 0,
-        Some(text) => {
-            crate::cli::parse_duration_ms(text).map_err(|e| ApiError::bad_request(format!("idle: {e}")))?
-        }
+        Some(text) => crate::api::durations::parse_duration_ms(text)
+            .map_err(|e| ApiError::bad_request(format!("idle: {e}")))?,
     };
     Ok(Json(RemovableNodesResponse {
         removable_nodes: RemovableNodeList { node: b.removable_nodes(min_idle_ms).await },

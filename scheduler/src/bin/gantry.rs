@@ -12,11 +12,12 @@ use std::process::ExitCode;
 #[command(name = "gantry", version, about)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: GantryCommand,
 }
 
+/// `gantry`'s commands (named apart from the engine's `gantry_engine::Command`).
 #[derive(Debug, Subcommand)]
-enum Command {
+enum GantryCommand {
     /// Run an all-in-one local cluster: the scheduler and one agent for this machine.
     Dev(gantry_scheduler::dev::DevArgs),
     /// Work with policy plugins.
@@ -190,21 +191,21 @@ fn main() -> ExitCode {
     gantry_agent::shim::dispatch();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Plugin { command: PluginCommand::Inspect { path, json } } => inspect(path, json),
-        Command::Cluster(c) => gantry_scheduler::cli::run(c).map_err(Into::into),
-        Command::Bench { command: BenchCommand::Engine(args) } => bench_engine(&args),
-        Command::Bench { command: BenchCommand::Load(args) } => bench_load(&args),
-        Command::Bench { command: BenchCommand::Store(args) } => bench_store(&args),
-        Command::Bench { command: BenchCommand::Reserve(args) } => bench_reserve(&args),
-        Command::Sim(args) => sim(&args),
-        Command::Cert { command } => gantry_scheduler::cert_cli::run(&command)
+        GantryCommand::Plugin { command: PluginCommand::Inspect { path, json } } => inspect(path, json),
+        GantryCommand::Cluster(c) => gantry_scheduler::cli::run(c).map_err(Into::into),
+        GantryCommand::Bench { command: BenchCommand::Engine(args) } => bench_engine(&args),
+        GantryCommand::Bench { command: BenchCommand::Load(args) } => bench_load(&args),
+        GantryCommand::Bench { command: BenchCommand::Store(args) } => bench_store(&args),
+        GantryCommand::Bench { command: BenchCommand::Reserve(args) } => bench_reserve(&args),
+        GantryCommand::Sim(args) => sim(&args),
+        GantryCommand::Cert { command } => gantry_scheduler::cert_cli::run(&command)
             .map(|lines| {
                 for l in lines {
                     println!("{l}");
                 }
             })
             .map_err(Into::into),
-        Command::Trace { command: TraceCommand::Gen(args) } => {
+        GantryCommand::Trace { command: TraceCommand::Gen(args) } => {
             gantry_scheduler::sim_cli::run_trace_gen(&args)
                 .map(|(files, jobs)| {
                     for f in files {
@@ -214,7 +215,7 @@ fn main() -> ExitCode {
                 })
                 .map_err(Into::into)
         }
-        Command::Dev(args) => {
+        GantryCommand::Dev(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(
                     tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),

@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::{GIB, HOUR_MS, MINUTE_MS, Res};
+use gantry_sdk::units::{Fraction, QuantityError, Reading, parse_quantity};
+
+use crate::{GIB, HOUR_MS, Res};
 
 /// Command-line settings (see the module documentation).
 pub struct Args {
@@ -69,7 +71,7 @@ pub fn parse_args() -> Res<Args> {
             "--trace" => a.trace = PathBuf::from(&v),
             "--nodes" => a.nodes = v.parse().map_err(|_| bad("a count"))?,
             "--node-cpu" => a.node_cores = v.parse().map_err(|_| bad("cores"))?,
-            "--node-mem" => a.node_mem = parse_bytes(&v).ok_or_else(|| bad("a size like 16GiB"))?,
+            "--node-mem" => a.node_mem = parse_bytes(&v).map_err(|e| format!("{flag}: {e}"))?,
             "--plan-share" => a.plan_share = parse_share(&v).ok_or_else(|| bad("a share in (0, 1]"))?,
             "--deadline-share" => {
                 a.deadline_share = parse_share(&v).ok_or_else(|| bad("a share in (0, 1]"))?
@@ -92,13 +94,13 @@ pub fn parse_args() -> Res<Args> {
             "--milp-hour" => a.milp_hour = Some(v.parse().map_err(|_| bad("an hour"))?),
             "--milp-n" => a.milp_n = v.parse().map_err(|_| bad("a count"))?,
             "--milp-time-limit" => {
-                a.milp_time_limit = Duration::from_millis(parse_ms(&v).ok_or_else(|| bad("a duration"))?)
+                a.milp_time_limit = Duration::from_millis(parse_ms(&v).map_err(|e| format!("{flag}: {e}"))?)
             }
             "--milp-cells" => a.milp_cells = v.parse().map_err(|_| bad("a count"))?,
             "--milp-slot" => {
                 a.milp_slot = Some(v.parse().ok().filter(|&s| s > 0).ok_or_else(|| bad("steps"))?)
             }
-            "--loss-at" => a.loss_at_ms = parse_ms(&v).ok_or_else(|| bad("a time like 12h"))?,
+            "--loss-at" => a.loss_at_ms = parse_ms(&v).map_err(|e| format!("{flag}: {e}"))?,
             "--loss-share" => a.loss_share = parse_share(&v).ok_or_else(|| bad("a share in (0, 1]"))?,
             "--out" => a.out = Some(PathBuf::from(&v)),
             "--json" => a.json = Some(PathBuf::from(&v)),
@@ -126,24 +128,15 @@ fn parse_range(v: &str) -> Option<(f64, f64)> {
     (lo >= 1.0 && hi >= lo && hi.is_finite()).then_some((lo, hi))
 }
 
-/// `16GiB`, `16G`, `512MiB`, or bytes.
-fn parse_bytes(v: &str) -> Option<u64> {
-    let v = v.trim();
-    let (num, mult) = [("GiB", GIB), ("G", GIB), ("MiB", 1 << 20), ("M", 1 << 20)]
-        .iter()
-        .find_map(|(suffix, m)| v.strip_suffix(suffix).map(|n| (n, *m)))
-        .unwrap_or((v, 1));
-    let x: f64 = num.trim().parse().ok()?;
-    (x > 0.0).then_some((x * mult as f64) as u64)
+/// `16GiB`, `16G`, `512MiB`, or bytes: the SDK's grammar, a bare number being bytes, more than 0.
+fn parse_bytes(v: &str) -> Result<u64, QuantityError> {
+    let reading =
+        Reading { bare: Some(1), fraction: Fraction::Down, lenient: true, min: 1, ..Reading::MEMORY };
+    parse_quantity(v, &reading)
 }
 
-/// `12h`, `30m`, `20s`, `500ms`, or milliseconds.
-fn parse_ms(v: &str) -> Option<u64> {
-    let v = v.trim();
-    let (num, mult) = [("ms", 1.0), ("h", HOUR_MS as f64), ("m", MINUTE_MS as f64), ("s", 1000.0)]
-        .iter()
-        .find_map(|(suffix, m)| v.strip_suffix(suffix).map(|n| (n, *m)))
-        .unwrap_or((v, 1.0));
-    let x: f64 = num.trim().parse().ok()?;
-    (x >= 0.0).then_some((x * mult) as u64)
+/// `12h`, `30m`, `20s`, `500ms`, or milliseconds: the SDK's grammar, a bare number being ms.
+fn parse_ms(v: &str) -> Result<u64, QuantityError> {
+    let reading = Reading { bare: Some(1), fraction: Fraction::Down, lenient: true, ..Reading::DURATION };
+    parse_quantity(v, &reading)
 }

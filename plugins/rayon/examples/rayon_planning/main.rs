@@ -106,7 +106,6 @@ use args::{Args, parse_args};
 type Res<T> = Result<T, Box<dyn Error>>;
 
 const HOUR_MS: u64 = 3_600_000;
-const MINUTE_MS: u64 = 60_000;
 const GIB: u64 = 1 << 30;
 const AGENTS: [Agent; 2] = [Agent::Gree, Agent::GreeL];
 

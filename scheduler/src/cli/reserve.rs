@@ -3,8 +3,9 @@
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::parse::{parse_duration_ms, parse_duration_or_zero_ms};
+use super::{CliError, Connection};
 use crate::api::reservations::{ReservationDefinition, ReservationInfo, ReservationSubmit};
-use crate::cli::{CliError, Connection, parse_duration_ms, parse_duration_or_zero_ms};
 
 /// `gantry reserve …`.
 #[derive(Debug, Clone, clap::Subcommand)]
