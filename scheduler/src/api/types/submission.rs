@@ -10,27 +10,16 @@ use gantry_engine::{
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Smallest CPU a container may ask for, millicores: the kernel's smallest CFS quota (1 ms per
-/// 100 ms period), which the agent also enforces.
-pub const MIN_CPU_MILLIS: u64 = 10;
-/// Largest CPU a container may ask for, millicores (10 000 cores): anything above is a typo.
-pub const MAX_CPU_MILLIS: u64 = 10_000_000;
-/// Smallest memory a container may ask for, bytes: below 1 MiB not even a shell starts (the
-/// agent's own minimum).
-pub const MIN_MEMORY_BYTES: u64 = 1 << 20;
-/// Largest memory a container may ask for, bytes (1 PiB): anything above is a typo.
-pub const MAX_MEMORY_BYTES: u64 = 1 << 50;
+// Per-container bounds the agent enforces too: one definition for both (`gantry_sdk::limits`),
+// so a submission the agent would refuse at launch is refused here at once.
+pub use gantry_sdk::limits::{
+    Limit, MAX_ARGS_BYTES, MAX_CPU_MILLIS, MAX_DISK_BYTES, MAX_MEMORY_BYTES, MIN_CPU_MILLIS, MIN_DISK_BYTES,
+    MIN_MEMORY_BYTES,
+};
 /// Most GPUs one container may ask for (MIG instances count one each).
 pub const MAX_GPUS: u32 = 256;
-/// Largest argv plus environment of one container, bytes — the agent's limit, checked here so
-/// that a submission the agent would refuse at launch is refused at once instead.
-pub const MAX_ARGS_BYTES: usize = 1 << 20;
 /// Longest program name (`argv[0]`), bytes: the kernel's `PATH_MAX`.
 pub const MAX_PROGRAM_LEN: usize = 4096;
-/// Smallest disk allowance a container may ask for, bytes: its logs alone need some.
-pub const MIN_DISK_BYTES: u64 = 1 << 20;
-/// Largest disk allowance a container may ask for, bytes (1 PiB): anything above is a typo.
-pub const MAX_DISK_BYTES: u64 = 1 << 50;
 /// Largest `expectedMs` / `slowMs`: one year. Run-time estimates beyond it are mistakes.
 pub const MAX_EXPECTED_MS: u64 = 366 * 24 * 3600 * 1000;
 
@@ -142,8 +131,8 @@ pub struct ContainerRequest {
 }
 
 /// The largest per-container process limit a submission may ask for (the kernel's `pid_max`
-/// ceiling).
-pub const MAX_PIDS_PER_CONTAINER: u64 = 1 << 22;
+/// ceiling; the agent's bound too).
+pub use gantry_sdk::limits::MAX_PIDS as MAX_PIDS_PER_CONTAINER;
 
 fn one() -> u32 {
     1
@@ -203,7 +192,7 @@ fn check_queue(q: &str) -> Result<(), ValidationError> {
 impl ResourceRequest {
     /// Checks the sizes against the limits above.
     pub fn validate(&self, field: &str) -> Result<(), ValidationError> {
-        if !(MIN_CPU_MILLIS..=MAX_CPU_MILLIS).contains(&self.cpu_millis) {
+        if !Limit::CpuMillis.contains(self.cpu_millis) {
             return Err(invalid(
                 format!("{field}.cpuMillis"),
                 format!(
@@ -212,7 +201,7 @@ impl ResourceRequest {
                 ),
             ));
         }
-        if !(MIN_MEMORY_BYTES..=MAX_MEMORY_BYTES).contains(&self.memory_bytes) {
+        if !Limit::MemoryBytes.contains(self.memory_bytes) {
             return Err(invalid(
                 format!("{field}.memoryBytes"),
                 format!(
@@ -252,7 +241,7 @@ impl ContainerRequest {
             }
         }
         if let Some(n) = self.max_pids {
-            if !(1..=MAX_PIDS_PER_CONTAINER).contains(&n) {
+            if !Limit::MaxPids.contains(n) {
                 return Err(invalid(
                     format!("{field}.maxPids"),
                     format!("{n} is outside 1..={MAX_PIDS_PER_CONTAINER}"),
@@ -288,7 +277,7 @@ impl ContainerRequest {
                 return Err(invalid(f, "the value contains a NUL byte"));
             }
         }
-        if let Some(disk) = self.disk_bytes.filter(|d| !(MIN_DISK_BYTES..=MAX_DISK_BYTES).contains(d)) {
+        if let Some(disk) = self.disk_bytes.filter(|&d| !Limit::DiskBytes.contains(d)) {
             return Err(invalid(
                 format!("{field}.diskBytes"),
                 format!(
@@ -296,8 +285,10 @@ impl ContainerRequest {
                 ),
             ));
         }
-        let bytes = self.command.iter().map(|a| a.len() + 1).sum::<usize>()
-            + self.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>();
+        let bytes = gantry_sdk::limits::args_bytes(
+            self.command.iter().map(String::as_str),
+            self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        );
         if bytes > MAX_ARGS_BYTES {
             return Err(invalid(
                 field,
