@@ -53,7 +53,7 @@ struct World {
     running: BTreeMap<u64, Running>,
     /// Completed containers per (app, request).
     completed: HashMap<(u64, usize), u32>,
-    /// Exits reported while no scheduler was there to acknowledge them.
+    /// Exits reported and not acknowledged yet: reported again at every Register.
     unacked: Vec<v1::ContainerExited>,
 }
 
@@ -162,8 +162,14 @@ async fn settle(life: &mut Life, world: &mut World) {
                             cluster_id: r.cluster,
                             ..Default::default()
                         };
+                        world.unacked.push(exit.clone());
                         tell(life, Up::ContainerExited(exit)).await;
                     }
+                }
+                Down::AckExit(a) => {
+                    world
+                        .unacked
+                        .retain(|e| (e.container_id, &e.cluster_id) != (a.container_id, &a.cluster_id));
                 }
                 _ => {}
             }
@@ -259,14 +265,15 @@ async fn run_seed(seed: u64) {
                         cluster_id: r.cluster,
                         ..Default::default()
                     };
+                    // Like a real agent, it reports the exit again on every Register until the
+                    // scheduler acknowledges it (a restart may lose a message in flight).
+                    world.unacked.push(exit.clone());
                     if rng.below(4) == 0 {
                         // It ends while the scheduler restarts: reported on the next Register.
-                        world.unacked.push(exit);
                         stop(life).await;
                         let store = check_store(&path, &world);
                         stream += 1;
                         life = start(store, stream, &world).await;
-                        world.unacked.clear();
                     } else {
                         tell(&life, Up::ContainerExited(exit)).await;
                     }
