@@ -15,6 +15,7 @@
 use crate::Controller;
 use crate::messages::{Output, Reply, ReplyTo, ReservationOutcome, StreamId, SubmitError, WriteId};
 use crate::records::{StoreError, Write};
+use crate::rewrite::RecordKey;
 use gantry_engine::{AppId, ContainerId, Event, ReservationId};
 use gantry_proto::v1::scheduler_message::Msg as ToAgent;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -30,6 +31,11 @@ pub(crate) struct Commits {
     held: VecDeque<HeldBatch>,
     /// Nodes with messages in `held`.
     held_nodes: BTreeSet<String>,
+    /// Per job in flight, the records it writes that can be written again if it fails
+    /// (`rewrite.rs`).
+    keys: BTreeMap<WriteId, Vec<RecordKey>>,
+    /// Records whose last write failed, to write again.
+    pub(crate) rewrite: BTreeSet<RecordKey>,
 }
 
 /// Messages to agents waiting for a launch record's commit.
@@ -70,6 +76,10 @@ impl Controller {
         }
         self.commits.last_write += 1;
         let write = self.commits.last_write;
+        let keys: Vec<RecordKey> = writes.iter().filter_map(RecordKey::of).collect();
+        if !keys.is_empty() {
+            self.commits.keys.insert(write, keys);
+        }
         self.outbox.push(Output::Store { write, writes });
         Some(write)
     }
@@ -155,6 +165,12 @@ impl Controller {
 
     /// The store reports `write`'s outcome.
     pub(crate) fn committed(&mut self, write: WriteId, result: Result<(), StoreError>) {
+        let keys = self.commits.keys.remove(&write).unwrap_or_default();
+        if let Err(e) = &result {
+            if crate::rewrite::passes(e) {
+                self.commits.rewrite.extend(keys);
+            }
+        }
         if let Some(batch) = self.commits.held.iter_mut().find(|b| b.write == write) {
             batch.outcome = Some(result.clone());
         }

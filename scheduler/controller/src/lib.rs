@@ -40,6 +40,7 @@ mod reconcile;
 pub mod records;
 mod recover;
 mod requests;
+mod rewrite;
 
 pub use agents::AgentLink;
 pub use app_history::{EndedApp, LaunchedContainer};
@@ -250,6 +251,7 @@ impl Controller {
         if self.now_ms >= self.next_liveness_ms {
             self.next_liveness_ms = self.now_ms + liveness_interval_ms(self.config.node_timeout_ms);
             self.check_liveness();
+            self.rewrite_failed();
         }
         if !self.dirty && self.now_ms < self.next_cycle_ms {
             return false;
@@ -299,6 +301,9 @@ impl Controller {
                     "nodes did not come back after the restart; their containers run again elsewhere"
                 );
                 self.awaiting.clear();
+            }
+            if let Err(e) = self.event(Event::RestoreEnded) {
+                tracing::error!(error = %e, "cannot end the restore");
             }
         }
         self.dirty = false;

@@ -6,8 +6,9 @@
 //!   cluster) are not ours, whatever their numbers: they are killed, addressed by their own
 //!   cluster id, as YARN's NodeManager kills its containers when it resyncs with a
 //!   ResourceManager that does not know them; their exits are only acknowledged, never applied.
-//! - Of ours, containers the engine does not want are killed; those it wants and the agent
-//!   reports running are marked running; those it wants and the agent lacks are lost.
+//! - Of ours, containers the engine does not want are killed; those it is stopping are asked to
+//!   stop again (the first kill may have been lost with the old stream); those it wants and the
+//!   agent reports running are marked running; those it wants and the agent lacks are lost.
 //!
 //! An agent older than cluster ids (`Register.reports_cluster_ids` false) reports none and is
 //! taken at its word. After a scheduler restart the containers the store says run on the node
@@ -18,7 +19,7 @@ use crate::exit_words;
 use gantry_engine::{ContainerId, Event};
 use gantry_proto::v1;
 use gantry_proto::v1::scheduler_message::Msg as ToAgent;
-use gantry_sdk::abi::GANTRY_CONTAINER_RUNNING;
+use gantry_sdk::abi::{GANTRY_CONTAINER_RUNNING, GANTRY_CONTAINER_STOPPING};
 use std::collections::BTreeSet;
 
 impl Controller {
@@ -53,19 +54,23 @@ impl Controller {
             self.kill_unwanted(node, c, "another scheduler state's");
         }
         let reported: BTreeSet<u64> = ours.iter().map(|c| c.container_id).collect();
-        let wanted: BTreeSet<u64> = {
+        let (wanted, stopping): (BTreeSet<u64>, BTreeSet<u64>) = {
             let st = self.engine.state();
             let idx = st.node_by_name(node).map(|n| n.0);
-            st.containers()
-                .iter()
-                .filter(|c| Some(c.node) == idx && gantry_engine::state::container_is_live(c.state))
-                .map(|c| c.id)
-                .collect()
+            let here = || st.containers().iter().filter(|c| Some(c.node) == idx);
+            (
+                here().filter(|c| gantry_engine::state::container_is_live(c.state)).map(|c| c.id).collect(),
+                here().filter(|c| c.state == GANTRY_CONTAINER_STOPPING).map(|c| c.id).collect(),
+            )
         };
         for c in ours {
             if !wanted.contains(&c.container_id) {
                 tracing::warn!(%node, container = c.container_id, "agent runs a container the scheduler does not want; killing it");
                 self.kill_unwanted(node, c, "not wanted");
+            } else if stopping.contains(&c.container_id) {
+                // Asked to stop while its agent could not hear it (the kill was lost with the
+                // stream): asked again, or it would run beside its replacement until it ends.
+                self.kill_unwanted(node, c, "stopping");
             } else if c.state == v1::ContainerState::Running as i32 {
                 if let Err(e) = self.event(Event::ContainerStarted { container: ContainerId(c.container_id) })
                 {

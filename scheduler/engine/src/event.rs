@@ -85,6 +85,10 @@ pub enum Event {
         /// Whether it had been confirmed running.
         running: bool,
     },
+    /// The driver has restored every container it will after a restart (their agents came
+    /// back, or stopped being waited for). A gang missing members restarts whole, as it does
+    /// when a member is lost: members that did not come back cannot be placed on their own.
+    RestoreEnded,
     /// A user asked to kill an application.
     AppKillRequested {
         /// The application.

@@ -1517,6 +1517,103 @@ fn same_rack_required_holds_for_non_gang_requests() {
 // ----- recovery: what a daemon restores from its store after a restart ------------------------
 
 #[test]
+fn a_restored_app_whose_containers_all_completed_finishes_at_once() {
+    // Both containers completed before the restart, but the app's FINISHED was not stored:
+    // nothing will exit again, so the restore itself finishes it (and says so, for the store).
+    let mut h = H::builtin();
+    h.register(node("n1", "r1", 8, 32, 0));
+    let cmds = h.ok(Event::AppRestored {
+        app: AppId(7),
+        spec: app("done", DEFAULT_Q, vec![req(1000, 1, 0, 2)]),
+        state: GANTRY_APP_RUNNING,
+        failures: 0,
+        submit_ms: 5,
+        completed: vec![2],
+    });
+    assert_eq!(changes_of(&cmds, AppId(7)), vec![GANTRY_APP_ACCEPTED, GANTRY_APP_FINISHED]);
+    assert!(launches(&h.tick()).is_empty(), "nothing runs again");
+}
+
+#[test]
+fn a_restored_running_app_says_its_state_as_the_engine_has_it() {
+    // Stored RUNNING; ACCEPTED here until a container comes back running, then RUNNING: each
+    // change is a command, so the driver's store follows the engine.
+    let mut h = H::builtin();
+    h.register(node("n1", "r1", 8, 32, 0));
+    let cmds = h.ok(Event::AppRestored {
+        app: AppId(8),
+        spec: app("old", DEFAULT_Q, vec![req(1000, 1, 0, 1)]),
+        state: GANTRY_APP_RUNNING,
+        failures: 0,
+        submit_ms: 5,
+        completed: Vec::new(),
+    });
+    assert_eq!(changes_of(&cmds, AppId(8)), vec![GANTRY_APP_ACCEPTED]);
+    let cmds = h.ok(Event::ContainerRestored {
+        container: ContainerId(30),
+        app: AppId(8),
+        request: 0,
+        node: "n1".into(),
+        gpus: Vec::new(),
+        running: true,
+    });
+    assert_eq!(changes_of(&cmds, AppId(8)), vec![GANTRY_APP_RUNNING]);
+}
+
+#[test]
+fn a_restored_gang_missing_members_starts_again_whole() {
+    // A gang of 3: one member completed and one came back after the restart; the third did
+    // not. Members are placed only whole, so once the restore ends the gang starts again whole:
+    // the restored member is stopped and all three are placed anew.
+    let mut h = H::builtin();
+    h.register(node("n1", "r1", 8, 32, 0));
+    h.ok(Event::AppRestored {
+        app: AppId(9),
+        spec: app("g", DEFAULT_Q, vec![gang(1000, 1, 3)]),
+        state: GANTRY_APP_RUNNING,
+        failures: 0,
+        submit_ms: 5,
+        completed: vec![1],
+    });
+    h.ok(Event::ContainerRestored {
+        container: ContainerId(40),
+        app: AppId(9),
+        request: 0,
+        node: "n1".into(),
+        gpus: Vec::new(),
+        running: true,
+    });
+    assert_eq!(h.request(AppId(9), 0).placed, 2);
+    let cmds = h.ok(Event::RestoreEnded);
+    let k = kills(&cmds);
+    assert_eq!(k.len(), 1, "the restored member is stopped: {cmds:?}");
+    assert_eq!(k[0].container, ContainerId(40));
+    assert_eq!(h.request(AppId(9), 0).placed, 0);
+    assert_eq!(h.app_meta(AppId(9)).completed, vec![0]);
+    h.exit(ContainerId(40), 137);
+    assert_eq!(launches(&h.tick()).len(), 3, "placed whole");
+}
+
+#[test]
+fn a_gang_with_completed_members_and_nothing_live_starts_again_whole() {
+    // What a restore leaves when the members that had not completed are gone for good: the
+    // next cycle starts the gang again whole instead of waiting for room for one member,
+    // which a gang can never be given alone.
+    let mut h = H::builtin();
+    h.register(node("n1", "r1", 8, 32, 0));
+    h.ok(Event::AppRestored {
+        app: AppId(10),
+        spec: app("g", DEFAULT_Q, vec![gang(1000, 1, 3)]),
+        state: GANTRY_APP_RUNNING,
+        failures: 0,
+        submit_ms: 5,
+        completed: vec![1],
+    });
+    assert_eq!(launches(&h.tick()).len(), 3);
+    assert_eq!(h.app_meta(AppId(10)).completed, vec![0]);
+}
+
+#[test]
 fn restored_apps_and_containers_resume_and_new_ids_follow_them() {
     let mut h = H::builtin();
     h.register(node("n1", "r1", 8, 32, 2));

@@ -44,7 +44,7 @@ pub struct Agent {
     /// Cut off from the scheduler since then.
     pub partitioned_since: Option<u64>,
     /// When it last heard from the scheduler.
-    heard_ms: u64,
+    pub heard_ms: u64,
     pub running: BTreeMap<u64, Running>,
     /// Exits not acknowledged yet, reported again at every registration.
     unacked: Vec<v1::ContainerExited>,
@@ -53,9 +53,9 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// Exits it still waits to have acknowledged.
-    pub fn unacked_len(&self) -> Vec<(u64, String, i32)> {
-        self.unacked.iter().map(|e| (e.container_id, e.cluster_id.clone(), e.reason)).collect()
+    /// Whether it and the scheduler hear each other now.
+    pub fn in_contact(&self) -> bool {
+        self.stream != 0 && self.partitioned_since.is_none()
     }
 }
 
@@ -153,6 +153,16 @@ impl World {
         self.last_reply
     }
 
+    /// Hands the controller an input at the world's time and carries out what follows.
+    pub fn send(&mut self, input: Input) {
+        self.input(input);
+    }
+
+    /// A fresh reply id, for [`World::send`].
+    pub fn next_reply(&mut self) -> ReplyTo {
+        self.reply_id()
+    }
+
     /// Submits `spec` whose containers run `runtime_ms`; returns the reply id to look for.
     pub fn submit(&mut self, spec: AppSpec, runtime_ms: u64) -> ReplyTo {
         let reply = self.reply_id();
@@ -245,6 +255,72 @@ impl World {
         for n in names {
             self.connect(&n);
         }
+    }
+
+    /// What the engine, the store and the agents hold of `app`, for a failure's message.
+    pub fn describe(&self, app: AppId) -> String {
+        let mut out = format!(
+            "app {} in the engine: {:?} {:?}\n",
+            app.0,
+            self.ctl.engine().app_state(app),
+            self.ctl.engine().app_diagnostics(app)
+        );
+        let st = self.ctl.engine().state();
+        if let Some(i) = st.app_index(app) {
+            let a = st.apps()[i as usize];
+            for r in &st.requests()[a.requests.start as usize..(a.requests.start + a.requests.len) as usize] {
+                out += &format!("  request placed {} of {}\n", r.placed, r.count);
+            }
+            out += &format!(
+                "  meta {:?}\n",
+                st.app_meta(i).map(|m| (&m.completed, m.live_containers, m.failures))
+            );
+        }
+        for c in st.containers() {
+            out += &format!(
+                "  engine container {} of app {:?} state {} node {}\n",
+                c.id,
+                st.apps().get(c.app as usize).map(|a| a.id),
+                c.state,
+                c.node
+            );
+        }
+        for q in st.queues() {
+            out += &format!(
+                "  queue {} used {:?} max {:?} guaranteed {:?}\n",
+                st.str(q.name),
+                q.used,
+                q.maximum,
+                q.guaranteed
+            );
+        }
+        for n in st.nodes() {
+            out += &format!(
+                "  node {} state {} allocated {:?} of {:?}\n",
+                st.str(n.name),
+                n.state,
+                n.allocated,
+                n.capacity
+            );
+        }
+        for c in self.store.containers().filter(|c| c.app == app) {
+            out +=
+                &format!("  stored container {} state {} on {} ({:?})\n", c.id.0, c.state, c.node, c.reason);
+        }
+        for a in self.agents.values() {
+            out += &format!(
+                "  agent {} stream {} partitioned {:?} runs {:?} unacked {:?}\n",
+                a.name,
+                a.stream,
+                a.partitioned_since,
+                a.running
+                    .iter()
+                    .map(|(id, r)| (*id, r.app, r.cluster.chars().rev().take(2).collect::<String>()))
+                    .collect::<Vec<_>>(),
+                a.unacked.iter().map(|e| (e.container_id, e.reason)).collect::<Vec<_>>()
+            );
+        }
+        out
     }
 
     /// Commits (or fails) the oldest store job in flight.

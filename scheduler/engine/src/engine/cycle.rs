@@ -105,7 +105,15 @@ impl Engine {
                 continue;
             }
             let mut any = false;
+            let idle = st.app_meta[ai as usize].live_containers == 0;
             for ri in a.requests.start..a.requests.start + a.requests.len {
+                let r = &mut st.requests[ri as usize];
+                if idle && r.flags & GANTRY_REQUEST_GANG != 0 && r.placed > 0 && r.placed < r.count {
+                    // Some members completed before a restart, the others are gone: a gang is
+                    // placed whole, so it starts again whole (members alone would never fit).
+                    r.placed = 0;
+                    st.app_meta[ai as usize].completed[(ri - a.requests.start) as usize] = 0;
+                }
                 let r = &st.requests[ri as usize];
                 debug_assert_eq!(r.app, ai);
                 if r.placed < r.count {

@@ -111,6 +111,31 @@ impl Engine {
         }
     }
 
+    /// After a restore: every gang request with some members placed (completed or restored) but
+    /// not all restarts whole — its live members are stopped and its completions forgotten.
+    pub(super) fn restart_partial_gangs(&mut self) {
+        for ri in 0..self.state.requests.len() as u32 {
+            let r = self.state.requests[ri as usize];
+            if r.flags & GANTRY_REQUEST_GANG == 0 || r.placed == 0 || r.placed >= r.count {
+                continue;
+            }
+            if !matches!(self.state.apps[r.app as usize].state, GANTRY_APP_ACCEPTED | GANTRY_APP_RUNNING) {
+                continue;
+            }
+            for j in 0..self.state.containers.len() as u32 {
+                let s = self.state.containers[j as usize];
+                if s.request == ri && matches!(s.state, GANTRY_CONTAINER_ALLOCATED | GANTRY_CONTAINER_RUNNING)
+                {
+                    self.stop_container(j, 0, KillReason::GangRestart);
+                }
+            }
+            self.state.requests[ri as usize].placed = 0;
+            let k = ri - self.state.apps[r.app as usize].requests.start;
+            self.state.app_meta[r.app as usize].completed[k as usize] = 0;
+            self.maybe_pending.push(r.app);
+        }
+    }
+
     /// Puts a container's request back to pending after the container was lost, failed or
     /// preempted. A gang restarts as a whole: its live siblings are stopped.
     pub(super) fn repend(&mut self, i: u32) {

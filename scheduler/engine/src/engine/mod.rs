@@ -254,11 +254,17 @@ impl Engine {
             Event::AppRestored { app, spec, state, failures, submit_ms, completed } => {
                 let restored =
                     RestoredApp { id: app, state, failures, submit_ms, completed, from_store: true };
-                self.insert_app(spec, Some(restored))?;
+                let id = self.insert_app(spec, Some(restored))?;
+                // Every container completed before the restart, but its end was not stored:
+                // nothing will exit again to finish it, so it finishes now.
+                if let Some(i) = self.state.app_index(id) {
+                    self.finish_if_done(i);
+                }
             }
             Event::ContainerRestored { container, app, request, node, gpus, running } => {
                 self.restore_container(RestoredContainer { container, app, request, node, gpus, running })?;
             }
+            Event::RestoreEnded => self.restart_partial_gangs(),
             Event::AppKillRequested { app } => {
                 let i = self.app_idx(app)?;
                 if app_is_terminal(self.state.apps[i as usize].state) {

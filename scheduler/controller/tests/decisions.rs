@@ -1,0 +1,131 @@
+//! The controller's decisions one scenario each, on the simulated agents and store of
+//! `common/world.rs`: each is a rule the fault schedules of `faults.rs` found missing.
+
+mod common;
+
+use common::world::{World, app};
+use gantry_controller::{Controller, ControllerConfig, Input, Output, Reply};
+use gantry_engine::AppId;
+use gantry_proto::ClusterId;
+use gantry_sdk::abi::*;
+
+/// The app of the reply `to`, which must have been accepted.
+fn accepted(w: &World, to: u64) -> AppId {
+    match w.answers.get(&to) {
+        Some(Reply::Submitted(Ok(app))) => *app,
+        other => panic!("submission not accepted: {other:?}"),
+    }
+}
+
+fn app_state(w: &World, app: AppId) -> Option<u32> {
+    w.ctl.engine().app_state(app)
+}
+
+#[test]
+fn a_held_launch_of_an_app_killed_meanwhile_is_not_sent_and_nothing_waits_for_it() {
+    let mut w = World::new(1);
+    let to = w.submit(app(1, false), 60_000);
+    w.commit_all();
+    let app = accepted(&w, to);
+    w.advance(1_000); // placed; the launch waits for its record
+    assert_eq!(w.store.in_flight(), 2, "the container's record and the app's state");
+    let kill = w.kill(app);
+    w.commit_all(); // the launch's record commits before the kill's
+    assert!(matches!(w.answers.get(&kill), Some(Reply::Killed(Ok(())))));
+    assert!(w.agents["n0"].running.is_empty(), "a killed app's container was launched");
+    w.advance(2_000);
+    w.commit_all();
+    assert_eq!(app_state(&w, app), Some(GANTRY_APP_KILLED));
+    assert!(
+        w.ctl.engine().state().containers().is_empty(),
+        "the engine still waits for a container that never ran"
+    );
+}
+
+#[test]
+fn status_acknowledgements_are_not_held_behind_a_slow_commit() {
+    // A launch waits for its record; the node's status acknowledgements must not, or the agent,
+    // hearing nothing for its fencing timeout, kills everything it runs.
+    let mut w = World::new(1);
+    w.submit(app(1, false), 600_000);
+    w.commit_all();
+    w.advance(1_000);
+    assert!(w.store.in_flight() > 0, "the launch's record is not committed");
+    let heard = w.agents["n0"].heard_ms;
+    w.advance(5_000);
+    assert!(w.agents["n0"].heard_ms > heard, "the agent heard nothing while a commit was slow");
+}
+
+#[test]
+fn a_kill_lost_with_its_stream_is_sent_again_when_the_agent_registers() {
+    // The app is killed while its node's stream is down, so the kill never arrives; when the
+    // agent registers again the stopping container is asked again, or it would run on until it
+    // ends by itself (beside its replacement, for a gang restart or a preemption).
+    let mut w = World::new(1);
+    let to = w.submit(app(1, false), 600_000);
+    w.commit_all();
+    let app = accepted(&w, to);
+    w.advance(1_000);
+    w.commit_all();
+    assert_eq!(w.agents["n0"].running.len(), 1);
+    w.disconnect("n0");
+    w.kill(app);
+    w.commit_all();
+    assert_eq!(w.agents["n0"].running.len(), 1, "the kill cannot have arrived");
+    w.connect("n0");
+    assert!(
+        w.agents["n0"].running.is_empty(),
+        "a stopping container kept running after its agent registered again"
+    );
+    w.commit_all();
+    assert_eq!(app_state(&w, app), Some(GANTRY_APP_KILLED));
+}
+
+#[test]
+fn a_failed_state_write_is_written_again_from_what_is_known_then() {
+    let mut w = World::new(1);
+    let to = w.submit(app(1, false), 1_000);
+    w.commit_all();
+    let app = accepted(&w, to);
+    w.advance(1_000);
+    w.commit_all();
+    w.advance(2_000); // it ran and ended
+    assert_eq!(app_state(&w, app), Some(GANTRY_APP_FINISHED));
+    // The disk is full for every job now in flight (the exit's and the app's end).
+    while w.commit(true) {}
+    assert_ne!(w.store.app(app).map(|a| a.state), Some(GANTRY_APP_FINISHED));
+    // Space returns: within a liveness check the records are written again.
+    w.advance(1_000);
+    w.commit_all();
+    assert_eq!(w.store.app(app).map(|a| a.state), Some(GANTRY_APP_FINISHED));
+    assert!(w.store.containers().all(|c| c.state == GANTRY_CONTAINER_COMPLETED));
+}
+
+#[test]
+fn two_drain_changes_in_flight_end_as_the_store_ends_whatever_order_they_are_answered_in() {
+    let mut w = World::new(1);
+    let (drain, undrain) = (w.next_reply(), w.next_reply());
+    let mut ctl = std::mem::replace(
+        &mut w.ctl,
+        Controller::new(common::world::engine(), ControllerConfig::new(ClusterId::from_bits(9)), 0),
+    );
+    let now = w.now;
+    ctl.handle(now, Input::SetNodeDrain { reply: drain, node: "n0".into(), drained: true });
+    ctl.handle(now, Input::SetNodeDrain { reply: undrain, node: "n0".into(), drained: false });
+    let jobs: Vec<u64> = ctl
+        .take_outputs()
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Store { write, .. } => Some(write),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(jobs.len(), 2);
+    // The undrain (stored second) is answered first, then the drain.
+    ctl.handle(now, Input::Committed { write: jobs[1], result: Ok(()) });
+    ctl.handle(now, Input::Committed { write: jobs[0], result: Ok(()) });
+    let st = ctl.engine().state();
+    let n = st.node_by_name("n0").expect("node");
+    assert_eq!(st.nodes()[n.0 as usize].state, GANTRY_NODE_RUNNING, "the earlier change overrode the later");
+    assert!(!ctl.drained_nodes().contains("n0"), "nor does it come back at the next registration");
+}
