@@ -56,8 +56,9 @@ pub(super) struct Job {
     pub(super) done: oneshot::Sender<Result<(), StoreError>>,
 }
 
-/// The writer thread: one batch per loop, until every [`Store`] sender is gone and the queue is
-/// empty. Owns the only writing connection, so transactions never contend inside the process.
+/// The writer thread: one batch per loop, until every [`Store`](super::Store) sender is gone and
+/// the queue is empty. Owns the only writing connection, so transactions never contend inside the
+/// process.
 pub(super) fn writer_loop(conn: Connection, rx: mpsc::Receiver<Job>, counters: &Counters, max_batch: usize) {
     while let Ok(first) = rx.recv() {
         let mut writes = first.writes.len();
