@@ -37,8 +37,9 @@ pub fn bench_group_commit(path: &Path, writers: usize, writes_each: usize) -> Re
     Ok((if seconds > 0.0 { total / seconds } else { f64::INFINITY }, transactions))
 }
 
-/// A small NEW application as the benchmarks write it (`gantry bench store` too).
-pub(crate) fn bench_app(id: u64) -> AppRecord {
+/// A small NEW application as the benchmarks write it (`gantry bench store` too). Public so that
+/// the benchmarks can live in a crate of their own.
+pub fn bench_app(id: u64) -> AppRecord {
     AppRecord {
         id: AppId(id),
         spec: AppSpec {

@@ -69,14 +69,13 @@ use tokio::sync::oneshot;
 mod bench;
 mod json;
 mod read;
-pub(crate) mod retention;
+pub mod retention;
 mod schema;
 #[cfg(test)]
 mod tests;
 mod writer;
 
-pub(crate) use bench::bench_app;
-pub use bench::bench_group_commit;
+pub use bench::{bench_app, bench_group_commit};
 pub use retention::{PruneReport, Retention};
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 use writer::{Counters, Job, classify};
