@@ -33,7 +33,8 @@
 //! row only leaves a gap. Freed pages stay in the file and are reused by later rows, so a store
 //! in its steady state stops growing; `VACUUM` gives them back to the file system.
 
-use super::{Store, StoreError, Write, classify};
+use super::writer::classify;
+use super::{Store, StoreError, Write};
 use gantry_engine::AppId;
 use gantry_sdk::abi::{
     GANTRY_APP_ACCEPTED, GANTRY_APP_NEW, GANTRY_APP_RUNNING, GANTRY_CONTAINER_ALLOCATED,
@@ -52,7 +53,7 @@ const _: () = assert!(
 
 /// The migration that makes the selection cheap: ended apps by the time they ended. Partial, so
 /// live apps (the ones that change) never touch it.
-pub(crate) const MIGRATION_SQL: &str = "
+pub const MIGRATION_SQL: &str = "
     CREATE INDEX apps_ended_by_time ON apps(state_ms, id) WHERE state NOT IN (1, 2, 3);
 ";
 
