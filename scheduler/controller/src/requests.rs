@@ -221,20 +221,13 @@ impl Controller {
     /// Applies a reservation change; the answer waits for what it changed to commit, and a
     /// submission whose record fails is taken back out of the plan.
     pub(crate) fn reservation(&mut self, reply: ReplyTo, op: ReservationOp) {
-        match self.change_reservation(op) {
-            Ok((outcome, write, undo)) => {
-                self.dirty = true;
-                self.after_commit(write, AfterCommit::Reservation { to: reply, outcome, undo });
-            }
-            Err(e) => self.reply(reply, Reply::Reservation(Err(e))),
+        if let Err(e) = self.change_reservation(reply, op) {
+            self.reply(reply, Reply::Reservation(Err(e)));
         }
     }
 
-    #[allow(clippy::type_complexity)]
-    fn change_reservation(
-        &mut self,
-        op: ReservationOp,
-    ) -> Result<(ReservationOutcome, Option<crate::WriteId>, Option<ReservationId>), SubmitError> {
+    /// [`Controller::reservation`] up to the wait for the commit; an error is answered at once.
+    fn change_reservation(&mut self, reply: ReplyTo, op: ReservationOp) -> Result<(), SubmitError> {
         let (event, id, is_submit) = match op {
             ReservationOp::Submit { id: Some(id), caller, .. }
                 if let Err(e) = self.handed_out_reservations.check(id.0, &caller) =>
@@ -281,6 +274,8 @@ impl Controller {
             }
         }
         let write = self.persist(writes);
-        Ok((outcome, write, undo))
+        self.dirty = true;
+        self.after_commit(write, AfterCommit::Reservation { to: reply, outcome, undo });
+        Ok(())
     }
 }
