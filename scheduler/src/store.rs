@@ -64,7 +64,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::oneshot;
 
-pub(crate) mod retention;
+pub mod retention;
 pub use retention::{PruneReport, Retention};
 
 /// `PRAGMA application_id` of a gantry store ("GNTR"), so that `open` refuses another program's
@@ -1365,7 +1365,7 @@ pub fn bench_group_commit(path: &Path, writers: usize, writes_each: usize) -> Re
 }
 
 /// A small NEW application as the benchmarks write it (`gantry bench store` too).
-pub(crate) fn bench_app(id: u64) -> AppRecord {
+pub fn bench_app(id: u64) -> AppRecord {
     AppRecord {
         id: AppId(id),
         spec: AppSpec {

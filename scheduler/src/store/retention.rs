@@ -52,7 +52,7 @@ const _: () = assert!(
 
 /// The migration that makes the selection cheap: ended apps by the time they ended. Partial, so
 /// live apps (the ones that change) never touch it.
-pub(crate) const MIGRATION_SQL: &str = "
+pub const MIGRATION_SQL: &str = "
     CREATE INDEX apps_ended_by_time ON apps(state_ms, id) WHERE state NOT IN (1, 2, 3);
 ";
 
