@@ -241,4 +241,29 @@ mod tests {
         let missing = EngineBenchArgs { plugin: "/nonexistent/libx.so".into(), ..args };
         assert!(matches!(run(&missing), Err(BenchError::Plugin { .. })));
     }
+
+    /// The text report keeps the layout `gantry bench engine` printed line by line before it
+    /// became one `summary` (BENCHMARKS.md quotes it).
+    #[test]
+    fn the_summary_is_the_printed_report() {
+        let r = EngineBenchResult {
+            plugin: "builtin".into(),
+            nodes: 10,
+            requests: 1000,
+            waiting: 50,
+            placements: 1000,
+            cycles: 4,
+            placements_per_sec: 123_456.7,
+            cycle_p50_ms: 1.5,
+            cycle_p99_ms: 2.25,
+            submissions_per_sec: 9876.4,
+        };
+        assert_eq!(
+            r.summary(),
+            "10 nodes, 1000 requests (50 more waiting throughout), policy builtin: 1000 placed in 4 cycles\n\
+             \x20 placements/s (cycle time)        123457\n\
+             \x20 cycle p50 / p99                1.500 ms / 2.250 ms\n\
+             \x20 submissions/s                      9876\n"
+        );
+    }
 }
