@@ -3,7 +3,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TRACES="${GANTRY_TRACES:-$ROOT/../shared/traces}"
-cargo build --quiet --release --manifest-path "$ROOT/Cargo.toml" -p gantry-scheduler --bin gantry >&2
+cargo build --quiet --release --manifest-path "$ROOT/Cargo.toml" -p gantry --bin gantry >&2
 GANTRY="$ROOT/target/release/gantry"
 OUT="${OUT:-$(mktemp -d)}"
 

@@ -71,7 +71,7 @@ fn reservation_submit(body: &[u8]) {
 /// Path segments and query values the routes parse themselves.
 fn params(body: &[u8]) {
     let Ok(s) = std::str::from_utf8(body) else { return };
-    let _ = gantry_scheduler::cli::parse_duration_ms(s);
+    let _ = gantry_scheduler::api::durations::parse_duration_ms(s);
     let _ = s.parse::<AppState>();
     let _ = LogFile::parse(s);
     let _ = parse_reservation_id(s);

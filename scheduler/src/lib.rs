@@ -1,25 +1,21 @@
 //! # gantry-scheduler
 //!
-//! The scheduler around the [`gantry_engine`]: its configuration ([`config`]), the plugin host
-//! that loads policy plugins from shared libraries ([`plugin_host`]), and the code that turns a
-//! configuration into a running engine ([`build_engine`]). The binaries `gantry` (CLI) and
-//! `gantry-scheduler` (daemon) live in `src/bin/`.
+//! The scheduler daemon around the [`gantry_controller`] and its [`gantry_engine`]: its
+//! configuration ([`config`]), the plugin host that loads policy plugins from shared libraries
+//! ([`plugin_host`]), the code that turns a configuration into a running engine
+//! ([`build_engine`]), the daemon shell ([`server`]), its store ([`store`]), the REST API's
+//! types, routes and typed client ([`api`]), authentication ([`auth`]), TLS ([`tls`]) and
+//! metrics ([`metrics`]). The binary `gantry-scheduler` lives in `src/bin/`; the user-facing
+//! `gantry` CLI, which builds on this library, is the `gantry` crate.
 
 pub mod api;
 pub mod auth;
-pub mod bench;
-pub mod cert_cli;
-pub mod cli;
 pub mod config;
-pub mod dev;
-pub mod loadgen;
 pub mod metrics;
 pub mod plugin_host;
 pub mod server;
-pub mod sim_cli;
 pub mod store;
 pub mod tls;
-pub mod token_file;
 
 use config::SchedulerConfig;
 use gantry_engine::{Engine, EngineError, Policy, Profile};

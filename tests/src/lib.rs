@@ -36,7 +36,17 @@ pub fn build_artifacts() -> anyhow::Result<PathBuf> {
             // Two invocations: target filters such as --bins would otherwise also apply to the
             // plugin packages and leave their shared libraries unbuilt.
             let builds: [&[&str]; 2] = [
-                &["build", "--quiet", "-p", "gantry-scheduler", "-p", "gantry-agent", "--bins"],
+                &[
+                    "build",
+                    "--quiet",
+                    "-p",
+                    "gantry",
+                    "-p",
+                    "gantry-scheduler",
+                    "-p",
+                    "gantry-agent",
+                    "--bins",
+                ],
                 &[
                     "build",
                     "--quiet",

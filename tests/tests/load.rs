@@ -4,7 +4,7 @@
 //! once, no stream drops, every status and exit is acknowledged — and the report's counts must
 //! agree with each other. No figure is asserted against a time: those go in RELIABILITY.md.
 
-use gantry_scheduler::loadgen::{LoadArgs, run};
+use gantry::loadgen::{LoadArgs, run};
 
 #[test]
 fn small_load_on_the_real_scheduler_loses_nothing_and_its_report_adds_up() {

@@ -105,9 +105,20 @@ async fn reload_on_sighup(
     }
 }
 
-/// Completes on SIGINT or SIGTERM.
+/// Completes on SIGINT (Ctrl-C) or SIGTERM, as the agent's `gantry_agent::daemon::shutdown_signal`
+/// does (the daemon does not link the agent for these lines).
 async fn shutdown_signal() {
-    gantry_agent::daemon::shutdown_signal().await;
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
     tracing::info!("stopping");
 }
 
