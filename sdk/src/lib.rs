@@ -54,6 +54,7 @@
 //! ```
 
 pub mod abi;
+pub mod capacity;
 pub mod config;
 pub mod feasibility;
 pub mod limits;

@@ -29,6 +29,7 @@
 //! ```
 
 use crate::abi::*;
+use crate::capacity::scale;
 use crate::{PlanView, View};
 use std::collections::BTreeMap;
 
@@ -134,16 +135,6 @@ impl PlanParts {
 /// counts it.
 fn is_live(state: u32) -> bool {
     matches!(state, GANTRY_CONTAINER_ALLOCATED | GANTRY_CONTAINER_RUNNING | GANTRY_CONTAINER_STOPPING)
-}
-
-/// `r` scaled by `f`, each dimension rounded down: how the engine turns a share into resources.
-fn scale(r: &GantryResources, f: f64) -> GantryResources {
-    GantryResources {
-        cpu_millis: (r.cpu_millis as f64 * f).floor() as u64,
-        memory_bytes: (r.memory_bytes as f64 * f).floor() as u64,
-        gpus: (f64::from(r.gpus) * f).floor() as u32,
-        reserved: 0,
-    }
 }
 
 impl ViewBuilder {
@@ -380,18 +371,8 @@ impl ViewBuilder {
             let want = req.resources.times(req.count.saturating_sub(req.placed));
             Self::charge(&mut self.queues, app.queue, &want, |q| &mut q.pending);
         }
-        let mut base = GantryResources::default();
-        self.cluster = GantryResources::default();
-        for n in &self.nodes {
-            match n.state {
-                GANTRY_NODE_RUNNING => {
-                    self.cluster = self.cluster.plus(&n.capacity);
-                    base = base.plus(&n.capacity);
-                }
-                GANTRY_NODE_LOST => {}
-                _ => base = base.plus(&n.allocated),
-            }
-        }
+        let crate::capacity::Capacity { cluster, base } = crate::capacity::capacity(&self.nodes);
+        self.cluster = cluster;
         for i in 0..self.queues.len() {
             let q = self.queues[i];
             let (guaranteed, maximum) = match self.queues.get(q.parent as usize) {

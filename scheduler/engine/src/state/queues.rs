@@ -6,6 +6,7 @@ use super::{ClusterState, container_is_live};
 use crate::error::EngineError;
 use crate::model::*;
 use gantry_sdk::abi::*;
+use gantry_sdk::capacity::scale;
 
 /// How a queue's absolute guarantee follows from its parent's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -34,15 +35,6 @@ fn min_each(a: &GantryResources, b: &GantryResources) -> GantryResources {
         cpu_millis: a.cpu_millis.min(b.cpu_millis),
         memory_bytes: a.memory_bytes.min(b.memory_bytes),
         gpus: a.gpus.min(b.gpus),
-        reserved: 0,
-    }
-}
-
-fn scale(r: &GantryResources, f: f64) -> GantryResources {
-    GantryResources {
-        cpu_millis: (r.cpu_millis as f64 * f).floor() as u64,
-        memory_bytes: (r.memory_bytes as f64 * f).floor() as u64,
-        gpus: (r.gpus as f64 * f).floor() as u32,
         reserved: 0,
     }
 }
@@ -117,18 +109,8 @@ impl ClusterState {
     /// nodes still hold: their containers still count against their queues, so leaving them out
     /// of the base would let a drained node's work block idle capacity elsewhere.
     pub(crate) fn recompute_capacity(&mut self) {
-        let mut base = GantryResources::default();
-        self.cluster = GantryResources::default();
-        for n in &self.nodes {
-            match n.state {
-                GANTRY_NODE_RUNNING => {
-                    self.cluster = self.cluster.plus(&n.capacity);
-                    base = base.plus(&n.capacity);
-                }
-                GANTRY_NODE_LOST => {}
-                _ => base = base.plus(&n.allocated),
-            }
-        }
+        let gantry_sdk::capacity::Capacity { cluster, base } = gantry_sdk::capacity::capacity(&self.nodes);
+        self.cluster = cluster;
         for i in 0..self.queues.len() {
             let q = self.queues[i];
             let (pg, pm) = match self.queues.get(q.parent as usize) {
