@@ -62,8 +62,8 @@ fn elastic(min: usize, max: usize) -> SimOptions {
 }
 
 fn simulate(nodes: &[NodeSpec], jobs: &[Job], options: &SimOptions) -> SimResult {
-    let mut engine = Engine::builtin(EngineConfig::default()).expect("engine");
-    run(&mut engine, nodes, jobs, options).expect("run")
+    run(&mut || Engine::builtin(EngineConfig::default()).map_err(|e| e.to_string()), nodes, jobs, options)
+        .expect("run")
 }
 
 /// The first sample at or after `t_s` seconds.
@@ -191,10 +191,13 @@ fn scale_up_follows_selectors_and_sizes() {
 
 #[test]
 fn work_no_node_can_ever_hold_stalls_the_run_instead_of_ticking_for_ever() {
-    // `too-big` (3 cores) fits no 2-core node; `fine` ends at 10 s. From then on nothing is
-    // due (nothing runs, nothing arrives), and the run stops an hour later with `too-big`
-    // still pending, as the daemon would keep it.
-    let jobs = [job("too-big", 0, 1, 3, 10), job("fine", 0, 1, 1, 10)];
+    // `nowhere` asks for a label no node has (a container larger than every node would be
+    // refused at submission); `fine` ends at 10 s. From then on nothing is due (nothing runs,
+    // nothing arrives), and the run stops an hour later with `nowhere` still pending, as the
+    // daemon would keep it.
+    let mut nowhere = job("nowhere", 0, 1, 1, 10);
+    nowhere.stages[0].selector = vec![("gpu".into(), "true".into())];
+    let jobs = [nowhere, job("fine", 0, 1, 1, 10)];
     let r = simulate(&pool(2), &jobs, &SimOptions::default());
     let outcomes: Vec<JobOutcome> = r.jobs.iter().map(|j| j.outcome).collect();
     assert_eq!(outcomes, [JobOutcome::Unfinished, JobOutcome::Completed]);
@@ -236,7 +239,7 @@ fn gangs_start_nodes_only_when_the_whole_gang_fits_in_one_rack_if_required() {
 #[test]
 fn invalid_settings_are_refused_before_the_run() {
     let refused = |options: SimOptions, pool_size: usize| {
-        let mut engine = Engine::builtin(EngineConfig::default()).expect("engine");
+        let mut engine = || Engine::builtin(EngineConfig::default()).map_err(|e| e.to_string());
         match run(&mut engine, &pool(pool_size), &[job("j", 0, 1, 1, 1)], &options) {
             Err(SimError::Elastic(e)) => e,
             other => panic!("expected an elastic error, got {other:?}"),

@@ -134,7 +134,7 @@ fn a_preempted_container_holds_its_resources_for_the_grace_and_its_work_restarts
     let jobs = [job("b", "root.b", 0, 4, 100 * S), a];
     let nodes = [node("n0", 4, 4)];
     let options = SimOptions { sample_ms: S, ..SimOptions::default() };
-    let r = run(&mut two_queue_engine(), &nodes, &jobs, &options).expect("run");
+    let r = run(&mut || Ok(two_queue_engine()), &nodes, &jobs, &options).expect("run");
     let (b, a) = (&r.jobs[0], &r.jobs[1]);
     // Preempted at 10 s, the victims exit when their 5 s grace is over: a starts at 15 s.
     assert_eq!((a.start_ms, a.end_ms, a.outcome), (Some(15 * S), Some(35 * S), JobOutcome::Completed));
@@ -179,7 +179,8 @@ fn a_preempted_container_holds_its_resources_for_the_grace_and_its_work_restarts
 fn a_victim_that_ends_during_its_grace_frees_its_room_then_and_runs_again() {
     // b's containers would end at 12 s, inside the 5 s grace that starts at 10 s.
     let jobs = [job("b", "root.b", 0, 4, 12 * S), job("a", "root.a", 10 * S, 2, 20 * S)];
-    let r = run(&mut two_queue_engine(), &[node("n0", 4, 4)], &jobs, &SimOptions::default()).expect("run");
+    let r =
+        run(&mut || Ok(two_queue_engine()), &[node("n0", 4, 4)], &jobs, &SimOptions::default()).expect("run");
     assert_eq!(r.jobs[1].start_ms, Some(12 * S), "the natural end frees the room");
     // The engine put the victims' request back when it asked them to stop, so their work runs
     // again (as in the daemon): from 12 s, beside a, for 12 s.
@@ -199,7 +200,7 @@ fn the_ideal_follows_the_hierarchy_and_the_files_are_written() {
         ]),
         ..EngineConfig::default()
     };
-    let mut engine = Engine::builtin(config).expect("engine");
+    let mut engine = || Engine::builtin(config.clone()).map_err(|e| e.to_string());
     // x.p takes the whole cluster; y arrives at 30 s and waits (no preemption); x.q never asks.
     let jobs = [job("p", "root.x.p", 0, 10, 100 * S), job("y", "root.y", 30 * S, 10, 10 * S)];
     let options = SimOptions { sample_ms: 10 * S, ..SimOptions::default() };

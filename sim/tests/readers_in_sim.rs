@@ -17,7 +17,7 @@ fn local(rel: &str) -> PathBuf {
 /// Runs the jobs to the end and returns the outcomes, asserting none was refused or failed.
 #[track_caller]
 fn run_all(cluster: &ClusterSpec, jobs: &[Job]) -> Vec<JobOutcome> {
-    let mut engine = Engine::builtin(EngineConfig::default()).unwrap();
+    let mut engine = || Engine::builtin(EngineConfig::default()).map_err(|e| e.to_string());
     let r = run(&mut engine, &cluster.nodes, jobs, &SimOptions::default()).unwrap();
     for (rec, job) in r.jobs.iter().zip(jobs) {
         assert!(

@@ -119,6 +119,34 @@ pub struct SimArgs {
     /// Deadline jobs, reservations and node losses.
     #[command(flatten)]
     pub deadlines: Box<DeadlineArgs>,
+    /// Faults of the scheduler itself: restarts, partitions, slow or failing commits.
+    #[command(flatten)]
+    pub daemon: Box<DaemonArgs>,
+}
+
+/// `gantry sim`'s flags for the scheduler around the engine (the controller the daemon runs):
+/// its timings and the faults injected into it (sim/TRACES.md, "The scheduler's faults").
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct DaemonArgs {
+    /// Restart the scheduler at this virtual time (90s, 3m; a bare number is seconds): the
+    /// process dies with what its store had not committed, a new one recovers from the store,
+    /// and the agents register again. Repeatable.
+    #[arg(long = "restart-scheduler-at", value_parser = duration_ms)]
+    pub restarts: Vec<u64>,
+    /// Cut a node off from the scheduler: `NODE@TIME:DURATION` (node-3@10m:30s). Its agent
+    /// fences its containers after 8 s without word; the scheduler loses the node after its
+    /// node timeout; then the agent registers again. Repeatable.
+    #[arg(long = "partition", value_parser = parse_partition)]
+    pub partitions: Vec<gantry_sim::sim::Partition>,
+    /// An agent silent this long loses its node (`[server] node_timeout_ms`) [default: 10s].
+    #[arg(long, value_parser = duration_ms)]
+    pub node_timeout: Option<u64>,
+    /// How long the store takes to commit each job [default: 0, at once].
+    #[arg(long, value_parser = duration_ms)]
+    pub commit_latency: Option<u64>,
+    /// The share of store jobs that fail, as with a full disk (0 ≤ rate < 1) [default: 0].
+    #[arg(long)]
+    pub commit_failure_rate: Option<f64>,
 }
 
 /// `gantry sim`'s deadline-job, reservation and node-loss flags (boxed in [`SimArgs`]: they
@@ -182,6 +210,19 @@ pub struct DeadlineArgs {
 /// A duration flag in ms (zero allowed: no boot delay, scale at once).
 fn duration_ms(s: &str) -> Result<u64, String> {
     crate::cli::parse_duration_or_zero_ms(s)
+}
+
+/// Parses `NODE@TIME:DURATION`.
+fn parse_partition(s: &str) -> Result<gantry_sim::sim::Partition, String> {
+    let expected = || format!("{s:?}: expected NODE@TIME:DURATION (node-3@10m:30s)");
+    let (node, when) = s.rsplit_once('@').ok_or_else(expected)?;
+    let (at, duration) = when.split_once(':').ok_or_else(expected)?;
+    if node.is_empty() {
+        return Err(expected());
+    }
+    let at_ms = duration_ms(at).map_err(|e| format!("{s:?}: {e}"))?;
+    let duration_ms = crate::cli::parse_duration_ms(duration).map_err(|e| format!("{s:?}: {e}"))?;
+    Ok(gantry_sim::sim::Partition { node: node.to_owned(), at_ms, duration_ms })
 }
 
 /// Parses `NAME@SECONDS[:BACK_SECONDS]`.

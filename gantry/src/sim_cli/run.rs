@@ -11,7 +11,7 @@ use gantry_scheduler::config::SchedulerConfig;
 use gantry_sim::cluster::ClusterSpec;
 use gantry_sim::deadlines;
 use gantry_sim::report::{ReportOptions, write_all};
-use gantry_sim::sim::{SimOptions, run_with_progress};
+use gantry_sim::sim::{DaemonOptions, SimOptions, run_with_progress};
 use gantry_sim::trace::alibaba::AlibabaOptions;
 use gantry_sim::trace::{self, Job};
 use std::io::IsTerminal;
@@ -144,7 +144,25 @@ pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliErro
     };
     let mut failures = args.failures.clone();
     failures.extend(lost.iter().cloned());
-    let mut engine = engine_with_plan(args.config.as_ref(), args.seed, plan)?;
+    // Built again at each scheduler restart, as the daemon builds its engine from its
+    // configuration before it reads the store; the first build's errors are the user's.
+    let first = engine_with_plan(args.config.as_ref(), args.seed, plan.clone())?;
+    let mut first = Some(first);
+    let mut make_engine = || match first.take() {
+        Some(engine) => Ok(engine),
+        None => engine_with_plan(args.config.as_ref(), args.seed, plan.clone()).map_err(|e| e.to_string()),
+    };
+    let d = &args.daemon;
+    let defaults = DaemonOptions::default();
+    let daemon = DaemonOptions {
+        node_timeout_ms: d.node_timeout.unwrap_or(defaults.node_timeout_ms),
+        commit_ms: d.commit_latency.unwrap_or(0),
+        commit_failure_rate: d.commit_failure_rate.unwrap_or(0.0),
+        restarts_at_ms: d.restarts.clone(),
+        partitions: d.partitions.clone(),
+        seed: args.seed.unwrap_or(0),
+        ..defaults
+    };
     let options = SimOptions {
         tick_ms: args.tick_ms,
         until_ms: args.until.map(|s| (s * 1000.0) as u64),
@@ -157,6 +175,7 @@ pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliErro
         // `--deadline-share` with `--reservations`.
         job_reservations,
         elastic,
+        daemon,
     };
     // A progress bar on a terminal, nothing in a pipe or a file.
     let terminal = std::io::stderr().is_terminal();
@@ -175,7 +194,7 @@ pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliErro
         }
     };
     let progress: Option<&mut dyn FnMut(u64, usize, usize)> = if terminal { Some(&mut bar) } else { None };
-    let result = run_with_progress(&mut engine, &cluster.nodes, &jobs, &options, progress)?;
+    let result = run_with_progress(&mut make_engine, &cluster.nodes, &jobs, &options, progress)?;
     if terminal {
         eprintln!();
     }

@@ -15,6 +15,9 @@ use gantry_sdk::abi::*;
 impl Controller {
     pub(crate) fn apply(&mut self, commands: &[Command]) {
         for c in commands {
+            if self.config.report_engine_commands {
+                self.outbox.push(crate::Output::EngineCommand(c.clone()));
+            }
             match c {
                 Command::Launch { container, app, request, node, resources, gpus } => {
                     self.launch(*container, *app, *request, *node, *resources, gpus)

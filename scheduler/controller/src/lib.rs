@@ -78,6 +78,13 @@ pub struct ControllerConfig {
     /// The first log request id is the one after this. The daemon starts it from the clock, so
     /// an answer to a read of a previous run that arrives late cannot match a new read's id.
     pub log_requests_after: u64,
+    /// Also hand out every engine command as [`Output::EngineCommand`], in order, beside what
+    /// it leads to: the simulator accounts from them (preemptions, application ends, replans);
+    /// the daemon leaves it off.
+    pub report_engine_commands: bool,
+    /// The most a container may ask for; `None`: what the largest registered node has. An
+    /// autoscaled cluster's driver sets its largest machine's, which may not be running.
+    pub max_allocation: Option<gantry_engine::Resources>,
 }
 
 impl ControllerConfig {
@@ -89,6 +96,8 @@ impl ControllerConfig {
             cycle_interval_ms: 1_000,
             durable: false,
             log_requests_after: 0,
+            report_engine_commands: false,
+            max_allocation: None,
         }
     }
 }

@@ -7,7 +7,7 @@
 
 use crate::node_claim::Refused;
 use crate::records::{StoreError, Write};
-use gantry_engine::{AppId, AppSpec, EngineError, ReservationId, ReservationRequest};
+use gantry_engine::{AppId, AppSpec, Command, EngineError, ReservationId, ReservationRequest};
 use gantry_proto::v1;
 use gantry_proto::v1::agent_message::Msg as FromAgent;
 use gantry_proto::v1::scheduler_message::Msg as ToAgent;
@@ -173,6 +173,10 @@ pub enum Output {
         /// The answer.
         reply: Reply,
     },
+    /// A command the engine gave, for a driver that observes the engine's decisions
+    /// ([`crate::ControllerConfig::report_engine_commands`]); the controller has already carried
+    /// it out (or queued what it leads to), so there is nothing to do.
+    EngineCommand(Command),
 }
 
 /// An answer to a request.

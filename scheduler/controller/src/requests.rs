@@ -52,8 +52,12 @@ impl Controller {
                 .check(app.0, &caller)
                 .map_err(|e| EngineError::Invalid { what: "application-id", reason: e.to_string() })?;
         }
-        if self.sizes_checked_from_ms.is_none_or(|from| self.now_ms >= from) {
-            self.engine.check_fits(&spec)?;
+        match &self.config.max_allocation {
+            Some(max) => self.engine.check_fits_within(&spec, max)?,
+            None if self.sizes_checked_from_ms.is_none_or(|from| self.now_ms >= from) => {
+                self.engine.check_fits(&spec)?
+            }
+            None => {}
         }
         let spec_copy = spec.clone();
         let event = match id {

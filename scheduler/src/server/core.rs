@@ -461,6 +461,8 @@ impl Shell {
                     }
                     Output::Store { write, writes } => self.store(write, writes),
                     Output::Reply { to, reply } => self.answer(to, reply),
+                    // Not asked for (`report_engine_commands` is off in the daemon).
+                    Output::EngineCommand(_) => {}
                 }
             }
             let now = self.core.clock.now_ms();

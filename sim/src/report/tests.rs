@@ -62,6 +62,7 @@ fn result() -> SimResult {
         queues: Default::default(),
         plan: Vec::new(),
         plugins: Vec::new(),
+        daemon: Default::default(),
     }
 }
 

@@ -4,11 +4,11 @@
 //! queues, takes a sample if one is due, and decides when time stops (every job ended,
 //! `until_ms`, or a stall).
 //!
-//! Everything the engine is told passes through [`Sim::event`]; everything it answers goes to
-//! the simulated agents (`agents.rs`).
+//! Everything the scheduler is told passes through [`Sim::send`] and reaches it at
+//! [`Sim::settle`] (`scheduler.rs`), after each event; the scheduler is polled once an instant's
+//! events are in.
 
 use super::{STALL_AFTER_MS, Sim, SimError};
-use gantry_engine::Event;
 use std::cmp::Reverse;
 
 /// Something due at a virtual time: the heap holds (time, insertion number, `Due`).
@@ -36,6 +36,23 @@ pub(super) enum Due {
     Boot(usize),
     /// A time-series sample, taken at the end of its instant (after its events and cycle).
     Sample,
+    /// A node's agent, out of contact, fences if its fencing timeout has passed.
+    Fence(usize),
+    /// The store commits its oldest job in flight (of the scheduler process named: jobs of a
+    /// process that died are gone).
+    Commit(u32),
+    /// The scheduler restarts (index into the restarts).
+    Restart(usize),
+    /// A partition starts (index into the partitions).
+    Cut(usize),
+    /// A partition ends: the agent registers again.
+    Heal(usize),
+    /// A node's agent, without a stream, registers again.
+    Reconnect(usize),
+    /// The controller has something due (a restart's wait for the agents ends).
+    Poll,
+    /// A job's kill, not stored, is asked again.
+    KillAgain(usize),
 }
 
 impl Due {
@@ -62,7 +79,16 @@ impl Sim<'_> {
             None => (0..self.nodes.len()).collect(),
         };
         for i in first {
-            self.register(i)?;
+            self.register(i);
+        }
+        self.settle();
+        let daemon = &self.options.daemon;
+        for (i, &at) in daemon.restarts_at_ms.iter().enumerate() {
+            self.push(at, Due::Restart(i));
+        }
+        for (i, p) in daemon.partitions.iter().enumerate() {
+            self.push(p.at_ms, Due::Cut(i));
+            self.push(p.at_ms.saturating_add(p.duration_ms), Due::Heal(i));
         }
         if let Some(a) = &self.elastic {
             let check = a.options.check_ms;
@@ -119,11 +145,12 @@ impl Sim<'_> {
                     self.due_events -= 1;
                 }
                 tick |= self.handle_due(due)?;
+                self.settle();
             }
             if tick {
-                self.cycle();
+                self.poll();
             }
-            self.queues.observe(self.now, self.engine.state());
+            self.queues.observe(self.now, self.ctl.engine().state());
             if std::mem::take(&mut self.sample_due) {
                 self.sample();
             }
@@ -152,59 +179,56 @@ impl Sim<'_> {
         self.pending_jobs > 0
     }
 
-    /// Applies one due event; true if a scheduling cycle should follow.
+    /// Applies one due event; true if the scheduler should be polled after the instant.
     fn handle_due(&mut self, due: Due) -> Result<bool, SimError> {
         match due {
-            Due::Arrival(i) => {
-                self.submit_stage(i);
-                Ok(true)
+            Due::Arrival(i) => self.submit_stage(i),
+            Due::End(c) => self.container_ended(c, false),
+            Due::Killed(c) => self.container_ended(c, true),
+            Due::Limit(i) => self.time_limit(i),
+            Due::KillAgain(i) => self.kill_app(i),
+            Due::Fail(f) => self.node_failed(f),
+            Due::Back(f) => self.node_back(f),
+            Due::Tick => self.tick_scheduled = false,
+            Due::Check => return self.autoscale(),
+            Due::Boot(i) => return Ok(self.booted(i)),
+            Due::ReserveJob(k) => self.reserve_job(k),
+            Due::Fence(i) => self.fence_if_cut_off(i),
+            Due::Commit(generation) => {
+                if generation == self.sched.generation {
+                    self.commit();
+                }
             }
-            Due::End(c) => Ok(self.container_ended(c, 0)),
-            Due::Killed(c) => Ok(self.container_ended(c, 128 + 15)),
-            Due::Limit(i) => {
-                self.time_limit(i);
-                Ok(true)
+            Due::Restart(_) => self.restart_scheduler()?,
+            Due::Cut(p) => {
+                if let Some(&i) = self.node_index.get(&self.options.daemon.partitions[p].node) {
+                    self.falls_silent(i);
+                    self.agents[i].cut = true;
+                }
             }
-            Due::Fail(f) => {
-                self.node_failed(f)?;
-                Ok(true)
+            Due::Heal(p) => {
+                if let Some(&i) = self.node_index.get(&self.options.daemon.partitions[p].node) {
+                    // Its old stream died with the partition.
+                    self.agents[i].cut = false;
+                    self.agents[i].stream = 0;
+                    self.connect(i);
+                }
             }
-            Due::Back(f) => {
-                self.node_back(f)?;
-                Ok(true)
+            Due::Reconnect(i) => {
+                if self.agents[i].stream == 0 {
+                    self.connect(i);
+                }
             }
-            Due::Tick => {
-                self.tick_scheduled = false;
-                Ok(true)
-            }
-            Due::Check => self.autoscale(),
-            Due::Boot(i) => self.booted(i),
-            Due::ReserveJob(k) => {
-                self.reserve_job(k);
-                Ok(true)
-            }
+            Due::Poll => {}
             Due::Sample => {
                 // Taken once this instant is over (its events and its cycle applied).
                 self.sample_due = true;
                 if !self.all_done() {
                     self.push(self.now + self.options.sample_ms, Due::Sample);
                 }
-                Ok(false)
+                return Ok(false);
             }
         }
-    }
-
-    /// Tells the engine `event` now and has the agents carry out what it answers (a refusal is
-    /// only logged: the simulated cluster goes on as the daemon would).
-    pub(super) fn event(&mut self, event: Event) {
-        match self.engine.handle(self.now, event) {
-            Ok(cmds) => self.apply(cmds),
-            Err(e) => tracing::debug!(error = %e, "event refused"),
-        }
-    }
-
-    fn cycle(&mut self) {
-        self.cycles += 1;
-        self.event(Event::Tick);
+        Ok(true)
     }
 }

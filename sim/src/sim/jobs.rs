@@ -3,9 +3,12 @@
 //! limit, and its end — what a user's client would see and do, as opposed to what the agents do
 //! with containers (`agents.rs`).
 
+use super::events::Due;
+use super::scheduler::Asked;
 use super::{JobOutcome, Sim};
 use crate::trace::{Job, Stage};
-use gantry_engine::{AppId, AppSpec, Command, Event, RequestSpec};
+use gantry_controller::{Input, LaunchTemplate, SubmitError};
+use gantry_engine::{AppId, AppSpec, RequestSpec};
 use gantry_sdk::abi::*;
 
 /// Where one job stands.
@@ -25,6 +28,8 @@ pub(super) struct JobState {
     pub(super) ran_slow: bool,
     /// Its containers preempted by a policy.
     pub(super) preempted: u32,
+    /// The queue its current stage was submitted to.
+    queue: String,
 }
 
 impl Sim<'_> {
@@ -59,51 +64,88 @@ impl Sim<'_> {
     pub(super) fn time_limit(&mut self, i: usize) {
         if self.state[i].ended.is_none() {
             self.end_job(i, JobOutcome::Killed);
-            if let Some(app) = self.state[i].app {
-                self.event(Event::AppKillRequested { app });
-            }
+            self.kill_app(i);
         }
     }
 
-    /// Submits job `i`'s current stage as an application (at its arrival, and after each
-    /// finished stage).
+    /// Asks the scheduler to kill job `i`'s current application (asked again while the store
+    /// cannot record the kill).
+    pub(super) fn kill_app(&mut self, i: usize) {
+        if let Some(app) = self.state[i].app {
+            let reply = self.sched.ask(Asked::Kill(i));
+            self.send(Input::Kill { reply, app });
+        }
+    }
+
+    /// Submits job `i`'s current stage as an application (at its arrival, after each finished
+    /// stage, and again when the scheduler could not store it); the answer comes to
+    /// [`Sim::submitted`].
     pub(super) fn submit_stage(&mut self, i: usize) {
+        if self.state[i].ended.is_some() {
+            return;
+        }
         let job = &self.jobs[i];
         let s = self.state[i].stage;
         let Some(stage) = job.stages.get(s) else { return };
-        let spec_queue = match &self.queue_override[i] {
+        let queue = match &self.queue_override[i] {
             Some(q) => q.clone(),
             None if job.queue.is_empty() => "root.default".to_owned(),
             None => job.queue.clone(),
         };
         let spec = AppSpec {
             name: if job.stages.len() > 1 { format!("{}#{s}", job.name) } else { job.name.clone() },
-            queue: spec_queue.clone(),
+            queue: queue.clone(),
             user: job.user.clone(),
             priority: job.priority,
             max_attempts: 0,
             requests: vec![request_of(stage, job, self.now)],
         };
-        match self.engine.handle(self.now, Event::AppSubmitted(spec)) {
-            Ok(cmds) => {
-                for c in &cmds {
-                    if let Command::AppAccepted { app } = c {
-                        if self.state[i].app.is_none() {
-                            self.not_started += 1;
-                        }
-                        self.state[i].app = Some(*app);
-                        self.app_job.insert(app.0, i);
-                        self.queues.submitted(&spec_queue, self.now);
-                        self.set_unplaced(i, stage.count);
-                    }
+        // The simulated containers run nothing; the command names the job for the records.
+        let templates = vec![LaunchTemplate { argv: vec![job.name.clone()], ..Default::default() }];
+        self.state[i].queue = queue;
+        let reply = self.sched.ask(Asked::Submit(i));
+        self.send(Input::Submit { reply, spec, id: None, caller: None, templates });
+    }
+
+    /// The scheduler answered job `i`'s submission: accepted (and stored), refused, or not
+    /// stored (the client submits again a cycle later).
+    pub(super) fn submitted(&mut self, i: usize, result: Result<AppId, SubmitError>) {
+        match result {
+            Ok(app) => {
+                self.app_job.insert(app.0, i);
+                if self.state[i].ended.is_some() {
+                    // Its time limit passed while the submission was on its way.
+                    self.state[i].app = Some(app);
+                    self.kill_app(i);
+                    return;
                 }
-                self.apply(cmds);
+                if self.state[i].app.is_none() {
+                    self.not_started += 1;
+                }
+                self.state[i].app = Some(app);
+                let queue = std::mem::take(&mut self.state[i].queue);
+                self.queues.submitted(&queue, self.now);
+                let count = self.jobs[i].stages.get(self.state[i].stage).map_or(0, |s| s.count);
+                self.set_unplaced(i, count);
+                // An application the engine ended as it took it (its state change came before
+                // this answer named it).
+                if let Some(state) =
+                    self.ctl.engine().app_state(app).filter(|&s| {
+                        s != GANTRY_APP_ACCEPTED && s != GANTRY_APP_RUNNING && s != GANTRY_APP_NEW
+                    })
+                {
+                    self.app_state(app, state);
+                }
             }
-            Err(e) => {
+            Err(SubmitError::Store(e)) => {
+                tracing::debug!(job = %self.jobs[i].name, error = %e, "submission not stored; sending it again");
+                self.push(self.now.saturating_add(self.options.tick_ms), Due::Arrival(i));
+            }
+            Err(SubmitError::Engine(e)) => {
                 // Often the configuration's fault (a queue it lacks): say so, but not per job.
                 self.refused_submissions += 1;
                 if self.refused_submissions.is_power_of_two() {
-                    tracing::warn!(job = %job.name, error = %e, count = self.refused_submissions, "submission refused");
+                    tracing::warn!(job = %self.jobs[i].name, error = %e, count = self.refused_submissions, "submission refused");
                 }
                 self.end_job(i, JobOutcome::Rejected);
             }

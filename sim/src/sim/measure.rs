@@ -38,7 +38,7 @@ impl Sim<'_> {
             Some(a) => (a.registered(), a.booting()),
             None => (self.node_time.values().filter(|(since, _)| since.is_some()).count(), 0),
         };
-        self.queues.sample(self.now, self.engine.state());
+        self.queues.sample(self.now, self.ctl.engine().state());
         self.sample_plan();
         self.samples.push(Sample {
             t_ms: self.now,
@@ -57,7 +57,7 @@ impl Sim<'_> {
 
     /// Records the Rayon plan now, if the engine has one.
     fn sample_plan(&mut self) {
-        let Some(book) = self.engine.reservation_book() else { return };
+        let Some(book) = self.ctl.engine().reservation_book() else { return };
         let step = book.config().step_ms;
         let now = book.skyline(self.now, self.now.saturating_add(1), step);
         // No plan before the first reservation.
@@ -69,7 +69,7 @@ impl Sim<'_> {
             .map(|(_, _, r)| r.cpu_millis)
             .max()
             .unwrap_or(0);
-        let queues = self.engine.state().queues();
+        let queues = self.ctl.engine().state().queues();
         let used_cpu =
             book.reservations().filter_map(|r| queues.get(r.queue as usize)).map(|q| q.used.cpu_millis).sum();
         self.plan.push(PlanSample {
@@ -86,7 +86,7 @@ impl Sim<'_> {
     pub(super) fn finish(mut self) -> SimResult {
         let end = self.now;
         self.sample();
-        let queues = self.queues.finish(self.engine.state(), self.engine.stats());
+        let queues = self.queues.finish(self.ctl.engine().state(), self.ctl.engine().stats());
         let registered_ms = self
             .node_time
             .values()
@@ -135,7 +135,12 @@ impl Sim<'_> {
             replans: self.replans,
             queues,
             plan: self.plan,
-            plugins: self.engine.policy_status(),
+            plugins: self.ctl.engine().policy_status(),
+            daemon: {
+                let mut figures = self.sched.figures.clone();
+                figures.add(self.ctl.stats());
+                figures
+            },
         }
     }
 }

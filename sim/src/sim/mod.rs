@@ -1,11 +1,21 @@
-//! The discrete-event loop.
+//! The discrete-event loop, around the scheduler's real controller.
+//!
+//! The simulator drives [`gantry_controller::Controller`] — the engine plus every decision the
+//! daemon takes: held launches, recovery, reconciliation, liveness — exactly as the daemon's shell
+//! does, with simulated agents that speak the agent protocol (`v1` messages) and an in-memory
+//! store ([`MemStore`]) in place of sockets and SQLite. So a run can inject what the daemon
+//! faces: a scheduler restart from the store at a time ([`DaemonOptions::restarts_at_ms`]), a
+//! network partition of a node ([`Partition`]: the agent fences its containers, the scheduler
+//! loses the node after its timeout), failing nodes (silent agents, lost after the node
+//! timeout), and slow or failing commits.
 //!
 //! Events wait in a heap ordered by (virtual time, insertion number), so two runs with the same
-//! inputs pop them in the same order. At each instant the loop applies every event due, then runs
-//! one scheduling cycle (`Event::Tick`), as the daemon does after anything that can make work
-//! placeable; while work is pending it also ticks every `tick_ms`, so time-based policies (waiting
-//! for better resources, rebalancing) see time pass. When nothing is pending it jumps to the next
-//! event.
+//! inputs pop them in the same order. At each instant the loop applies every event due, then
+//! polls the controller, which runs a scheduling cycle when something made work placeable or its
+//! interval has passed, as the daemon's does; while work is pending the loop also visits every
+//! `tick_ms`, so time-based policies (waiting for better resources, rebalancing) see time pass.
+//! The agents report at most every [`DaemonOptions::status_ms`], when the controller is about to
+//! be polled. When nothing is pending the loop jumps to the next event.
 //!
 //! The simulated agents obey at once: a `Launch` starts its container now and schedules its end
 //! after the stage's duration — `duration_ms` where the stage's preferences hold, else
@@ -31,12 +41,13 @@
 //! ([`SimResult::stalled_at_ms`]).
 //!
 //! The loop's parts, one concern a file: `events.rs` — what the loop does (the heap of things
-//! due, the main loop, one cycle per instant, when the run stops); `agents.rs` — what the
-//! simulated agents do with the engine's commands (launches, kills, container ends, a lost
-//! node's containers); `jobs.rs` — the jobs' stages, submissions, time limits and reruns;
-//! `nodes.rs` — nodes registering, failing, coming back, booting and being removed;
-//! `reservations.rs` — deadline jobs' reservations; `measure.rs` — the integrals, samples and
-//! the figures a run ends with; `result.rs` — the records a run returns.
+//! due, the main loop, when the run stops); `scheduler.rs` — the controller and its store, as the
+//! daemon's shell runs them (inputs, outputs, commits, replies, restarts); `agents.rs` — the
+//! simulated agents (launches, kills, exits, status reports, fencing, partitions); `jobs.rs` —
+//! the jobs' stages, submissions, time limits and reruns; `nodes.rs` — nodes registering,
+//! failing, coming back, booting and being removed; `reservations.rs` — deadline jobs'
+//! reservations; `measure.rs` — the integrals, samples and the figures a run ends with;
+//! `result.rs` — the records a run returns.
 
 mod agents;
 mod events;
@@ -45,20 +56,24 @@ mod measure;
 mod nodes;
 mod reservations;
 mod result;
+mod scheduler;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use agents::value_matches;
-pub use result::{JobOutcome, JobRecord, PlanSample, Sample, SimResult};
+pub use result::{DaemonFigures, JobOutcome, JobRecord, PlanSample, Sample, SimResult};
 
 use crate::deadlines::{JobReservation, JobReservationRecord, ReservationAnswer};
 use crate::elastic::{Autoscaler, ElasticError, ElasticOptions};
 use crate::queues::QueueTracker;
 use crate::trace::Job;
-use agents::Running;
+use agents::{Running, SimAgent};
 use events::Due;
+use gantry_controller::Controller;
+use gantry_controller::memstore::MemStore;
 use gantry_engine::{Engine, NodeSpec};
 use jobs::JobState;
+use scheduler::Scheduler;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
@@ -67,10 +82,16 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 /// gets its chance.
 pub const STALL_AFTER_MS: u64 = 3_600_000;
 
+/// Builds the scheduler's engine (with its plugins and queues): once at the start of a run, and
+/// again at each scheduler restart, as a restarted daemon builds its engine from its
+/// configuration before it reads the store.
+pub type EngineFactory<'a> = dyn FnMut() -> Result<Engine, String> + 'a;
+
 /// How the loop runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimOptions {
-    /// Interval of the periodic scheduling cycle while work is pending, ms.
+    /// Interval of the scheduling cycle (the controller's), and of the loop's visits while work
+    /// is pending, ms.
     pub tick_ms: u64,
     /// Stop at this virtual time (ms); jobs still running are reported unfinished.
     pub until_ms: Option<u64>,
@@ -84,6 +105,8 @@ pub struct SimOptions {
     /// An elastic cluster: the nodes are a pool that an autoscaler starts and removes
     /// (`None`: every node registers at time 0 and stays).
     pub elastic: Option<ElasticOptions>,
+    /// The daemon's timings and the faults injected into it.
+    pub daemon: DaemonOptions,
 }
 
 impl Default for SimOptions {
@@ -95,7 +118,77 @@ impl Default for SimOptions {
             failures: Vec::new(),
             job_reservations: Vec::new(),
             elastic: None,
+            daemon: DaemonOptions::default(),
         }
+    }
+}
+
+/// The daemon's and the agents' timings, and the faults a run injects into them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DaemonOptions {
+    /// An agent silent this long loses its node (`[server] node_timeout_ms`), ms.
+    pub node_timeout_ms: u64,
+    /// An agent that hears nothing from the scheduler this long kills its containers (the
+    /// agent's `fencing_timeout_ms`), ms.
+    pub fence_ms: u64,
+    /// How often the agents report, at most. The real agent reports every second; the simulated
+    /// ones report when the controller is about to be polled and the interval has passed, which
+    /// keeps them inside both timeouts at a fraction of the cost. Ms.
+    pub status_ms: u64,
+    /// How long an agent whose stream ended waits before it registers again, ms.
+    pub reconnect_ms: u64,
+    /// How long the store takes to commit a job (0: at once, in the same instant), ms.
+    pub commit_ms: u64,
+    /// The share of store jobs that fail (a full disk), drawn from `seed`.
+    pub commit_failure_rate: f64,
+    /// The scheduler process dies at these times and starts again from what the store has
+    /// committed, ms.
+    pub restarts_at_ms: Vec<u64>,
+    /// Network partitions between a node and the scheduler.
+    pub partitions: Vec<Partition>,
+    /// Seeds the commit failures and the runs' cluster ids.
+    pub seed: u64,
+}
+
+impl Default for DaemonOptions {
+    fn default() -> Self {
+        DaemonOptions {
+            node_timeout_ms: 10_000,
+            fence_ms: 8_000,
+            status_ms: 3_000,
+            reconnect_ms: 1_000,
+            commit_ms: 0,
+            commit_failure_rate: 0.0,
+            restarts_at_ms: Vec::new(),
+            partitions: Vec::new(),
+            seed: 0,
+        }
+    }
+}
+
+impl DaemonOptions {
+    /// Checks the timings against each other, as the daemon's and the agent's configurations
+    /// do.
+    pub fn validate(&self) -> Result<(), SimError> {
+        let bad = |why: String| Err(SimError::Input(why));
+        if self.node_timeout_ms == 0 || self.status_ms == 0 || self.reconnect_ms == 0 {
+            return bad(
+                "the node timeout, the status interval and the reconnect delay must be positive".into()
+            );
+        }
+        if self.status_ms >= self.node_timeout_ms.min(self.fence_ms) {
+            return bad(format!(
+                "agents that report every {} ms would be lost (node timeout {} ms) or fence (fencing timeout {} ms) between reports",
+                self.status_ms, self.node_timeout_ms, self.fence_ms
+            ));
+        }
+        if !(0.0..1.0).contains(&self.commit_failure_rate) {
+            return bad(format!("the commit failure rate {} is not in [0, 1)", self.commit_failure_rate));
+        }
+        if let Some(p) = self.partitions.iter().find(|p| p.duration_ms == 0) {
+            return bad(format!("the partition of {} at {} ms has no duration", p.node, p.at_ms));
+        }
+        Ok(())
     }
 }
 
@@ -110,6 +203,18 @@ pub struct NodeFailure {
     pub back_at_ms: Option<u64>,
 }
 
+/// A network partition between one node and the scheduler: neither hears the other from
+/// `at_ms` for `duration_ms`; then the agent registers again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partition {
+    /// Node name.
+    pub node: String,
+    /// When it starts, ms.
+    pub at_ms: u64,
+    /// How long it lasts, ms.
+    pub duration_ms: u64,
+}
+
 /// Why a run could not complete.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -121,6 +226,9 @@ pub enum SimError {
         /// Why.
         source: gantry_engine::EngineError,
     },
+    /// The engine could not be built (at the start, or at a scheduler restart).
+    #[error("cannot build the engine: {0}")]
+    Build(String),
     /// The inputs are unusable.
     #[error("{0}")]
     Input(String),
@@ -132,30 +240,42 @@ pub enum SimError {
 /// The loop's state.
 struct Sim<'a> {
     // The inputs.
-    engine: &'a mut Engine,
     jobs: &'a [Job],
     nodes: &'a [NodeSpec],
     options: &'a SimOptions,
+
+    // The scheduler (`scheduler.rs`).
+    ctl: Controller,
+    sched: Scheduler<'a>,
+    store: MemStore,
 
     // The loop (`events.rs`).
     now: u64,
     seq: u64,
     heap: BinaryHeap<Reverse<(u64, u64, Due)>>,
-    /// Events in the heap other than ticks, samples and autoscaler checks: while there are
-    /// none, nothing will ever happen but the passage of time.
+    /// Events in the heap other than ticks, samples and autoscaler checks: while
+    /// there are none, nothing will ever happen but the passage of time.
     due_events: usize,
     tick_scheduled: bool,
     /// A sample is due at the end of this instant.
     sample_due: bool,
     stalled_at_ms: Option<u64>,
+    /// Scheduling cycles the controller ran.
     cycles: u64,
 
     // The agents (`agents.rs`).
+    agents: Vec<SimAgent>,
+    /// Node name → index into the nodes (and the agents).
+    node_index: HashMap<String, usize>,
+    /// Containers running on agents, by id.
     running: BTreeMap<u64, Running>,
-    /// Node name → rack, from the specs.
-    rack_of: HashMap<String, String>,
+    /// Launches the agents received this instant, started together at its end: a request's
+    /// speed depends on where all of its containers landed.
+    launching: Vec<agents::AgentLaunch>,
     launches: u64,
     preemptions: u64,
+    /// The agents' next status round is due then (taken when the controller is next polled).
+    next_status_ms: u64,
 
     // The jobs (`jobs.rs`).
     state: Vec<JobState>,
@@ -207,19 +327,19 @@ struct Sim<'a> {
     queues: QueueTracker,
 }
 
-/// Runs `jobs` on `nodes` through `engine` (already built, with its plugins and queues).
+/// Runs `jobs` on `nodes` through a controller around the engine `make_engine` builds.
 pub fn run(
-    engine: &mut Engine,
+    make_engine: &mut EngineFactory<'_>,
     nodes: &[NodeSpec],
     jobs: &[Job],
     options: &SimOptions,
 ) -> Result<SimResult, SimError> {
-    run_with_progress(engine, nodes, jobs, options, None)
+    run_with_progress(make_engine, nodes, jobs, options, None)
 }
 
 /// [`run`], telling `progress` (virtual time ms, jobs ended, jobs) whenever a job ends.
 pub fn run_with_progress<'a>(
-    engine: &'a mut Engine,
+    make_engine: &'a mut EngineFactory<'_>,
     nodes: &'a [NodeSpec],
     jobs: &'a [Job],
     options: &'a SimOptions,
@@ -228,10 +348,20 @@ pub fn run_with_progress<'a>(
     if options.tick_ms == 0 || options.sample_ms == 0 {
         return Err(SimError::Input("tick_ms and sample_ms must be positive".into()));
     }
+    options.daemon.validate()?;
     if let Some(e) = &options.elastic {
         e.validate(nodes.len())?;
         if !options.failures.is_empty() {
             return Err(ElasticError::WithFailures.into());
+        }
+    }
+    let node_index: HashMap<String, usize> =
+        nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
+    let unknown =
+        options.failures.iter().map(|f| &f.node).chain(options.daemon.partitions.iter().map(|p| &p.node));
+    for name in unknown {
+        if !node_index.contains_key(name) {
+            return Err(SimError::Input(format!("no node {name:?} in the cluster")));
         }
     }
     let mut capacity = [0u64; 3];
@@ -240,26 +370,34 @@ pub fn run_with_progress<'a>(
         capacity[1] += n.capacity.memory_bytes;
         capacity[2] += u64::from(n.capacity.gpus);
     }
+    let engine = make_engine().map_err(SimError::Build)?;
     let queues = QueueTracker::new(engine.state());
+    let mut sched = Scheduler::new(make_engine, options, nodes);
+    let ctl = sched.controller(engine, None, 0);
     let mut sim = Sim {
-        engine,
         jobs,
         nodes,
         options,
+        ctl,
+        sched,
+        store: MemStore::new(),
         now: 0,
         seq: 0,
         heap: BinaryHeap::new(),
         state: jobs.iter().map(|_| JobState::default()).collect(),
         app_job: HashMap::new(),
+        agents: nodes.iter().enumerate().map(|(i, _)| SimAgent::new(i)).collect(),
+        node_index,
         running: BTreeMap::new(),
+        launching: Vec::new(),
         allocated: [0; 3],
         capacity,
         area: [0.0; 3],
         area_at: 0,
         samples: Vec::new(),
         preemptions: 0,
-        cycles: 0,
         launches: 0,
+        next_status_ms: 0,
         tick_scheduled: false,
         pending_jobs: 0,
         not_started: 0,
@@ -281,7 +419,6 @@ pub fn run_with_progress<'a>(
         plan: Vec::new(),
         progress,
         node_time: HashMap::new(),
-        rack_of: nodes.iter().map(|n| (n.name.clone(), n.rack.clone())).collect(),
         elastic: options.elastic.clone().map(|e| Autoscaler::new(e, nodes)),
         registered_capacity: [0; 3],
         allocated_area: [0.0; 3],
@@ -289,6 +426,7 @@ pub fn run_with_progress<'a>(
         billed_area: [0.0; 3],
         due_events: 0,
         stalled_at_ms: None,
+        cycles: 0,
         queues,
         sample_due: false,
     };

@@ -4,21 +4,25 @@
 //! share (`measure.rs`).
 
 use super::events::Due;
+use super::scheduler::Asked;
 use super::{Sim, SimError};
-use gantry_engine::{Event, NodeCondition, Resources};
+use gantry_controller::Input;
+use gantry_engine::Resources;
 
 impl Sim<'_> {
-    /// Registers node `i` of the cluster (or pool) with the engine now.
-    pub(super) fn register(&mut self, i: usize) -> Result<(), SimError> {
+    /// Node `i` of the cluster (or pool) starts: its agent registers now.
+    pub(super) fn register(&mut self, i: usize) {
         let n = &self.nodes[i];
-        let cmds = self
-            .engine
-            .handle(self.now, Event::NodeRegistered(n.clone()))
-            .map_err(|source| SimError::Engine { what: format!("node {}", n.name), source })?;
-        self.node_time.entry(n.name.clone()).or_insert((None, 0)).0 = Some(self.now);
-        add_capacity(&mut self.registered_capacity, &n.capacity, true);
-        self.apply(cmds);
-        Ok(())
+        let (name, capacity) = (n.name.clone(), n.capacity);
+        let since = &mut self.node_time.entry(name).or_insert((None, 0)).0;
+        if since.is_none() {
+            *since = Some(self.now);
+            add_capacity(&mut self.registered_capacity, &capacity, true);
+        }
+        let agent = &mut self.agents[i];
+        agent.up = true;
+        agent.stream = 0;
+        self.connect(i);
     }
 
     /// Node `i` of the cluster (or pool) is no longer registered: stops its registered time.
@@ -32,77 +36,69 @@ impl Sim<'_> {
         }
     }
 
-    /// Node failure `f` happens: the node stops counting, its containers are lost (their work
-    /// runs again elsewhere) and the engine hears of the loss.
-    pub(super) fn node_failed(&mut self, f: usize) -> Result<(), SimError> {
-        let node = self.options.failures[f].node.clone();
-        if let Some(i) = self.nodes.iter().position(|n| n.name == node) {
-            self.unregister(i);
-        }
-        self.lose_containers(&node);
-        self.engine
-            .handle(self.now, Event::NodeLost { node: node.clone() })
-            .map(|cmds| self.apply(cmds))
-            .map_err(|source| SimError::Engine { what: format!("the loss of node {node}"), source })?;
-        Ok(())
+    /// Node failure `f` happens: the node stops counting and its containers are lost (their
+    /// work runs again elsewhere). The scheduler hears nothing: its agent falls silent, and the
+    /// node is lost after the node timeout.
+    pub(super) fn node_failed(&mut self, f: usize) {
+        let Some(&i) = self.node_index.get(&self.options.failures[f].node) else { return };
+        self.unregister(i);
+        self.falls_silent(i);
+        self.machine_down(i);
     }
 
     /// The node of failure `f` comes back and registers again.
-    pub(super) fn node_back(&mut self, f: usize) -> Result<(), SimError> {
-        let name = &self.options.failures[f].node;
-        let Some(spec) = self.nodes.iter().find(|n| &n.name == name).cloned() else {
-            return Err(SimError::Input(format!("node failure names an unknown node {name:?}")));
-        };
-        if let Some((since, _)) = self.node_time.get_mut(name) {
-            if since.is_none() {
-                *since = Some(self.now);
-                add_capacity(&mut self.registered_capacity, &spec.capacity, true);
-            }
+    pub(super) fn node_back(&mut self, f: usize) {
+        if let Some(&i) = self.node_index.get(&self.options.failures[f].node) {
+            self.register(i);
         }
-        self.engine
-            .handle(self.now, Event::NodeRegistered(spec))
-            .map(|cmds| self.apply(cmds))
-            .map_err(|source| SimError::Engine { what: format!("node {name} coming back"), source })?;
-        Ok(())
+    }
+
+    /// Asks the scheduler to drain (or undrain) node `i`, as an operator would.
+    pub(super) fn set_drain(&mut self, i: usize, drained: bool) {
+        let reply = self.sched.ask(Asked::Drain(i, drained));
+        let node = self.nodes[i].name.clone();
+        self.send(Input::SetNodeDrain { reply, node, drained });
     }
 
     /// Elastic pool node `i` finished booting: it registers if the autoscaler still has it
-    /// booting. True if it registered (and a cycle should follow).
-    pub(super) fn booted(&mut self, i: usize) -> Result<bool, SimError> {
+    /// booting (and is undrained if the autoscaler had removed it before). True if it
+    /// registered (and a cycle should follow).
+    pub(super) fn booted(&mut self, i: usize) -> bool {
         let ready = self.elastic.as_mut().is_some_and(|a| a.booted(i, self.now));
         if ready {
-            self.register(i)?;
+            self.register(i);
+            if self.ctl.drained_nodes().contains(&self.nodes[i].name) {
+                self.set_drain(i, false);
+            }
         }
-        Ok(ready)
+        ready
     }
 
     /// The autoscaler's check: removes nodes idle past the cool-down, starts nodes for work
-    /// waiting past the threshold. True if the engine should run a cycle.
+    /// waiting past the threshold. True if the scheduler should be polled.
     pub(super) fn autoscale(&mut self) -> Result<bool, SimError> {
         let Some(a) = self.elastic.as_ref() else { return Ok(false) };
-        let idle = self.engine.idle_nodes();
-        let remove = a.plan_scale_down(self.now, &idle, self.engine.state());
+        let idle = self.ctl.engine().idle_nodes();
+        let remove = a.plan_scale_down(self.now, &idle, self.ctl.engine().state());
+        let removing = !remove.is_empty();
         for i in remove {
-            let name = self.nodes[i].name.clone();
-            let what = |source| SimError::Engine { what: format!("the removal of node {name}"), source };
-            // Drain first (no new containers), then take the (empty) node away.
-            let cmds = self
-                .engine
-                .handle(
-                    self.now,
-                    Event::NodeStateChanged { node: name.clone(), state: NodeCondition::Draining },
-                )
-                .map_err(what)?;
-            self.apply(cmds);
-            let cmds = self.engine.handle(self.now, Event::NodeLost { node: name.clone() }).map_err(what)?;
-            self.apply(cmds);
+            // Drained first (no new containers), then the machine stops; its agent closes its
+            // stream, and the scheduler loses the (empty) node after its timeout.
+            self.set_drain(i, true);
+            self.settle();
+            self.falls_silent(i);
+            let stream = std::mem::take(&mut self.agents[i].stream);
+            if stream != 0 {
+                self.send(Input::AgentDisconnected { node: self.nodes[i].name.clone(), stream });
+            }
+            self.machine_down(i);
             self.unregister(i);
             if let Some(a) = self.elastic.as_mut() {
                 a.removed(i, self.now);
             }
         }
-        let Some(a) = self.elastic.as_mut() else { return Ok(false) };
-        let start = a.plan_scale_up(self.now, self.engine.state());
+        let Some(a) = self.elastic.as_mut() else { return Ok(removing) };
+        let start = a.plan_scale_up(self.now, self.ctl.engine().state());
         if !start.is_empty() {
             a.stats.scale_ups += 1;
         }
@@ -117,7 +113,7 @@ impl Sim<'_> {
         if !self.all_done() {
             self.push(self.now.saturating_add(check), Due::Check);
         }
-        Ok(false)
+        Ok(removing)
     }
 }
 

@@ -3,41 +3,47 @@
 //! the plan's replans counted.
 
 use super::Sim;
+use super::scheduler::Asked;
 use crate::deadlines::ReservationAnswer;
-use gantry_engine::{Command, Event, ReservationEnd, ReservationId};
+use gantry_controller::{Input, ReservationOp, ReservationOutcome, SubmitError};
+use gantry_engine::{ReservationEnd, ReservationId};
 
 impl Sim<'_> {
-    /// Submits job reservation `k` to the Rayon planner; an admitted one's job will submit its
-    /// stages to the reservation's queue.
+    /// Submits job reservation `k` to the Rayon planner; the answer comes to
+    /// [`Sim::reservation_answered`].
     pub(super) fn reserve_job(&mut self, k: usize) {
-        let r = &self.options.job_reservations[k];
-        let job = r.job;
-        let event = Event::ReservationSubmitted { id: None, request: r.request.clone() };
-        match self.engine.handle(self.now, event) {
-            Ok(cmds) => {
-                for c in &cmds {
-                    match c {
-                        Command::ReservationAdmitted { reservation, queue, .. } => {
-                            self.job_reservations[k].answer =
-                                ReservationAnswer::Admitted { id: reservation.0, queue: queue.clone() };
-                            self.reservation_of.insert(reservation.0, k);
-                            if self.state[job].ended.is_none() {
-                                self.queue_override[job] = Some(queue.clone());
-                            }
-                        }
-                        Command::ReservationRejected { reason, .. } => {
-                            self.job_reservations[k].answer = ReservationAnswer::Rejected(reason.clone());
-                        }
-                        _ => {}
-                    }
+        let request = self.options.job_reservations[k].request.clone();
+        let reply = self.sched.ask(Asked::Reserve(k));
+        self.send(Input::Reservation {
+            reply,
+            op: ReservationOp::Submit { id: None, caller: None, request },
+        });
+    }
+
+    /// The planner answered job reservation `k`: an admitted one's job will submit its stages
+    /// to the reservation's queue (`queue`, from the engine's admission).
+    pub(super) fn reservation_answered(
+        &mut self,
+        k: usize,
+        result: Result<ReservationOutcome, SubmitError>,
+        queue: Option<String>,
+    ) {
+        let job = self.job_reservations[k].job;
+        self.job_reservations[k].answer = match result {
+            Ok(ReservationOutcome::Accepted { id, .. }) => {
+                let queue = queue.unwrap_or_default();
+                self.reservation_of.insert(id.0, k);
+                if self.state[job].ended.is_none() {
+                    self.queue_override[job] = Some(queue.clone());
                 }
-                self.apply(cmds);
+                ReservationAnswer::Admitted { id: id.0, queue }
             }
+            Ok(ReservationOutcome::Rejected { reason, .. }) => ReservationAnswer::Rejected(reason),
             Err(e) => {
                 tracing::debug!(job = %self.jobs[job].name, error = %e, "reservation refused");
-                self.job_reservations[k].answer = ReservationAnswer::Refused(e.to_string());
+                ReservationAnswer::Refused(e.to_string())
             }
-        }
+        };
     }
 
     /// The planner moved `reservation`.

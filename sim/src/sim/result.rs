@@ -141,4 +141,38 @@ pub struct SimResult {
     /// Each loaded plugin's record at the end: failed calls, panics, quarantines, refused
     /// decisions by reason (what the daemon exports as metrics).
     pub plugins: Vec<gantry_engine::PolicyStatus>,
+    /// What the scheduler around the engine did: restarts, store jobs, nodes lost, fencing.
+    pub daemon: DaemonFigures,
+}
+
+/// What the scheduler's controller, its store and the agents did in a run (over every
+/// scheduler process, with restarts).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DaemonFigures {
+    /// Scheduler restarts.
+    pub restarts: u64,
+    /// Store jobs (each one transaction in the daemon).
+    pub store_jobs: u64,
+    /// Store jobs that failed.
+    pub failed_commits: u64,
+    /// Nodes the scheduler declared lost (silent for the node timeout).
+    pub nodes_lost: u64,
+    /// Launches that had no agent stream to go to.
+    pub launches_undeliverable: u64,
+    /// Containers an agent ran that the scheduler did not want, killed when it registered.
+    pub reconcile_kills: u64,
+    /// Containers the scheduler expected on an agent that registered without them.
+    pub reconcile_lost: u64,
+    /// Containers agents killed themselves after hearing nothing for their fencing timeout.
+    pub fenced: u64,
+}
+
+impl DaemonFigures {
+    /// Adds one scheduler process's counters.
+    pub(super) fn add(&mut self, s: &gantry_controller::ControllerStats) {
+        self.nodes_lost += s.nodes_lost;
+        self.launches_undeliverable += s.launches_undeliverable;
+        self.reconcile_kills += s.reconcile_kills;
+        self.reconcile_lost += s.reconcile_lost;
+    }
 }

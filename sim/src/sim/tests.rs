@@ -54,7 +54,7 @@ fn jobs_run_for_their_durations_and_stages_follow_each_other() {
         job("one", 0, vec![stage(2, false, 10 * S, 10 * S)]),
         job("two-stages", 5 * S, vec![stage(1, false, 3 * S, 3 * S), stage(2, true, 4 * S, 4 * S)]),
     ];
-    let r = run(&mut engine(), &nodes, &jobs, &SimOptions::default()).expect("run");
+    let r = run(&mut || Ok(engine()), &nodes, &jobs, &SimOptions::default()).expect("run");
     let one = &r.jobs[0];
     assert_eq!((one.start_ms, one.end_ms, one.outcome), (Some(0), Some(10 * S), JobOutcome::Completed));
     let two = &r.jobs[1];
@@ -76,7 +76,7 @@ fn a_sample_shows_the_end_of_its_instant() {
         job("next", 0, vec![stage(2, false, 5 * S, 5 * S)]),
     ];
     let options = SimOptions { sample_ms: 5 * S, ..SimOptions::default() };
-    let r = run(&mut engine(), &nodes, &jobs, &options).expect("run");
+    let r = run(&mut || Ok(engine()), &nodes, &jobs, &options).expect("run");
     let cpu: Vec<(u64, f64)> = r.samples.iter().map(|s| (s.t_ms / S, s.cpu)).collect();
     assert_eq!(&cpu[..3], &[(0, 1.0), (5, 1.0), (10, 1.0)], "{cpu:?}");
     assert_eq!(r.jobs[1].start_ms, Some(10 * S));
@@ -95,7 +95,7 @@ fn a_job_that_waits_for_room_waits_and_preferences_decide_the_speed() {
         job("pref", S, vec![fast]),
         job("spread", 2 * S, vec![rack]),
     ];
-    let r = run(&mut engine(), &nodes, &jobs, &SimOptions::default()).expect("run");
+    let r = run(&mut || Ok(engine()), &nodes, &jobs, &SimOptions::default()).expect("run");
     // The built-in first fit puts the filler's two containers on `gpu`; `pref` lands on
     // `plain` and runs slow.
     assert!(r.jobs[1].ran_slow);
@@ -116,12 +116,17 @@ fn time_limits_kill_and_lost_nodes_rerun_their_work() {
         failures: vec![NodeFailure { node: "b".into(), at_ms: 10 * S, back_at_ms: None }],
         ..SimOptions::default()
     };
-    let r = run(&mut engine(), &nodes, &jobs, &options).expect("run");
+    let r = run(&mut || Ok(engine()), &nodes, &jobs, &options).expect("run");
     assert_eq!((r.jobs[0].end_ms, r.jobs[0].outcome), (Some(20 * S), JobOutcome::Killed));
-    // `survivor` ran on b, which failed at 10 s; it reruns on a once `limited` is gone.
+    // `survivor` ran on b, which failed at 10 s; the scheduler loses b once its agent has been
+    // silent for the node timeout (10 s, checked every 500 ms), and `survivor` reruns on a,
+    // free since `limited` was killed at 20 s.
     assert_eq!(r.jobs[1].outcome, JobOutcome::Completed);
-    assert_eq!(r.jobs[1].end_ms, Some(50 * S));
-    assert!((r.node_hours - (50.0 + 10.0) / 3600.0).abs() < 1e-9, "{}", r.node_hours);
+    let end = r.jobs[1].end_ms.expect("ended");
+    assert!((50 * S + 1..=50 * S + 501).contains(&end), "{end}");
+    assert_eq!(r.daemon.nodes_lost, 1);
+    // a counts until the run ends, b until it failed.
+    assert!((r.node_hours - (end as f64 / 1000.0 + 10.0) / 3600.0).abs() < 1e-9, "{}", r.node_hours);
 }
 
 #[test]
@@ -137,8 +142,8 @@ fn the_same_inputs_give_the_same_result() {
             )
         })
         .collect();
-    let a = run(&mut engine(), &nodes, &jobs, &SimOptions::default()).expect("run");
-    let b = run(&mut engine(), &nodes, &jobs, &SimOptions::default()).expect("run");
+    let a = run(&mut || Ok(engine()), &nodes, &jobs, &SimOptions::default()).expect("run");
+    let b = run(&mut || Ok(engine()), &nodes, &jobs, &SimOptions::default()).expect("run");
     assert_eq!(a, b);
     assert!(a.jobs.iter().all(|j| j.outcome == JobOutcome::Completed));
 }

@@ -422,6 +422,7 @@ impl World {
                 }
                 self.answers.insert(to, reply);
             }
+            Output::EngineCommand(_) => {}
             Output::CloseStream { stream } => {
                 for a in self.agents.values_mut().filter(|a| a.stream == stream) {
                     a.stream = 0;

@@ -51,17 +51,13 @@ impl Engine {
     /// restart the nodes are still coming, and an empty cluster is no measure.
     pub fn check_fits(&self, spec: &AppSpec) -> Result<(), EngineError> {
         let Some(largest) = self.state.largest_node() else { return Ok(()) };
-        for (k, r) in spec.requests.iter().enumerate() {
-            if let Some((dimension, need, max)) = waiting::exceeds(&r.resources, &largest) {
-                return Err(EngineError::InvalidResourceRequest(format!(
-                    "request {k} asks for {} per container, more than the maximum allocation of {} \
-                     (the largest registered node's)",
-                    dimension.amount(need),
-                    dimension.amount(max)
-                )));
-            }
-        }
-        Ok(())
+        refuse_above(spec, &largest, "the largest registered node's")
+    }
+
+    /// [`Engine::check_fits`] against a maximum allocation the caller knows better than the
+    /// registered nodes do: an autoscaled cluster's largest machine, started or not.
+    pub fn check_fits_within(&self, spec: &AppSpec, max: &Resources) -> Result<(), EngineError> {
+        refuse_above(spec, max, "the cluster's largest machine's")
     }
 
     /// Why a live application waits, in words, as of the last cycle (`None` when nothing of it
@@ -114,4 +110,19 @@ impl Engine {
     pub fn history(&self) -> impl Iterator<Item = &AppSummary> {
         self.state.history.iter()
     }
+}
+
+/// Refuses `spec` if a container of it asks for more of a resource than `max` (`whose` says
+/// whose maximum it is).
+fn refuse_above(spec: &AppSpec, max: &Resources, whose: &str) -> Result<(), EngineError> {
+    for (k, r) in spec.requests.iter().enumerate() {
+        if let Some((dimension, need, max)) = waiting::exceeds(&r.resources, max) {
+            return Err(EngineError::InvalidResourceRequest(format!(
+                "request {k} asks for {} per container, more than the maximum allocation of {} ({whose})",
+                dimension.amount(need),
+                dimension.amount(max)
+            )));
+        }
+    }
+    Ok(())
 }
