@@ -13,8 +13,10 @@ mod run;
 mod tests;
 mod trace_gen;
 
-pub use args::{AgentArg, DeadlineArgs, GpuSpecMode, ReplannerArg, SimArgs, TraceFormat};
-pub use options::{SimPlan, alibaba_options, deadline_options, default_planner, elastic_options, lost_nodes};
+pub use args::{AgentArg, DaemonArgs, DeadlineArgs, GpuSpecMode, ReplannerArg, SimArgs, TraceFormat};
+pub use options::{
+    SimPlan, alibaba_options, daemon_options, deadline_options, default_planner, elastic_options, lost_nodes,
+};
 pub use run::{engine_for, engine_with_plan, read_traces, run_sim};
 pub use trace_gen::{GenFormat, TraceGenArgs, run_trace_gen};
 

@@ -1,11 +1,12 @@
 //! What `gantry sim`'s flags ask for, checked together: the Alibaba reader's options, the
-//! elastic cluster, deadline jobs with their reservation plan, and node losses. Each refuses
-//! flags given where they mean nothing, naming the flag.
+//! elastic cluster, deadline jobs with their reservation plan, node losses, and the scheduler's
+//! timings and faults. Each refuses flags given where they mean nothing, naming the flag.
 
 use super::{AgentArg, GpuSpecMode, ReplannerArg, SimArgs, SimCliError, TraceFormat};
 use gantry_engine::PlanConfig;
 use gantry_sim::deadlines::{self, DeadlineOptions};
 use gantry_sim::elastic::{ElasticError, ElasticOptions};
+use gantry_sim::sim::DaemonOptions;
 use gantry_sim::trace::alibaba::{AlibabaOptions, GpuSpecAs};
 use std::path::PathBuf;
 
@@ -42,6 +43,27 @@ pub fn alibaba_options(args: &SimArgs) -> Result<AlibabaOptions, SimCliError> {
             .map_err(|m| SimCliError::Args(format!("--alibaba-slowdown {}: {m}", slowdown.unwrap_or(1.0))))?,
     };
     Ok(AlibabaOptions { gpu_spec, ..AlibabaOptions::default() })
+}
+
+/// The scheduler's timings and the faults injected into it (`--node-timeout`,
+/// `--commit-latency`, `--commit-failure-rate`, `--restart-scheduler-at`, `--partition`), the
+/// rest at the daemon's and the agent's defaults; `--seed` draws the failing commits.
+pub fn daemon_options(args: &SimArgs) -> Result<DaemonOptions, SimCliError> {
+    let d = &args.daemon;
+    let defaults = DaemonOptions::default();
+    let options = DaemonOptions {
+        node_timeout_ms: d.node_timeout.unwrap_or(defaults.node_timeout_ms),
+        commit_ms: d.commit_latency.unwrap_or(0),
+        commit_failure_rate: d.commit_failure_rate.unwrap_or(0.0),
+        restarts_at_ms: d.restarts.clone(),
+        partitions: d.partitions.clone(),
+        seed: args.seed.unwrap_or(0),
+        ..defaults
+    };
+    options.validate().map_err(|e| {
+        SimCliError::Args(format!("--node-timeout, --commit-failure-rate or --partition: {e}"))
+    })?;
+    Ok(options)
 }
 
 /// The elastic cluster `args` ask for over a pool of `pool` nodes: `None` without

@@ -3,15 +3,15 @@
 //! outputs.
 
 use super::{
-    SimArgs, SimCliError, SimPlan, TraceFormat, alibaba_options, deadline_options, elastic_options,
-    lost_nodes,
+    SimArgs, SimCliError, SimPlan, TraceFormat, alibaba_options, daemon_options, deadline_options,
+    elastic_options, lost_nodes,
 };
 use gantry_engine::{Engine, EngineConfig};
 use gantry_scheduler::config::SchedulerConfig;
 use gantry_sim::cluster::ClusterSpec;
 use gantry_sim::deadlines;
 use gantry_sim::report::{ReportOptions, write_all};
-use gantry_sim::sim::{DaemonOptions, SimOptions, run_with_progress};
+use gantry_sim::sim::{SimOptions, run_with_progress};
 use gantry_sim::trace::alibaba::AlibabaOptions;
 use gantry_sim::trace::{self, Job};
 use std::io::IsTerminal;
@@ -130,6 +130,13 @@ pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliErro
     if let Some(f) = args.failures.iter().find(|f| !cluster.nodes.iter().any(|n| n.name == f.node)) {
         return Err(SimCliError::Args(format!("--fail names {:?}, which the cluster does not have", f.node)));
     }
+    if let Some(p) = args.daemon.partitions.iter().find(|p| !cluster.nodes.iter().any(|n| n.name == p.node)) {
+        return Err(SimCliError::Args(format!(
+            "--partition names {:?}, which the cluster does not have",
+            p.node
+        )));
+    }
+    let daemon = daemon_options(args)?;
     let elastic = elastic_options(args, cluster.nodes.len())?;
     let deadline = deadline_options(args)?;
     let lost = lost_nodes(args, &cluster.nodes)?;
@@ -151,17 +158,6 @@ pub fn run_sim(args: &SimArgs) -> Result<gantry_sim::report::Summary, SimCliErro
     let mut make_engine = || match first.take() {
         Some(engine) => Ok(engine),
         None => engine_with_plan(args.config.as_ref(), args.seed, plan.clone()).map_err(|e| e.to_string()),
-    };
-    let d = &args.daemon;
-    let defaults = DaemonOptions::default();
-    let daemon = DaemonOptions {
-        node_timeout_ms: d.node_timeout.unwrap_or(defaults.node_timeout_ms),
-        commit_ms: d.commit_latency.unwrap_or(0),
-        commit_failure_rate: d.commit_failure_rate.unwrap_or(0.0),
-        restarts_at_ms: d.restarts.clone(),
-        partitions: d.partitions.clone(),
-        seed: args.seed.unwrap_or(0),
-        ..defaults
     };
     let options = SimOptions {
         tick_ms: args.tick_ms,

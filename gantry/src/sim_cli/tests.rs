@@ -230,3 +230,51 @@ fn sim_elastic_flags_are_refused_when_invalid() {
     }
     assert!(Cli::try_parse_from(["sim", "--elastic-min", "-1"]).is_err());
 }
+
+#[test]
+fn sim_daemon_flags_build_the_faults() {
+    let a = args(
+        "swim",
+        &[
+            "--restart-scheduler-at",
+            "10m",
+            "--restart-scheduler-at",
+            "90",
+            "--partition",
+            "rack-1/n3@2m:45s",
+            "--node-timeout",
+            "20s",
+            "--commit-latency",
+            "5ms",
+            "--commit-failure-rate",
+            "0.01",
+            "--seed",
+            "9",
+        ],
+    );
+    let d = daemon_options(&a).unwrap();
+    assert_eq!(d.restarts_at_ms, [600_000, 90_000]);
+    assert_eq!(
+        d.partitions,
+        [gantry_sim::sim::Partition { node: "rack-1/n3".into(), at_ms: 120_000, duration_ms: 45_000 }]
+    );
+    assert_eq!((d.node_timeout_ms, d.commit_ms, d.commit_failure_rate, d.seed), (20_000, 5, 0.01, 9));
+    // Without the flags: the daemon's and the agent's defaults, no faults.
+    assert_eq!(daemon_options(&args("swim", &[])).unwrap(), gantry_sim::sim::DaemonOptions::default());
+}
+
+#[test]
+fn sim_daemon_flags_are_refused_when_invalid() {
+    let parse_error = |extra: &[&str]| {
+        let base = ["sim", "--cluster", "c.toml", "--trace", "t.csv", "--out", "o", "--format", "swim"];
+        Cli::try_parse_from(base.iter().chain(extra)).unwrap_err().to_string()
+    };
+    for bad in ["n1", "n1@5s", "@5s:10s", "n1@5s:0", "n1@x:10s"] {
+        let e = parse_error(&["--partition", bad]);
+        assert!(e.contains("--partition"), "{bad}: {e}");
+    }
+    let e = daemon_options(&args("swim", &["--node-timeout", "2s"])).unwrap_err().to_string();
+    assert!(e.contains("between reports"), "{e}");
+    let e = daemon_options(&args("swim", &["--commit-failure-rate", "1.5"])).unwrap_err().to_string();
+    assert!(e.contains("not in [0, 1)"), "{e}");
+}

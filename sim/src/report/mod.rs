@@ -339,6 +339,8 @@ pub struct Summary {
     pub elastic: Option<ElasticSummary>,
     /// Per loaded plugin, by the name the configuration gives it (empty with built-ins only).
     pub plugins: BTreeMap<String, PluginSummary>,
+    /// What the scheduler around the engine did: restarts, store jobs, nodes lost, fencing.
+    pub daemon: crate::sim::DaemonFigures,
 }
 
 fn round3(x: f64) -> f64 {
@@ -419,6 +421,7 @@ pub fn summarise(result: &SimResult, options: &ReportOptions) -> Summary {
         preemptions: result.preemptions,
         launches: result.launches,
         cycles: result.cycles,
+        daemon: result.daemon.clone(),
         utility_horizon_s: horizon,
         utility: utility_of(&all, horizon),
         sla_met: if all.is_empty() { 0.0 } else { round3(within as f64 / all.len() as f64) },
