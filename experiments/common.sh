@@ -6,6 +6,7 @@ TRACES="${GANTRY_TRACES:-$ROOT/../shared/traces}"
 cargo build --quiet --release --manifest-path "$ROOT/Cargo.toml" -p gantry --bin gantry >&2
 GANTRY="$ROOT/target/release/gantry"
 OUT="${OUT:-$(mktemp -d)}"
+mkdir -p "$OUT"
 
 # Builds a plugin package in the release profile (quietly) and prints its library's path:
 # plugin_so PACKAGE LIBNAME, e.g. plugin_so gantry-hetero gantry_hetero.

@@ -109,8 +109,10 @@ impl EndedApp {
 #[derive(Debug, Default)]
 pub struct AppHistory {
     launched: BTreeMap<u64, Vec<LaunchedContainer>>,
-    /// Which app each remembered container belongs to.
-    container_app: BTreeMap<u64, u64>,
+    /// Where each remembered container is: its app, and its index in the app's list (lists
+    /// only grow, and go as a whole). An app may have tens of thousands of containers, so
+    /// finding one by scanning its list would make every start and exit linear in them.
+    container_at: BTreeMap<u64, (u64, usize)>,
     /// Apps with remembered containers, oldest first ([`LAUNCHED_HISTORY`] at most).
     launched_order: VecDeque<u64>,
     ended: BTreeMap<u64, EndedApp>,
@@ -132,40 +134,47 @@ impl AppHistory {
 
     /// The application a remembered container belongs to.
     pub fn app_of_container(&self, container: u64) -> Option<u64> {
-        self.container_app.get(&container).copied()
+        self.container_at.get(&container).map(|&(app, _)| app)
     }
 
     /// A remembered container.
     pub fn container(&self, container: u64) -> Option<&LaunchedContainer> {
-        let app = self.container_app.get(&container)?;
-        self.launched.get(app)?.iter().find(|c| c.id == container)
+        let &(app, at) = self.container_at.get(&container)?;
+        self.launched.get(&app)?.get(at)
+    }
+
+    fn container_mut(&mut self, container: u64) -> Option<&mut LaunchedContainer> {
+        let &(app, at) = self.container_at.get(&container)?;
+        self.launched.get_mut(&app)?.get_mut(at)
     }
 
     /// Remembers a launched container; one already remembered (restored after a restart) is
     /// replaced.
     pub fn remember_launch(&mut self, app: u64, c: LaunchedContainer) {
-        if let Some(known) = self.launched.get_mut(&app).and_then(|v| v.iter_mut().find(|k| k.id == c.id)) {
-            *known = c;
-            return;
+        if self.app_of_container(c.id) == Some(app) {
+            if let Some(known) = self.container_mut(c.id) {
+                *known = c;
+                return;
+            }
         }
         if !self.launched.contains_key(&app) {
             self.launched_order.push_back(app);
             while self.launched_order.len() > LAUNCHED_HISTORY {
                 if let Some(old) = self.launched_order.pop_front() {
                     for c in self.launched.remove(&old).unwrap_or_default() {
-                        self.container_app.remove(&c.id);
+                        self.container_at.remove(&c.id);
                     }
                 }
             }
         }
-        self.container_app.insert(c.id, app);
-        self.launched.entry(app).or_default().push(c);
+        let list = self.launched.entry(app).or_default();
+        self.container_at.insert(c.id, (app, list.len()));
+        list.push(c);
     }
 
     /// Updates a remembered container (a start or an end); unknown ones are ignored.
     pub fn update(&mut self, container: u64, change: impl FnOnce(&mut LaunchedContainer)) {
-        let Some(app) = self.container_app.get(&container) else { return };
-        if let Some(c) = self.launched.get_mut(app).and_then(|v| v.iter_mut().find(|c| c.id == container)) {
+        if let Some(c) = self.container_mut(container) {
             change(c);
         }
     }
