@@ -41,6 +41,30 @@ impl AgentLink {
     pub fn stream(&self) -> StreamId {
         self.stream
     }
+
+    /// Keeps a status report, and says what else it calls for. Every agent sends one every
+    /// second, so the common case (no conditions before or now) is settled here, on the one
+    /// lookup of the node that the message needed anyway.
+    fn keep_status(&mut self, s: v1::Status) -> KeptStatus {
+        let kept = KeptStatus {
+            seq: s.seq,
+            used: measured_usage(&s),
+            conditions: (!s.conditions.is_empty() || !self.conditions.is_empty())
+                .then(|| s.conditions.clone()),
+        };
+        self.last_status = Some(s);
+        kept
+    }
+}
+
+/// What a status report calls for once its link has kept it.
+struct KeptStatus {
+    /// Its sequence number, to acknowledge.
+    seq: u64,
+    /// What the node uses, for the engine.
+    used: Option<Resources>,
+    /// The conditions it reports, when they or the previous ones are not empty.
+    conditions: Option<Vec<v1::NodeCondition>>,
 }
 
 /// What an agent's status says its node really uses, for plugins (`GantryView::node_usage`):
@@ -122,7 +146,7 @@ impl Controller {
         node_claim::check_instance_id(&r.instance_id)?;
         let holder = self.agents.get(&r.node_name).map(|l| Holder {
             instance: &l.instance,
-            silent_for: Duration::from_millis(self.now_ms.saturating_sub(l.last_seen_ms)),
+            silent_for: Duration::from_millis(self.silent_for_ms(l)),
         });
         let timeout = Duration::from_millis(self.config.node_timeout_ms);
         let claimed = node_claim::check(&r.node_name, holder, &r.instance_id, timeout);
@@ -144,23 +168,21 @@ impl Controller {
     }
 
     pub(crate) fn agent_message(&mut self, node: &str, stream: StreamId, msg: FromAgent) {
-        match self.agents.get_mut(node) {
-            Some(link) if link.stream == stream => link.last_seen_ms = self.now_ms,
-            _ => return, // a stale stream: its node has reconnected (or been declared lost)
-        }
-        match msg {
-            FromAgent::Status(s) => {
-                let seq = s.seq;
-                self.conditions_reported(node, s.conditions.clone());
-                if let Some(used) = measured_usage(&s) {
-                    // Refused only for a node that is lost meanwhile: nothing to do then.
-                    let _ = self.event(Event::NodeUsageReported { node: node.to_owned(), used });
+        let msg = match self.agents.get_mut(node) {
+            Some(link) if link.stream == stream => {
+                link.last_seen_ms = self.now_ms;
+                match msg {
+                    FromAgent::Status(s) => {
+                        let kept = link.keep_status(s);
+                        return self.status_kept(node, stream, kept);
+                    }
+                    other => other,
                 }
-                if let Some(link) = self.agents.get_mut(node) {
-                    link.last_status = Some(s);
-                }
-                self.send_to(node, ToAgent::StatusAck(v1::StatusAck { seq }));
             }
+            _ => return, // a stale stream: its node has reconnected (or been declared lost)
+        };
+        match msg {
+            FromAgent::Status(_) => {}
             FromAgent::ContainerStarted(c) if !self.ours(node, &c.cluster_id, c.container_id) => {
                 tracing::debug!(%node, container = c.container_id, cluster = %c.cluster_id, "start of another scheduler state's container ignored");
             }
@@ -180,6 +202,21 @@ impl Controller {
             FromAgent::LogChunk(chunk) => self.log_chunk(node, stream, chunk),
             FromAgent::Pong(_) | FromAgent::Register(_) => {}
         }
+    }
+
+    /// What follows a status report `node`'s link has kept ([`AgentLink::keep_status`]): new
+    /// conditions settle the node, usage goes to the engine, and the report is acknowledged.
+    fn status_kept(&mut self, node: &str, stream: StreamId, kept: KeptStatus) {
+        if let Some(conditions) = kept.conditions {
+            self.conditions_reported(node, conditions);
+        }
+        if let Some(used) = kept.used {
+            // Refused only for a node that is lost meanwhile: nothing to do then.
+            let _ = self.event(Event::NodeUsageReported { node: node.to_owned(), used });
+        }
+        // Never held behind launches (see `send_to`), so it goes on the stream it came on.
+        let ack = ToAgent::StatusAck(v1::StatusAck { seq: kept.seq });
+        self.outbox.push(crate::Output::ToAgent { node: node.to_owned(), stream, msg: ack });
     }
 
     /// One of this scheduler's containers runs (reported on its own, or found running when its
@@ -288,6 +325,12 @@ impl Controller {
         }
     }
 
+    /// How long an agent has been silent, as far as the scheduler can tell: time the scheduler
+    /// itself did not run (paused longer than the node timeout) does not count against it.
+    fn silent_for_ms(&self, link: &AgentLink) -> u64 {
+        self.now_ms.saturating_sub(link.last_seen_ms.max(self.silence_counted_from_ms))
+    }
+
     pub(crate) fn agent_disconnected(&mut self, node: &str, stream: StreamId) {
         self.fail_log_reads(node, |s| s == stream);
         if let Some(link) = self.agents.get_mut(node).filter(|l| l.stream == stream) {
@@ -310,7 +353,7 @@ impl Controller {
         let late: Vec<String> = self
             .agents
             .iter()
-            .filter(|(_, l)| now.saturating_sub(l.last_seen_ms) > timeout)
+            .filter(|(_, l)| self.silent_for_ms(l) > timeout)
             .map(|(n, _)| n.clone())
             .collect();
         for node in late {

@@ -22,6 +22,11 @@ impl Controller {
     /// `node`'s agent reported `conditions`: keep them, and settle the node's state.
     pub(crate) fn conditions_reported(&mut self, node: &str, mut conditions: Vec<v1::NodeCondition>) {
         let Some(link) = self.agents.get_mut(node) else { return };
+        if conditions.is_empty() && link.conditions.is_empty() {
+            // Nothing changed, so the node's state needs no settling (a registration or a drain
+            // change settles it itself).
+            return;
+        }
         conditions.truncate(MAX_CONDITIONS);
         for c in &mut conditions {
             c.r#type = clip(&c.r#type, 64);

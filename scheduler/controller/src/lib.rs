@@ -148,6 +148,13 @@ pub struct Controller {
     next_cycle_ms: u64,
     /// When the next liveness check is due.
     next_liveness_ms: u64,
+    /// When [`Controller::poll`] last ran.
+    last_poll_ms: u64,
+    /// Agents' silence counts from here at the earliest: the end of the last stretch longer
+    /// than the node timeout in which the scheduler itself did not run (a stalled or suspended
+    /// process has not read what the agents sent meanwhile; a simulation jumps over quiet
+    /// time).
+    silence_counted_from_ms: u64,
     stats: ControllerStats,
     /// When the controller started (the driver's clock).
     started_ms: u64,
@@ -208,6 +215,8 @@ impl Controller {
             dirty: false,
             next_cycle_ms: now_ms + config.cycle_interval_ms,
             next_liveness_ms: now_ms + liveness_interval_ms(config.node_timeout_ms),
+            last_poll_ms: now_ms,
+            silence_counted_from_ms: 0,
             stats: ControllerStats::default(),
             started_ms: now_ms,
             handed_out_apps: HandedOut::new("application", "new-application"),
@@ -257,6 +266,18 @@ impl Controller {
     /// daemon times those for its metrics).
     pub fn poll(&mut self, now_ms: u64) -> bool {
         self.advance(now_ms);
+        let absent_ms = self.now_ms.saturating_sub(self.last_poll_ms);
+        if absent_ms > self.config.node_timeout_ms {
+            // The scheduler did not run for longer than the node timeout: the agents' silence
+            // is its own, not theirs. Declaring them all lost now would run everything again;
+            // they get a full timeout from now instead, as after a restart.
+            tracing::info!(
+                absent_ms,
+                "the scheduler was not polled for longer than the node timeout; agents' silence counts from now"
+            );
+            self.silence_counted_from_ms = self.now_ms;
+        }
+        self.last_poll_ms = self.now_ms;
         if self.now_ms >= self.next_liveness_ms {
             self.next_liveness_ms = self.now_ms + liveness_interval_ms(self.config.node_timeout_ms);
             self.check_liveness();
@@ -287,9 +308,22 @@ impl Controller {
         self.next_liveness_ms = self.now_ms + liveness_interval_ms(node_timeout_ms);
     }
 
+    /// Whether a poll at `now_ms` would count agents' silence since their last report: false
+    /// when the scheduler will not have been polled for longer than the node timeout (then the
+    /// silence counts from that poll; see [`Controller::poll`]).
+    pub fn counts_silence_at(&self, now_ms: u64) -> bool {
+        now_ms.saturating_sub(self.last_poll_ms) <= self.config.node_timeout_ms
+    }
+
     /// What the driver is to carry out, in order.
     pub fn take_outputs(&mut self) -> Vec<Output> {
         std::mem::take(&mut self.outbox)
+    }
+
+    /// [`Controller::take_outputs`] into the driver's buffer (appended), so that neither side
+    /// allocates anew for every input: the simulator hands over millions.
+    pub fn move_outputs_into(&mut self, buffer: &mut Vec<Output>) {
+        buffer.append(&mut self.outbox);
     }
 
     /// Runs one scheduling cycle now (unless restored containers are still awaited).

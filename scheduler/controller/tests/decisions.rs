@@ -129,3 +129,22 @@ fn two_drain_changes_in_flight_end_as_the_store_ends_whatever_order_they_are_ans
     assert_eq!(st.nodes()[n.0 as usize].state, GANTRY_NODE_RUNNING, "the earlier change overrode the later");
     assert!(!ctl.drained_nodes().contains("n0"), "nor does it come back at the next registration");
 }
+
+#[test]
+fn a_scheduler_that_did_not_run_past_the_node_timeout_loses_no_node_for_it() {
+    // The process stalls (or its host is suspended) for a minute: its agents kept reporting, but
+    // nothing was read. Its first poll after that must not declare them all lost — the silence
+    // was the scheduler's — and a node that stays silent is still lost a timeout later.
+    let mut w = World::new(2);
+    w.advance(1_000);
+    w.partition("n1");
+    w.now += 60_000;
+    w.ctl.poll(w.now);
+    w.settle();
+    assert_eq!(w.ctl.stats().nodes_lost, 0, "nodes lost for the scheduler's own absence");
+    w.advance(9_000);
+    assert_eq!(w.ctl.stats().nodes_lost, 0, "within a timeout of the scheduler's return");
+    w.advance(2_000);
+    assert_eq!(w.ctl.stats().nodes_lost, 1, "the silent node is lost a timeout after the return");
+    assert!(w.ctl.agents().contains_key("n0") && !w.ctl.agents().contains_key("n1"));
+}

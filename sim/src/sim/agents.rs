@@ -343,12 +343,18 @@ impl Sim<'_> {
     /// visits of the loop an agent in contact would have reported all along, so one round
     /// dated now stands for them, and a quiet stretch of the trace costs nothing.
     pub(super) fn status_round(&mut self) {
-        if self.now < self.next_status_ms {
+        if self.now < self.next_status_ms || !self.ctl.counts_silence_at(self.now) {
+            // Not due, or the loop jumped over more than a node timeout of quiet time: the
+            // controller then counts the agents' silence from this poll on, as it does for a
+            // daemon that did not run, and a round would tell it nothing.
             return;
         }
         self.next_status_ms = self.now.saturating_add(self.options.daemon.status_ms);
         for i in 0..self.agents.len() {
+            // One at a time: a round is one report per node, and a queue of them all would
+            // only cost memory.
             self.report_status(i);
+            self.settle();
         }
     }
 
@@ -374,6 +380,9 @@ impl Sim<'_> {
         // The controller checks liveness at most this often (its own interval).
         let check = (timeout / 4).clamp(1, 500);
         let lost_at = self.now.saturating_add(timeout + 1);
+        // A visit half-way, so that the controller counts the silence (it does not across a
+        // stretch longer than the timeout in which it was not polled).
+        self.push(self.now.saturating_add(timeout / 2), Due::Poll);
         self.push(lost_at, Due::Poll);
         self.push(lost_at + check, Due::Poll);
     }

@@ -51,6 +51,8 @@ pub(super) struct Scheduler<'a> {
     last_stream: StreamId,
     /// Inputs on their way to the controller, in order.
     inbox: VecDeque<Input>,
+    /// The controller's outputs being carried out (kept for its allocation).
+    outputs: Vec<Output>,
     /// The queue of each reservation admitted and not answered yet.
     admitted_queue: HashMap<u64, String>,
     /// Why the engine asked a container to stop, until its agent hears the kill.
@@ -87,6 +89,7 @@ impl<'a> Scheduler<'a> {
             asked: BTreeMap::new(),
             last_stream: 0,
             inbox: VecDeque::new(),
+            outputs: Vec::new(),
             admitted_queue: HashMap::new(),
             kill_reasons: HashMap::new(),
             poll_at: None,
@@ -141,13 +144,16 @@ impl Sim<'_> {
     /// answers, commits, replies and the launches of this instant — until nothing moves.
     pub(super) fn settle(&mut self) {
         loop {
-            let outputs = self.ctl.take_outputs();
+            let mut outputs = std::mem::take(&mut self.sched.outputs);
+            self.ctl.move_outputs_into(&mut outputs);
             if !outputs.is_empty() {
-                for o in outputs {
+                for o in outputs.drain(..) {
                     self.carry_out(o);
                 }
+                self.sched.outputs = outputs;
                 continue;
             }
+            self.sched.outputs = outputs;
             if let Some(input) = self.sched.inbox.pop_front() {
                 self.ctl.handle(self.now, input);
                 continue;
