@@ -325,6 +325,29 @@ impl ConfigObject {
         }
     }
 
+    /// A list of strings (`None` when absent or null); an element that is not a string is
+    /// refused with its position.
+    pub fn str_list(&mut self, key: &str) -> Result<Option<Vec<String>>, PluginError> {
+        match self.take(key).cloned() {
+            None => Ok(None),
+            Some(Json::Array(items)) => items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| match item {
+                    Json::String(s) => Ok(s),
+                    other => Err(PluginError::new(format!(
+                        "{}: `{key}` must be a list of strings, but item {} is {}",
+                        self.plugin,
+                        i + 1,
+                        other.kind()
+                    ))),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(v) => Err(self.wrong(key, "a list of strings", &v)),
+        }
+    }
+
     /// Refuses the keys no accessor asked for, naming them and the keys that exist.
     pub fn finish(self, known: &[&str]) -> Result<(), PluginError> {
         let unknown: Vec<&str> =
@@ -408,5 +431,18 @@ mod tests {
         assert!(e.contains("unknown setting `typo`") && e.contains("known settings: n, s"), "{e}");
 
         assert!(ConfigObject::parse("p", "[1]").unwrap_err().message.contains("must be a JSON object"));
+    }
+
+    #[test]
+    fn lists_of_strings() {
+        let mut c =
+            ConfigObject::parse("p", r#"{"l": ["a", "b.c"], "e": [], "bad": ["a", 2], "n": "a"}"#).unwrap();
+        assert_eq!(c.str_list("l").unwrap(), Some(vec!["a".to_owned(), "b.c".to_owned()]));
+        assert_eq!(c.str_list("e").unwrap(), Some(Vec::new()));
+        assert_eq!(c.str_list("absent").unwrap(), None);
+        let e = c.str_list("bad").unwrap_err().message;
+        assert!(e.contains("`bad` must be a list of strings, but item 2 is a number"), "{e}");
+        let e = c.str_list("n").unwrap_err().message;
+        assert!(e.contains("`n` must be a list of strings, got a string"), "{e}");
     }
 }

@@ -29,7 +29,7 @@ impl Calculator {
 }
 
 /// Everything `create` accepts. See `plugins/preemption/README.md` for the table.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PreemptionConfig {
     /// Time between two rounds of the policy (YARN's `monitoring_interval`, 3000 ms).
     pub monitoring_interval_ms: u64,
@@ -39,8 +39,8 @@ pub struct PreemptionConfig {
     /// At most this fraction of the cluster is asked back per round (YARN's
     /// `total_preemption_per_round`, 0.1). In (0, 1].
     pub total_preemption_per_round: f64,
-    /// Dead zone: a queue is left alone while it holds at most its ideal × (1 + this) (YARN's
-    /// `max_ignored_over_capacity`, 0.1). At least 0.
+    /// Dead zone: a queue is left alone while it holds at most its guarantee × (1 + this)
+    /// (YARN's `max_ignored_over_capacity`, 0.1). At least 0.
     pub max_ignored_over_capacity: f64,
     /// Fraction of the imbalance asked back per round; the rest is expected to come back by
     /// containers ending on their own (YARN's `natural_termination_factor`, 0.2). In (0, 1].
@@ -52,6 +52,14 @@ pub struct PreemptionConfig {
     pub kill_grace_ms: u64,
     /// How resources are measured (`memory`, the default, or `dominant`).
     pub resource_calculator: Calculator,
+    /// Queues (full paths) whose containers are never preempted, with their subtrees (YARN's
+    /// per-queue `disable_preemption`, which children inherit). Such a queue keeps what it holds
+    /// beyond its guarantee; the others give back what the under-served queues then lack.
+    pub disable_preemption: Vec<String>,
+    /// Count what comes back on its own from the containers' expected run times (their
+    /// requests' `expected_ms`) where every container of a queue has one, instead of assuming
+    /// `natural_termination_factor` (true).
+    pub use_expected_runtimes: bool,
 }
 
 impl Default for PreemptionConfig {
@@ -65,12 +73,24 @@ impl Default for PreemptionConfig {
             observe_only: false,
             kill_grace_ms: 250,
             resource_calculator: Calculator::Memory,
+            disable_preemption: Vec::new(),
+            use_expected_runtimes: true,
         }
     }
 }
 
+impl PreemptionConfig {
+    /// Whether preemption is disabled for the queue at `path`: it, or a queue above it, is
+    /// listed in `disable_preemption`.
+    pub fn preemption_disabled(&self, path: &str) -> bool {
+        self.disable_preemption.iter().any(|d| {
+            path.strip_prefix(d.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+        })
+    }
+}
+
 /// The settings `create` knows.
-const KNOWN: [&str; 8] = [
+const KNOWN: [&str; 10] = [
     "monitoring_interval_ms",
     "max_wait_before_kill_ms",
     "total_preemption_per_round",
@@ -79,6 +99,8 @@ const KNOWN: [&str; 8] = [
     "observe_only",
     "kill_grace_ms",
     "resource_calculator",
+    "disable_preemption",
+    "use_expected_runtimes",
 ];
 
 const NAME: &str = "preemption";
@@ -140,6 +162,13 @@ impl PreemptionConfig {
                 err(format!("`resource_calculator` must be one of memory, dominant, got {v:?}"))
             })?,
         };
+        let disable_preemption = c.str_list("disable_preemption")?.unwrap_or_default();
+        if let Some(bad) = disable_preemption.iter().find(|p| !valid_queue_path(p)) {
+            return Err(err(format!(
+                "`disable_preemption` lists {bad:?}, which is not a queue path (`root` or `root.a.b`)"
+            )));
+        }
+        let use_expected_runtimes = c.bool("use_expected_runtimes")?.unwrap_or(d.use_expected_runtimes);
         c.finish(&KNOWN)?;
         Ok(PreemptionConfig {
             monitoring_interval_ms,
@@ -150,8 +179,16 @@ impl PreemptionConfig {
             observe_only,
             kill_grace_ms,
             resource_calculator,
+            disable_preemption,
+            use_expected_runtimes,
         })
     }
+}
+
+/// `root`, or `root.` followed by names separated by dots, none empty or with blanks.
+fn valid_queue_path(path: &str) -> bool {
+    let mut parts = path.split('.');
+    parts.next() == Some("root") && parts.all(|p| !p.is_empty() && !p.chars().any(char::is_whitespace))
 }
 
 #[cfg(test)]
@@ -170,6 +207,25 @@ mod tests {
         assert!(!c.observe_only);
         assert_eq!(c.kill_grace_ms, 250);
         assert_eq!(c.resource_calculator, Calculator::Memory);
+        assert!(c.disable_preemption.is_empty());
+        assert!(c.use_expected_runtimes);
+    }
+
+    #[test]
+    fn disable_preemption_covers_the_subtree() {
+        let c =
+            PreemptionConfig::parse(r#"{"disable_preemption": ["root.prod", "root.adhoc.vip"]}"#).unwrap();
+        for (path, disabled) in [
+            ("root", false),
+            ("root.prod", true),
+            ("root.prod.etl", true),
+            ("root.production", false),
+            ("root.adhoc", false),
+            ("root.adhoc.vip", true),
+            ("root.adhoc.vip.x", true),
+        ] {
+            assert_eq!(c.preemption_disabled(path), disabled, "{path}");
+        }
     }
 
     #[test]
@@ -178,7 +234,8 @@ mod tests {
             r#"{"monitoring_interval_ms": 1000, "max_wait_before_kill_ms": 0,
                 "total_preemption_per_round": 1, "max_ignored_over_capacity": 0,
                 "natural_termination_factor": 1.0, "observe_only": true, "kill_grace_ms": 5000,
-                "resource_calculator": "dominant"}"#,
+                "resource_calculator": "dominant", "disable_preemption": ["root.a"],
+                "use_expected_runtimes": false}"#,
         )
         .unwrap();
         assert_eq!(
@@ -192,6 +249,8 @@ mod tests {
                 observe_only: true,
                 kill_grace_ms: 5000,
                 resource_calculator: Calculator::Dominant,
+                disable_preemption: vec!["root.a".into()],
+                use_expected_runtimes: false,
             }
         );
         // null means "the default", as for every plugin.
@@ -227,6 +286,10 @@ mod tests {
             (r#"{"kill_grace_ms": 3600001}"#, "`kill_grace_ms` must be from 0 to 3600000 ms"),
             (r#"{"resource_calculator": "cpu"}"#, "`resource_calculator` must be one of memory, dominant"),
             (r#"{"natural_termination": 0.2}"#, "unknown setting `natural_termination`"),
+            (r#"{"disable_preemption": "root.a"}"#, "`disable_preemption` must be a list of strings"),
+            (r#"{"disable_preemption": ["prod"]}"#, "lists \"prod\", which is not a queue path"),
+            (r#"{"disable_preemption": ["root..a"]}"#, "not a queue path"),
+            (r#"{"use_expected_runtimes": 1}"#, "`use_expected_runtimes` must be true or false"),
             ("[]", "must be a JSON object"),
             ("{", "invalid JSON"),
         ] {

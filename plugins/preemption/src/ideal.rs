@@ -8,7 +8,9 @@
 //!
 //! - `cap = min(demand, maximum)`: a queue never gets more than it holds plus what it asks for,
 //!   nor more than its absolute maximum;
-//! - `floor = min(held, guarantee, cap)`: a queue keeps what it holds up to its guarantee.
+//! - `floor = min(held, guarantee, cap)`: a queue keeps what it holds up to its guarantee — a
+//!   leaf whose preemption is disabled keeps all it holds, and a parent keeps at least what its
+//!   children keep (YARN's "untouchable extra": the others share what is left).
 //!
 //! When the parent has at least the children's guarantees (always at the root, whose total is
 //! the cluster), `λ ≥ 1`, so each child gets at least `min(guarantee, demand)` and what is left
@@ -34,6 +36,8 @@ pub struct QueueInput {
     pub held: f64,
     /// `held` plus what its pending requests ask for (those that could run).
     pub demand: f64,
+    /// A leaf whose containers are never preempted (`disable_preemption`): it keeps all it holds.
+    pub keeps_all: bool,
 }
 
 /// The ideal amount of each queue (same order as `queues`); top-level queues share `total`.
@@ -57,11 +61,24 @@ pub fn ideal_assignment(queues: &[QueueInput], total: f64) -> Vec<f64> {
             None => top.push(i),
         }
     }
+    // What each queue keeps whatever the others want: up to its guarantee, all of it for a leaf
+    // whose preemption is disabled, and at least what its children keep (children after parents,
+    // so this runs from the bottom up).
+    let mut keep: Vec<f64> = (0..n)
+        .map(|i| if queues[i].keeps_all { held[i] } else { held[i].min(queues[i].guarantee.max(0.0)) })
+        .collect();
+    let mut kept_by_children = vec![0.0; n];
+    for i in (0..n).rev() {
+        keep[i] = keep[i].max(kept_by_children[i]);
+        if let Some(p) = parent(i) {
+            kept_by_children[p] += keep[i];
+        }
+    }
     let item = |i: usize| {
         let q = &queues[i];
         let guarantee = q.guarantee.max(0.0);
         let cap = demand[i].min(q.maximum.max(0.0));
-        Item { weight: guarantee, floor: held[i].min(guarantee).min(cap), cap }
+        Item { weight: guarantee, floor: keep[i].min(cap), cap }
     };
     let mut ideal = vec![0.0; n];
     let share = |members: &[usize], amount: f64, ideal: &mut Vec<f64>| {
@@ -152,11 +169,11 @@ mod tests {
 
     /// A leaf below `parent`: guarantee, maximum, held, pending (demand = held + pending).
     fn leaf(parent: Option<usize>, g: f64, max: f64, held: f64, pending: f64) -> QueueInput {
-        QueueInput { parent, guarantee: g, maximum: max, held, demand: held + pending }
+        QueueInput { parent, guarantee: g, maximum: max, held, demand: held + pending, keeps_all: false }
     }
 
     fn parent(parent: Option<usize>, g: f64, max: f64) -> QueueInput {
-        QueueInput { parent, guarantee: g, maximum: max, held: 0.0, demand: 0.0 }
+        QueueInput { parent, guarantee: g, maximum: max, held: 0.0, demand: 0.0, keeps_all: false }
     }
 
     /// The seed's first scenario on a cluster of 100: B (20 %, max 100 %) holds everything, A
@@ -195,6 +212,38 @@ mod tests {
             leaf(Some(0), 20.0, 100.0, 100.0, 0.0),
         ];
         close(&ideal_assignment(&q, 100.0), &[100.0, 0.0, 100.0]);
+    }
+
+    /// `disable_preemption` (YARN's semantics): a leaf that may not be preempted keeps all it
+    /// holds beyond its guarantee, and its parent at least what its children keep; the others
+    /// share what is left.
+    #[test]
+    fn a_queue_that_may_not_be_preempted_keeps_what_it_holds() {
+        // 100 units, A/B/C guaranteed 50/30/20. B holds 60 (30 over its guarantee), C holds 40,
+        // A asks for 50. With B preemptable: A 50, B 30, C 20. With B not: B keeps 60, and A
+        // and C share the other 40 by guarantee with floors — C keeps its 20, A gets 20.
+        let mut q = [
+            parent(None, 100.0, 100.0),
+            leaf(Some(0), 50.0, 100.0, 0.0, 50.0),
+            leaf(Some(0), 30.0, 100.0, 60.0, 0.0),
+            leaf(Some(0), 20.0, 100.0, 40.0, 0.0),
+        ];
+        close(&ideal_assignment(&q, 100.0), &[100.0, 50.0, 30.0, 20.0]);
+        q[2].keeps_all = true;
+        close(&ideal_assignment(&q, 100.0), &[100.0, 20.0, 60.0, 20.0]);
+
+        // Nested: root → P (60: X 30, Y 30) and Q (40). X may not be preempted and holds 50; Y
+        // holds 20 (within its guarantee); Q asks for 40. P keeps at least what its children
+        // keep, 50 + 20 = 70, above its own guarantee of 60: Q gets the remaining 30.
+        let mut q = [
+            parent(None, 100.0, 100.0),
+            parent(Some(0), 60.0, 100.0),
+            leaf(Some(1), 30.0, 100.0, 50.0, 0.0),
+            leaf(Some(1), 30.0, 100.0, 20.0, 0.0),
+            leaf(Some(0), 40.0, 100.0, 0.0, 40.0),
+        ];
+        q[2].keeps_all = true;
+        close(&ideal_assignment(&q, 100.0), &[100.0, 70.0, 50.0, 20.0, 30.0]);
     }
 
     /// The seed's second scenario: guarantees 40/20/40 on 100.

@@ -29,6 +29,7 @@
 //! The `order` hook puts the pending requests of the leaf queue furthest below its guarantee
 //! first, so room freed by preemption goes to the queue it was freed for.
 
+mod amounts;
 mod config;
 pub mod ideal;
 pub mod plan;
@@ -83,6 +84,9 @@ pub struct Preemption {
     selected: BTreeMap<u64, Selected>,
     /// When the next round is due; `None` before the first.
     next_round_ms: Option<u64>,
+    /// Per leaf queue path: the fraction of a container its last target left untaken
+    /// ([`amounts`]), added to its next one.
+    carry: BTreeMap<String, f64>,
     stats: Stats,
     last_plan: Option<Plan>,
 }
@@ -94,6 +98,7 @@ impl Preemption {
             config,
             selected: BTreeMap::new(),
             next_round_ms: None,
+            carry: BTreeMap::new(),
             stats: Stats::default(),
             last_plan: None,
         }
@@ -132,7 +137,20 @@ impl Preemption {
         if self.next_round_ms.is_none_or(|t| now >= t) {
             self.next_round_ms = Some(now.saturating_add(self.config.monitoring_interval_ms));
             let previous = &self.selected;
-            let p = plan::plan(view, &self.config, |id| previous.contains_key(&id));
+            let carry = &self.carry;
+            let p = plan::plan(
+                view,
+                &self.config,
+                |id| previous.contains_key(&id),
+                |q| carry.get(view.str(view.queues[q].name)).copied().unwrap_or(0.0),
+            );
+            self.carry = p
+                .queues
+                .iter()
+                .enumerate()
+                .filter(|(_, qp)| qp.carry > 0.0)
+                .map(|(q, qp)| (view.str(view.queues[q].name).to_owned(), qp.carry))
+                .collect();
             let mut next = BTreeMap::new();
             for &v in &p.victims {
                 let id = view.containers[v as usize].id;
@@ -213,6 +231,7 @@ impl Preemption {
                     maximum: m.of(&rec.absolute_maximum),
                     held: if leaf { m.of(&rec.used) } else { 0.0 },
                     demand: if leaf { m.of(&rec.used.plus(&rec.pending)) } else { 0.0 },
+                    keeps_all: leaf && self.config.preemption_disabled(view.str(rec.name)),
                 }
             })
             .collect();
@@ -324,27 +343,31 @@ mod tests {
     fn marked_every_call_preempted_after_the_wait() {
         let mut c = scenario_with(true);
         let mut p = Preemption::with_config(PreemptionConfig::default());
+        let range = |from: u32| (from..100).collect::<Vec<u32>>();
         // Round at 0: two containers (2 GiB, see plan.rs) marked. Containers are indexed by id
         // order in the decisions.
         assert_eq!(call(&mut p, &mut c, 0), marks(&[98, 99]));
         // Between rounds the marks are repeated, or the engine would cancel them.
         assert_eq!(call(&mut p, &mut c, 1_000), marks(&[98, 99]));
-        // Rounds at 3 s … 12 s keep the same two.
-        for t in [3_000, 6_000, 9_000, 12_000, 14_999] {
-            assert_eq!(call(&mut p, &mut c, t), marks(&[98, 99]), "at {t}");
+        // Each round adds two more: the marked ones count as being given back (amounts.rs).
+        for (t, from) in [(3_000, 96), (6_000, 94), (9_000, 92), (12_000, 90), (14_999, 90)] {
+            assert_eq!(call(&mut p, &mut c, t), marks(&range(from)), "at {t}");
         }
-        // 15 s after they were first selected: preempted with the 250 ms grace.
-        let kill = vec![(GANTRY_DECISION_PREEMPT, 98, 250), (GANTRY_DECISION_PREEMPT, 99, 250)];
-        assert_eq!(call(&mut p, &mut c, 15_000), kill);
+        // 15 s after the first two were selected: they are preempted with the 250 ms grace, the
+        // others stay marked, and the round adds two more.
+        let mut want = marks(&(88..98).collect::<Vec<u32>>());
+        want.extend([(GANTRY_DECISION_PREEMPT, 98, 250), (GANTRY_DECISION_PREEMPT, 99, 250)]);
+        assert_eq!(call(&mut p, &mut c, 15_000), want);
         assert_eq!(p.stats().preempted, 2);
         assert_eq!(p.stats().reclaimed.get("root.b"), Some(&gib(2)));
-        assert_eq!(p.stats().selected, 2);
+        assert_eq!(p.stats().selected, 12);
         assert_eq!(p.stats().rounds, 6);
-        // The engine now shows them stopping: the next round picks the next two newest.
+        // The engine now shows them stopping; each selection keeps the time it was first made.
         c.container_state(98, GANTRY_CONTAINER_STOPPING);
         c.container_state(99, GANTRY_CONTAINER_STOPPING);
-        assert_eq!(call(&mut p, &mut c, 18_000), marks(&[96, 97]));
-        assert_eq!(p.selected().collect::<Vec<_>>(), vec![(5096, 18_000), (5097, 18_000)]);
+        let since: Vec<(u64, u64)> = p.selected().collect();
+        assert_eq!(since[..2], [(5088, 15_000), (5089, 15_000)]);
+        assert_eq!(since[since.len() - 2..], [(5096, 3_000), (5097, 3_000)]);
     }
 
     #[test]
@@ -368,12 +391,16 @@ mod tests {
         let mut c = scenario_with(true);
         let cfg = PreemptionConfig { observe_only: true, ..PreemptionConfig::default() };
         let mut p = Preemption::with_config(cfg);
-        for t in (0..=60_000).step_by(3_000) {
-            assert_eq!(call(&mut p, &mut c, t), marks(&[98, 99]), "at {t}");
+        // The marks accumulate two a round (nothing is ever killed, so they stay) up to B's
+        // whole excess of 80 GiB.
+        for (round, t) in (0..=60_000).step_by(3_000).enumerate() {
+            let marked = (2 * (round as u32 + 1)).min(80);
+            assert_eq!(call(&mut p, &mut c, t), marks(&(100 - marked..100).collect::<Vec<u32>>()), "at {t}");
         }
         assert_eq!(p.stats().preempted, 0);
-        assert_eq!(p.stats().would_preempt, 2);
-        assert_eq!(p.stats().selected, 2);
+        // Those selected 15 s or more before the last round would have been preempted.
+        assert_eq!(p.stats().would_preempt, 2 * 16);
+        assert_eq!(p.stats().selected, 42);
         assert!(p.stats().reclaimed.is_empty());
     }
 
@@ -388,9 +415,10 @@ mod tests {
         assert_eq!(p.stats().rounds, 1);
         call(&mut p, &mut c, 10_000);
         assert_eq!(p.stats().rounds, 2);
-        // A container selected but gone between rounds is dropped, not marked.
+        // A container selected but gone between rounds is dropped, not marked (the second round
+        // selected four: two at 0, two more at 10 s).
         c.container_state(99, GANTRY_CONTAINER_KILLED);
-        assert_eq!(call(&mut p, &mut c, 11_000), marks(&[98]));
+        assert_eq!(call(&mut p, &mut c, 11_000), marks(&[96, 97, 98]));
     }
 
     #[test]

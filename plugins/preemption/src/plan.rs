@@ -1,7 +1,8 @@
 //! One round of the policy on a view: what each queue holds and could use, its ideal amount
-//! ([`crate::ideal`]), how much each over-capacity leaf gives back this round, and which
-//! containers.
+//! ([`crate::ideal`]), how much each over-capacity leaf gives back ([`crate::amounts`]), and
+//! which containers.
 
+use crate::amounts::{LeafFigures, targets};
 use crate::config::{Calculator, PreemptionConfig};
 use crate::ideal::{QueueInput, ideal_assignment};
 use gantry_sdk::View;
@@ -65,10 +66,13 @@ pub struct QueuePlan {
     pub pending: f64,
     /// Its ideal amount.
     pub ideal: f64,
-    /// What it is to give back this round (leaves only).
+    /// What it is to have given back after this round, its containers marked before included
+    /// (leaves only): a fraction of containers ([`crate::amounts`]).
     pub to_preempt: f64,
     /// What the containers selected from it free.
     pub selected: f64,
+    /// What `to_preempt` left untaken (less than a container), carried to the next round.
+    pub carry: f64,
 }
 
 /// The outcome of one round.
@@ -115,9 +119,16 @@ struct Shape {
     nodes: Vec<u32>,
 }
 
-/// Computes one round. `was_selected` tells which container ids the previous round selected: the
-/// victim order prefers them, so a selection stays put while it is still needed.
-pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u64) -> bool) -> Plan {
+/// Computes one round. `was_selected` tells which container ids the previous round selected: they
+/// count as already being given back, and the victim order prefers them, so a selection stays put
+/// while it is still needed. `carried` is each queue's carry from the previous round (by index in
+/// this view).
+pub fn plan(
+    view: &View<'_>,
+    config: &PreemptionConfig,
+    was_selected: impl Fn(u64) -> bool,
+    carried: impl Fn(usize) -> f64,
+) -> Plan {
     let m = Measure::new(config.resource_calculator, cluster_of(view));
     let total = m.total();
     let nq = view.queues.len();
@@ -134,6 +145,9 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
         }
     }
     let queue_of = |app: u32| view.apps.get(app as usize).map(|a| a.queue as usize).filter(|&q| q < nq);
+    let preemptable: Vec<bool> =
+        view.queues.iter().map(|q| !config.preemption_disabled(view.str(q.name))).collect();
+    let dead_zone = config.max_ignored_over_capacity;
 
     // What each queue's running containers hold, and per node what is free and what stopping
     // containers will free.
@@ -188,23 +202,23 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
         pending.push(Pending { leaf, shape, want: r.resources.times(r.count - r.placed) });
     }
 
-    // Free room on nodes no pending request could ever use is no use to anyone: the queues
-    // share what is left. (Room on a node whose free part is merely too small still counts, so
-    // fragments do not make the policy take more and more.)
-    let mut usable = vec![false; nn];
-    for shape in &shapes {
-        for &n in &shape.nodes {
-            usable[n as usize] = true;
-        }
-    }
-    let stranded = view
-        .nodes
-        .iter()
-        .zip(&free)
-        .zip(&usable)
-        .filter(|((node, _), usable)| node.state == GANTRY_NODE_RUNNING && !**usable)
-        .fold(GantryResources::default(), |acc, ((_, f), _)| acc.plus(f));
-    let available = (total - m.of(&stranded)).max(0.0);
+    // Free room no pending request could ever use is no use to anyone: the queues share what is
+    // left. On each RUNNING node only the room that holds whole containers of some pending shape
+    // counts — all of it is stranded on a node no shape fits at all, and a fragment smaller than
+    // every shape that fits there is too, or a queue would be promised room nobody can use and,
+    // taking whole containers, stay one short for ever.
+    let stranded = (0..nn)
+        .filter(|&n| view.nodes[n].state == GANTRY_NODE_RUNNING)
+        .map(|n| {
+            let usable = shapes
+                .iter()
+                .filter(|shape| shape.nodes.contains(&(n as u32)))
+                .map(|shape| whole_fits(&free[n], &shape.resources) as f64 * m.of(&shape.resources))
+                .fold(0.0, f64::max);
+            (m.of(&free[n]) - usable).max(0.0)
+        })
+        .sum::<f64>();
+    let available = (total - stranded).max(0.0);
     plan.available = available;
 
     // Which requests count: at first every request some node could ever hold; then only those
@@ -231,6 +245,7 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
                     maximum: m.of(&rec.absolute_maximum),
                     held: m.of(&held[q]),
                     demand: m.of(&held[q].plus(&asked[q])),
+                    keeps_all: is_leaf[q] && !preemptable[q],
                 }
             })
             .collect();
@@ -238,9 +253,14 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
         held_m = inputs.iter().map(|i| i.held).collect::<Vec<f64>>();
         over = (0..nq)
             .map(|q| {
-                is_leaf[q]
-                    && held_m[q] > ideal[q] * (1.0 + config.max_ignored_over_capacity) + eps
-                    && held_m[q] > inputs[q].guarantee + eps
+                let figures = LeafFigures {
+                    held: held_m[q],
+                    ideal: ideal[q],
+                    guarantee: inputs[q].guarantee,
+                    preemptable: preemptable[q],
+                    ..LeafFigures::default()
+                };
+                is_leaf[q] && figures.over_capacity(dead_zone, eps)
             })
             .collect::<Vec<bool>>();
         for (q, plan_q) in plan.queues.iter_mut().enumerate() {
@@ -289,24 +309,6 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
         plan_q.pending = pending_sub[q];
     }
 
-    // How much each over-capacity leaf gives back.
-    let leaves: Vec<LeafFigures> = (0..nq)
-        .filter(|&q| is_leaf[q])
-        .map(|q| LeafFigures { queue: q, held: held_m[q], ideal: ideal[q], over: over[q] })
-        .collect();
-    let (amounts, need) = amounts(&leaves, total, available, config);
-    plan.need = need;
-    // What the under-served leaves lack, free room not deducted: the last victim may go past
-    // `need` (free room counts there even when it is too fragmented for any pending container),
-    // but never past this, so the under-served leaves cannot end above their ideal.
-    let lack_total: f64 = leaves.iter().map(|l| (l.ideal - l.held).max(0.0)).sum();
-    for (leaf, amount) in leaves.iter().zip(&amounts) {
-        plan.queues[leaf.queue].to_preempt = *amount;
-    }
-    if need <= eps || amounts.iter().all(|a| *a <= eps) {
-        return plan;
-    }
-
     // Nodes where freed room helps: some counted request of an under-served leaf fits there once
     // the over-capacity queues' containers are gone.
     let under: Vec<bool> = (0..nq).map(|q| is_leaf[q] && ideal[q] - held_m[q] > eps).collect();
@@ -322,6 +324,96 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
             }
         }
     }
+    // The free (and freeing) room the under-served leaves can use: per node, the most whole
+    // containers of one of their shapes it holds. Fragments no pending container fits in do not
+    // count, or a queue could stay short of one container for ever.
+    let usable_free: f64 = (0..nn)
+        .map(|n| {
+            let best = shapes
+                .iter()
+                .zip(&wanted_shape)
+                .filter(|(shape, w)| **w && shape.nodes.contains(&(n as u32)))
+                .map(|(shape, _)| whole_fits(&free[n], &shape.resources) as f64 * m.of(&shape.resources))
+                .fold(0.0, f64::max);
+            best.min(m.of(&free[n]))
+        })
+        .sum();
+
+    // How much each over-capacity leaf is to have given back (amounts.rs): what is marked already
+    // counts, and so does what ends on its own within the kill wait where run times are known.
+    let horizon = view.now_ms.saturating_add(config.max_wait_before_kill_ms);
+    let mut marked = vec![0.0; nq];
+    let mut ending = vec![0.0; nq];
+    let mut unknown_runtime = vec![!config.use_expected_runtimes; nq];
+    for c in view.containers.iter().filter(|c| selectable(view, c)) {
+        let Some(q) = queue_of(c.app) else { continue };
+        let size = m.of(&c.resources);
+        if was_selected(c.id) {
+            marked[q] += size;
+        }
+        let expected = view.requests.get(c.request as usize).map_or(0, |r| r.expected_ms.max(r.slow_ms));
+        if expected == 0 {
+            unknown_runtime[q] = true;
+        } else if c.start_ms.saturating_add(expected) <= horizon {
+            ending[q] += size;
+        }
+    }
+    let leaves: Vec<LeafFigures> = (0..nq)
+        .filter(|&q| is_leaf[q])
+        .map(|q| LeafFigures {
+            queue: q,
+            held: held_m[q],
+            ideal: ideal[q],
+            guarantee: plan.queues[q].guarantee,
+            preemptable: preemptable[q],
+            marked: marked[q],
+            carry: carried(q).max(0.0),
+            ending: (!unknown_runtime[q]).then_some(ending[q]),
+        })
+        .collect();
+    // What the under-served leaves lack, in whole containers of what they ask for (all they can
+    // run): the victims never free more (they would end over their ideal and the next round
+    // would take it back), and never more than that less the free room they can use.
+    let lack_total: f64 = leaves
+        .iter()
+        .filter(|l| under[l.queue])
+        .map(|l| {
+            let unit = pending
+                .iter()
+                .zip(&counted)
+                .filter(|(p, c)| **c && p.leaf == l.queue)
+                .map(|(p, _)| m.of(&shapes[p.shape].resources))
+                .filter(|u| *u > eps)
+                .fold(f64::INFINITY, f64::min);
+            let lack = l.lack();
+            if !unit.is_finite() {
+                return lack;
+            }
+            // Rounded up where the extra part of a container would not make the queue over
+            // capacity itself (the next round would take it back: two queues above their
+            // guarantees would trade a container for ever), down otherwise.
+            let up = ((lack / unit - 1e-9).ceil() * unit).min(m.of(&asked_of(&pending, &counted, l.queue)));
+            let settled = l.ideal.max(l.guarantee * (1.0 + dead_zone));
+            if l.held + up <= settled + eps { up.max(lack) } else { (lack / unit + 1e-9).floor() * unit }
+        })
+        .sum();
+    let need = (lack_total - usable_free).max(0.0);
+    plan.need = need;
+    let t = targets(&leaves, total, need, config);
+    for (leaf, target) in leaves.iter().zip(&t.target) {
+        plan.queues[leaf.queue].to_preempt = *target;
+        plan.queues[leaf.queue].carry = *target;
+    }
+    if need <= eps || t.target.iter().all(|a| *a <= eps) {
+        return plan;
+    }
+    let complete: Vec<bool> = {
+        let mut c = vec![false; nq];
+        for (i, leaf) in leaves.iter().enumerate() {
+            c[leaf.queue] = t.complete(i, eps);
+        }
+        c
+    };
 
     // What the under-served leaves need, per dimension: the part of their counted pending
     // requests their lack covers, less what is free or being freed on the nodes that help. A
@@ -354,7 +446,7 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
     // before others, so a selection stays put while it is needed. A leaf is never taken below its
     // guarantee, and selection stops once the need is met.
     let mut order: Vec<(usize, f64)> =
-        leaves.iter().zip(&amounts).filter(|(_, a)| **a > eps).map(|(l, a)| (l.queue, *a)).collect();
+        leaves.iter().zip(&t.target).filter(|(_, a)| **a > eps).map(|(l, a)| (l.queue, *a)).collect();
     order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     let mut taken_total = 0.0;
     for (q, amount) in order {
@@ -407,14 +499,17 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
             let gain = next_freed - freed;
             let frees = dims(&size);
             let helps = (0..3).any(|d| wanted[d] > 0.0 && frees[d] > 0.0);
-            // Skip a unit that frees nothing needed or nothing that counts, that frees more than
-            // the under-served queues lack (they would end over their ideal and the next round
-            // would take it back), or of a leaf already down to its guarantee. Selection stops
-            // once `need` is met, so it goes past `need` by one unit at most, and the last unit
-            // may leave the leaf less than itself below its guarantee (whole containers: the
-            // alternative leaves the under-served queue a container short for ever).
+            // Skip a unit that frees nothing needed or nothing that counts; that would take the
+            // leaf past its target while the target is still paced (what is left carries over:
+            // damping never turns part of a container into a whole preemption); that would take
+            // the total past the need or past what the under-served queues lack (they would end
+            // over their ideal and the next round would take it back); or of a leaf already down
+            // to its guarantee (the last unit may leave it less than itself below: with whole
+            // containers the alternative leaves the under-served queue one short for ever).
             if !helps
                 || gain <= eps
+                || (freed + gain > amount + eps && !complete[q])
+                || taken_total + gain > need + eps
                 || taken_total + gain > lack_total + eps
                 || held_m[q] - freed <= guarantee + eps
             {
@@ -429,8 +524,19 @@ pub fn plan(view: &View<'_>, config: &PreemptionConfig, was_selected: impl Fn(u6
             freed = next_freed;
         }
         plan.queues[q].selected = freed;
+        plan.queues[q].carry = (amount - freed).max(0.0);
     }
     plan
+}
+
+/// How many whole containers of size `r` fit in `free`.
+fn whole_fits(free: &GantryResources, r: &GantryResources) -> u64 {
+    let dims = [
+        (free.cpu_millis, r.cpu_millis),
+        (free.memory_bytes, r.memory_bytes),
+        (u64::from(free.gpus), u64::from(r.gpus)),
+    ];
+    dims.iter().filter(|(_, need)| *need > 0).map(|(have, need)| have / need).min().unwrap_or(0)
 }
 
 /// CPU, memory and GPUs as numbers.
@@ -447,48 +553,6 @@ fn asked_of(pending: &[Pending], counted: &[bool], q: usize) -> GantryResources 
         .fold(GantryResources::default(), |acc, (p, _)| acc.plus(&p.want))
 }
 
-/// A leaf's figures for [`amounts`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LeafFigures {
-    /// Its queue index.
-    pub queue: usize,
-    /// What it holds.
-    pub held: f64,
-    /// Its ideal amount.
-    pub ideal: f64,
-    /// Whether it is over its ideal beyond the dead zone (and over its guarantee).
-    pub over: bool,
-}
-
-/// How much each leaf gives back this round, and the need (the cap on the total). For each leaf
-/// past the dead zone: (held − ideal), scaled down so that the leaves together give back at most
-/// `total_preemption_per_round` × the cluster (`total`), then times
-/// `natural_termination_factor`; scaled down again if the total exceeds the need — what the
-/// under-served leaves lack, less the room that is free or being freed anyway (`available` less
-/// what the leaves hold).
-pub fn amounts(
-    leaves: &[LeafFigures],
-    total: f64,
-    available: f64,
-    config: &PreemptionConfig,
-) -> (Vec<f64>, f64) {
-    let excess: Vec<f64> =
-        leaves.iter().map(|l| if l.over { (l.held - l.ideal).max(0.0) } else { 0.0 }).collect();
-    let sum: f64 = excess.iter().sum();
-    let bound = config.total_preemption_per_round * total;
-    let scale = if sum > bound { bound / sum } else { 1.0 };
-    let mut out: Vec<f64> = excess.iter().map(|e| e * scale * config.natural_termination_factor).collect();
-    let lack: f64 = leaves.iter().map(|l| (l.ideal - l.held).max(0.0)).sum();
-    let held: f64 = leaves.iter().map(|l| l.held).sum();
-    let need = (lack - (available - held).max(0.0)).max(0.0);
-    let asked: f64 = out.iter().sum();
-    if asked > need {
-        let s = if asked > 0.0 { need / asked } else { 0.0 };
-        out.iter_mut().for_each(|a| *a *= s);
-    }
-    (out, need)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,66 +562,8 @@ mod tests {
         PreemptionConfig::default()
     }
 
-    fn leaf(queue: usize, held: f64, ideal: f64, over: bool) -> LeafFigures {
-        LeafFigures { queue, held, ideal, over }
-    }
-
     fn close(a: f64, b: f64) {
         assert!((a - b).abs() < 1e-9 * (1.0 + b.abs()), "{a} vs {b}");
-    }
-
-    #[test]
-    fn natural_termination_and_the_per_round_bound() {
-        // Cluster 100. B holds 100 with ideal 20 (the seed's first scenario), A holds 0, ideal 80.
-        // Excess 80 > bound 0.1 × 100 = 10 → scaled to 10; × 0.2 natural termination = 2.
-        // Need = lack 80 − free 0 = 80.
-        let l = [leaf(1, 0.0, 80.0, false), leaf(2, 100.0, 20.0, true)];
-        let (a, need) = amounts(&l, 100.0, 100.0, &cfg());
-        close(a[0], 0.0);
-        close(a[1], 2.0);
-        close(need, 80.0);
-        // Bound 1.0 (as in the seed's second experiment): 80 × 0.2 = 16.
-        let c = PreemptionConfig { total_preemption_per_round: 1.0, ..cfg() };
-        close(amounts(&l, 100.0, 100.0, &c).0[1], 16.0);
-        // And no damping either: the whole 80.
-        let c = PreemptionConfig { natural_termination_factor: 1.0, ..c };
-        close(amounts(&l, 100.0, 100.0, &c).0[1], 80.0);
-    }
-
-    #[test]
-    fn the_bound_is_shared_in_proportion_to_the_excess() {
-        // Cluster 200, bound 0.1 × 200 = 20. B is 30 over, C 10 over: 40 > 20, so both are halved
-        // (15, 5), then × 0.2 → 3 and 1. A lacks 40 and nothing is free → need 40.
-        let l = [leaf(1, 60.0, 100.0, false), leaf(2, 80.0, 50.0, true), leaf(3, 60.0, 50.0, true)];
-        let (a, need) = amounts(&l, 200.0, 200.0, &cfg());
-        close(a[1], 3.0);
-        close(a[2], 1.0);
-        close(need, 40.0);
-    }
-
-    #[test]
-    fn never_more_than_the_under_served_lack() {
-        // Cluster 100, 30 free. B holds 60 over an ideal of 20 only because its maximum shrank
-        // (nobody is under-served beyond what is free): A holds 10, ideal 30, lacks 20 < 30 free.
-        // Need = 20 − 30 → 0: nothing is preempted.
-        let l = [leaf(1, 10.0, 30.0, false), leaf(2, 60.0, 20.0, true)];
-        let c =
-            PreemptionConfig { total_preemption_per_round: 1.0, natural_termination_factor: 1.0, ..cfg() };
-        let (a, need) = amounts(&l, 100.0, 100.0, &c);
-        close(need, 0.0);
-        close(a[1], 0.0);
-        // A lacks 45 with 30 free: need 15, so B's 40 is cut to 15.
-        let l = [leaf(1, 10.0, 55.0, false), leaf(2, 60.0, 20.0, true)];
-        let (a, need) = amounts(&l, 100.0, 100.0, &c);
-        close(need, 15.0);
-        close(a[1], 15.0);
-    }
-
-    #[test]
-    fn leaves_in_the_dead_zone_give_nothing() {
-        let l = [leaf(1, 0.0, 80.0, false), leaf(2, 22.0, 20.0, false)];
-        let (a, _) = amounts(&l, 100.0, 100.0, &cfg());
-        assert_eq!(a, vec![0.0, 0.0]);
     }
 
     /// Ten nodes of 10 GiB (the seed's 10-node cluster, 100 GiB): queue A 80 % and B 20 %, both
@@ -583,7 +589,7 @@ mod tests {
         let app_a = c.app(a, 400_000);
         c.pending(app_a, gib(1), 100, &[]);
         let v = c.view();
-        let p = plan(&v, &cfg(), |_| false);
+        let p = plan(&v, &cfg(), |_| false, |_| 0.0);
         let g = |x: f64| x / gib(1).memory_bytes as f64;
         // Ideal: A 80, B 20 (see ideal.rs). B is 80 over; bound 10 → ×0.2 → 2 GiB this round.
         close(g(p.queues[a as usize].ideal), 80.0);
@@ -596,7 +602,7 @@ mod tests {
 
         // With the bound at 1.0 (the seed's second experiment): 80 × 0.2 = 16 containers.
         let c1 = PreemptionConfig { total_preemption_per_round: 1.0, ..cfg() };
-        let p = plan(&v, &c1, |_| false);
+        let p = plan(&v, &c1, |_| false, |_| 0.0);
         assert_eq!(p.victims, (84..100).rev().collect::<Vec<u32>>());
     }
 
@@ -621,7 +627,7 @@ mod tests {
             max_ignored_over_capacity: 0.0,
             ..cfg()
         };
-        let p = plan(&c.view(), &greedy, |_| false);
+        let p = plan(&c.view(), &greedy, |_| false, |_| 0.0);
         assert!(p.victims.is_empty());
         assert_eq!(p.queues.iter().map(|q| q.to_preempt).sum::<f64>(), 0.0);
     }
@@ -649,7 +655,7 @@ mod tests {
             max_ignored_over_capacity: 0.0,
             ..cfg()
         };
-        let p = plan(&c.view(), &greedy, |_| false);
+        let p = plan(&c.view(), &greedy, |_| false, |_| 0.0);
         assert_eq!(p.victims, vec![75]);
     }
 
@@ -668,6 +674,69 @@ mod tests {
 
     /// The seed's second scenario's queues, A 40 %, B 20 %, C 40 % of 100 GiB. B has two apps and
     /// holds 70, A holds 30 and wants 30 more, C arrives wanting 40.
+    /// The issue's case: 100 containers of 1 GiB on 10 nodes; A/B/C guaranteed 55/25/20. B holds
+    /// 54, C 46, A asks for 10, nothing is free.
+    fn issue_cluster() -> (Cluster, [u32; 3]) {
+        let mut c = Cluster::new();
+        for i in 0..10 {
+            c.node(&format!("n{i}"), gib(10), &[]);
+        }
+        let a = c.queue("root.a", 0, 0.55, 1.0);
+        let b = c.queue("root.b", 0, 0.25, 1.0);
+        let q_c = c.queue("root.c", 0, 0.20, 1.0);
+        let (app_b, app_c) = (c.app(b, 0), c.app(q_c, 1));
+        for i in 0..100u32 {
+            c.container(if i < 54 { app_b } else { app_c }, i / 10, gib(1), u64::from(i), false);
+        }
+        let app_a = c.app(a, 2);
+        c.pending(app_a, gib(1), 10, &[]);
+        (c, [a, b, q_c])
+    }
+
+    #[test]
+    fn a_queue_below_its_guarantee_gets_it_back_from_every_queue_past_the_dead_zone() {
+        // Ideal: A 10 (its demand), B and C share the other 90 by guarantee, 50 and 40. B (54) is
+        // inside a dead zone measured against its ideal (54 ≤ 55) but not against its guarantee
+        // (54 > 27.5): YARN takes 4 from B and 6 from C, and so does this, once the pace allows.
+        let (mut c, [a, b, q_c]) = issue_cluster();
+        let v = c.view();
+        let p = plan(&v, &greedy(), |_| false, |_| 0.0);
+        for (q, want) in [(a, 10.0), (b, 50.0), (q_c, 40.0)] {
+            close(in_gib(p.queues[q as usize].ideal), want);
+        }
+        let from = |q: u32| {
+            p.victims.iter().filter(|&&i| v.apps[v.containers[i as usize].app as usize].queue == q).count()
+        };
+        assert_eq!((from(b), from(q_c)), (4, 6), "{:?}", p.victims);
+        // With YARN's defaults the first round asks 10 × 0.2 = 2 in all (0.8 and 1.2): one of
+        // C's; the fractions carry over.
+        let p = plan(&v, &cfg(), |_| false, |_| 0.0);
+        close(in_gib(p.queues[b as usize].to_preempt), 0.8);
+        close(in_gib(p.queues[q_c as usize].to_preempt), 1.2);
+        assert_eq!(p.victims.len(), 1);
+        close(in_gib(p.queues[b as usize].carry), 0.8);
+        close(in_gib(p.queues[q_c as usize].carry), 0.2);
+    }
+
+    #[test]
+    fn a_queue_whose_preemption_is_disabled_keeps_what_it_holds() {
+        // The issue's case with C's preemption disabled (YARN's `disable_preemption`): C keeps its
+        // 46, A and B share the other 54 — A 10, B 44 — and B gives A all 10.
+        let (mut c, [a, b, q_c]) = issue_cluster();
+        let v = c.view();
+        let config = PreemptionConfig { disable_preemption: vec!["root.c".into()], ..greedy() };
+        let p = plan(&v, &config, |_| false, |_| 0.0);
+        for (q, want) in [(a, 10.0), (b, 44.0), (q_c, 46.0)] {
+            close(in_gib(p.queues[q as usize].ideal), want);
+        }
+        let queues: Vec<u32> =
+            p.victims.iter().map(|&i| v.apps[v.containers[i as usize].app as usize].queue).collect();
+        assert_eq!(queues, vec![b; 10]);
+        // Disabled on the root: the whole tree keeps what it holds; A waits.
+        let config = PreemptionConfig { disable_preemption: vec!["root".into()], ..greedy() };
+        assert!(plan(&v, &config, |_| false, |_| 0.0).victims.is_empty());
+    }
+
     #[test]
     fn three_queues_amounts_and_victims() {
         let mut c = Cluster::new();
@@ -695,7 +764,7 @@ mod tests {
         let v = c.view();
         // A: floor min(30, 40) = 30, cap 60; B: floor 20, cap 70; C: floor 0, cap 40.
         // λ = 1 gives 40 + 20 + 40 = 100: ideal A 40, B 20, C 40.
-        let p = plan(&v, &cfg(), |_| false);
+        let p = plan(&v, &cfg(), |_| false, |_| 0.0);
         let ideal: Vec<f64> = p.queues.iter().map(|q| in_gib(q.ideal)).collect();
         for (got, want) in ideal.iter().zip([100.0, 40.0, 20.0, 40.0]) {
             close(*got, want);
@@ -708,7 +777,7 @@ mod tests {
         assert_eq!(p.victims, vec![99, 98]);
 
         // Greedy: all 50 — b2's 30 newest first, then b1's 20 newest; B keeps b1's 20 oldest.
-        let p = plan(&v, &greedy(), |_| false);
+        let p = plan(&v, &greedy(), |_| false, |_| 0.0);
         let want: Vec<u32> = (70..100).rev().chain((50..70).rev()).collect();
         assert_eq!(p.victims, want);
         close(in_gib(p.queues[b as usize].selected), 50.0);
@@ -742,7 +811,7 @@ mod tests {
         }
         c.pending(ae, gib(1), 100, &[]);
         let v = c.view();
-        let p = plan(&v, &cfg(), |_| false);
+        let p = plan(&v, &cfg(), |_| false, |_| 0.0);
         // Top: prod floor min(40, 120) = 40, cap 140; dev floor min(160, 80) = 80, cap 160;
         //   λ = 1: prod 120, dev 80.
         // prod: web holds 40 and wants nothing (floor = cap = 40); etl takes the other 80.
@@ -759,7 +828,7 @@ mod tests {
         // Greedy: b gives all 80 and keeps 40 (its ideal; more than its guarantee of 20, because
         // its sibling a leaves part of dev's share unused). a and web (under their guarantee)
         // lose nothing.
-        let p = plan(&v, &greedy(), |_| false);
+        let p = plan(&v, &greedy(), |_| false, |_| 0.0);
         assert_eq!(p.victims, (40..120).rev().collect::<Vec<u32>>());
         assert!(p.victims.iter().all(|&i| v.containers[i as usize].app == ab));
     }
@@ -777,10 +846,10 @@ mod tests {
         c.pending(app_a, gib(1), 10, &[]);
         let v = c.view();
         let dead_zone = PreemptionConfig { max_ignored_over_capacity: 0.1, ..greedy() };
-        let p = plan(&v, &dead_zone, |_| false);
+        let p = plan(&v, &dead_zone, |_| false, |_| 0.0);
         assert!(p.victims.is_empty());
         assert_eq!(p.queues[b as usize].to_preempt, 0.0);
-        let p = plan(&v, &greedy(), |_| false);
+        let p = plan(&v, &greedy(), |_| false, |_| 0.0);
         assert_eq!(p.victims, vec![99]);
     }
 
@@ -808,7 +877,7 @@ mod tests {
         let v = c.view();
         // B holds 14 (the stopping one does not count): A ideal 16, B 4 (λ = 1). B is 10 over;
         // greedy asks all 10. need = A's lack 16 − (20 − 14 held) = 10.
-        let p = plan(&v, &greedy(), |_| false);
+        let p = plan(&v, &greedy(), |_| false, |_| 0.0);
         close(in_gib(p.queues[b as usize].to_preempt), 10.0);
         close(in_gib(p.need), 10.0);
         // Non-masters: b3 has none left (its other one is stopping), b2's newest first, then
@@ -816,13 +885,21 @@ mod tests {
         assert_eq!(p.victims, vec![c12, c11, c5, c1, m3]);
         assert!(!p.victims.contains(&m1) && !p.victims.contains(&m2) && !p.victims.contains(&stopping));
 
-        // Default settings ask 10 × 0.2 = 2 GiB: one container. A container selected last round
-        // is kept in preference to a newer one, so selections do not wander.
-        let p = plan(&v, &cfg(), |_| false);
+        // Default settings pace it: B is 10 GiB over, bounded to 10 % of the 20 GiB cluster
+        // (2 GiB), × 0.2 = 0.4 GiB this round — less than a container: nothing yet, 0.4 carried.
+        let p = plan(&v, &cfg(), |_| false, |_| 0.0);
+        assert!(p.victims.is_empty(), "{:?}", p.victims);
+        close(in_gib(p.queues[b as usize].carry), 0.4);
+        // With 1.6 GiB carried from earlier rounds, this round's 0.4 makes a container.
+        let carried = |q: usize| if q == b as usize { 1.6 * (1u64 << 30) as f64 } else { 0.0 };
+        let p = plan(&v, &cfg(), |_| false, carried);
         assert_eq!(p.victims, vec![c12]);
+        // A container selected last round counts as given back and is kept in preference to a
+        // newer one, so selections do not wander: 2 GiB marked + 0.4 is still one container.
         let c1_id = v.containers[c1 as usize].id;
-        let p = plan(&v, &cfg(), |id| id == c1_id);
+        let p = plan(&v, &cfg(), |id| id == c1_id, |_| 0.0);
         assert_eq!(p.victims, vec![c1]);
+        close(in_gib(p.queues[b as usize].carry), 0.4);
     }
 
     #[test]
@@ -840,13 +917,13 @@ mod tests {
         let app_a = c.app(a, 400_000);
         c.pending(app_a, gib(1), 100, &[]);
         let v = c.view();
-        let p = plan(&v, &cfg(), |_| false);
+        let p = plan(&v, &cfg(), |_| false, |_| 0.0);
         close(in_gib(p.queues[b as usize].held), 84.0);
         // need = lack 80 − (100 − 84) = 64.
         close(in_gib(p.need), 64.0);
         assert_eq!(p.victims, vec![83, 82]);
         // Greedy: exactly the 64 still needed, B keeps 20.
-        let p = plan(&v, &greedy(), |_| false);
+        let p = plan(&v, &greedy(), |_| false, |_| 0.0);
         assert_eq!(p.victims, (20..84).rev().collect::<Vec<u32>>());
     }
 
@@ -873,7 +950,7 @@ mod tests {
         c.pending(app_a, want_gpu, 8, &[("gpu", "a100")]);
         c.pending(app_a, gib(20), 2, &[]);
         let v = c.view();
-        let p = plan(&v, &greedy(), |_| false);
+        let p = plan(&v, &greedy(), |_| false, |_| 0.0);
         assert!(p.victims.is_empty(), "{:?}", p.victims);
         assert_eq!(p.queues[a as usize].pending, 0.0);
         assert_eq!(p.need, 0.0);
@@ -891,7 +968,7 @@ mod tests {
         }
         let app_a = c2.app(a, 100);
         c2.pending(app_a, gib(1), 8, &[("gpu", "none")]);
-        let p = plan(&c2.view(), &greedy(), |_| false);
+        let p = plan(&c2.view(), &greedy(), |_| false, |_| 0.0);
         assert_eq!(p.victims.len(), 8);
     }
 
@@ -912,11 +989,11 @@ mod tests {
         c.pending(app_a, gib(1), 4, &[("disk", "ssd")]);
         let v = c.view();
         // A: ideal min(10, 4) = 4; B 16 → 4 over, greedy asks 4: the 4 newest on n0.
-        let p = plan(&v, &greedy(), |_| false);
+        let p = plan(&v, &greedy(), |_| false, |_| 0.0);
         assert_eq!(p.victims, vec![18, 16, 14, 12]);
         // A node that stops being RUNNING is no help either.
         c.node_state(0, GANTRY_NODE_DRAINING);
-        let p = plan(&c.view(), &greedy(), |_| false);
+        let p = plan(&c.view(), &greedy(), |_| false, |_| 0.0);
         assert!(p.victims.is_empty());
     }
 
@@ -939,12 +1016,12 @@ mod tests {
         c.pending(app_a, GantryResources::new(1000, 4 << 30, 0), 10, &[]);
         let v = c.view();
         // Memory: B holds 20 GiB, under its 50: nothing to do (YARN's default calculator too).
-        let p = plan(&v, &greedy(), |_| false);
+        let p = plan(&v, &greedy(), |_| false, |_| 0.0);
         assert!(p.victims.is_empty());
         // Dominant: B's share is 1.0 (CPU), A's demand 0.4 (memory). Ideal A 0.4, B 0.6; B is
         // 0.4 over. But A needs only 10 cores (memory is free): two of B's containers.
         let drf = PreemptionConfig { resource_calculator: Calculator::Dominant, ..greedy() };
-        let p = plan(&v, &drf, |_| false);
+        let p = plan(&v, &drf, |_| false, |_| 0.0);
         close(p.total, 1.0);
         close(p.queues[a as usize].ideal, 0.4);
         close(p.queues[b as usize].ideal, 0.6);
@@ -962,7 +1039,7 @@ mod tests {
         c.app_state(b2, GANTRY_APP_KILLED);
         let app_a = c.app(a, 100);
         c.pending(app_a, gib(1), 10, &[]);
-        let p = plan(&c.view(), &greedy(), |_| false);
+        let p = plan(&c.view(), &greedy(), |_| false, |_| 0.0);
         assert_eq!(p.victims, (40..50).rev().collect::<Vec<u32>>());
     }
 
@@ -984,7 +1061,7 @@ mod tests {
         let app_a = c.app(a, 100);
         c.container(app_a, 4, GantryResources { gpus: 4, ..gib(1) }, 50, false);
         c.pending(app_a, gib(1), 4, &[("gpu", "none")]);
-        let p = plan(&c.view(), &greedy(), |_| false);
+        let p = plan(&c.view(), &greedy(), |_| false, |_| 0.0);
         // g0's 9 free GiB fit no pending request: the queues share 50 − 9 = 41. A gets its
         // demand, 5; B the other 36 — 4 over, so four of its containers go.
         close(in_gib(p.available), 41.0);
@@ -1010,7 +1087,7 @@ mod tests {
             c.container(app_b, 0, gib(1), u64::from(i), false);
         }
         c.pending(app_a, gib(1), 2, &[]);
-        let p = plan(&c.view(), &greedy(), |_| false);
+        let p = plan(&c.view(), &greedy(), |_| false, |_| 0.0);
         assert_eq!(p.victims, vec![3, 2], "B's two newest");
     }
 
@@ -1018,8 +1095,9 @@ mod tests {
     fn no_container_beyond_what_is_lacked() {
         // A (40 %) holds 66 and wants more, B (20 %) holds 34 and wants more: ideal A 66.67,
         // B 33.33 (the spare 40 shared 2:1). B is 0.67 over, A lacks 0.67 — less than one
-        // container: freeing one would put A over its ideal, and the next round would take it
-        // back. Nothing is selected.
+        // container: freeing one would put A over capacity itself (67 is above its ideal and
+        // above 40 × 1.1), and the next round would take it back. A's need rounds down to
+        // nothing; nothing is selected.
         let mut c = Cluster::new();
         for i in 0..10 {
             c.node(&format!("n{i}"), gib(10), &[]);
@@ -1033,9 +1111,9 @@ mod tests {
         }
         c.pending(app_a, gib(1), 10, &[]);
         c.pending(app_b, gib(1), 10, &[]);
-        let p = plan(&c.view(), &greedy(), |_| false);
+        let p = plan(&c.view(), &greedy(), |_| false, |_| 0.0);
         close(in_gib(p.queues[a as usize].ideal), 200.0 / 3.0);
-        close(in_gib(p.need), 2.0 / 3.0);
+        close(in_gib(p.need), 0.0);
         assert!(p.victims.is_empty());
     }
 
@@ -1062,17 +1140,17 @@ mod tests {
         };
         // A wants 6: ideal A 6, B 14 → B 6 over, need 6. The gang (8) would free more than A
         // lacks: skipped; the six newest singles go.
-        let p = plan(&build(6).view(), &greedy(), |_| false);
+        let p = plan(&build(6).view(), &greedy(), |_| false, |_| 0.0);
         assert_eq!(p.victims, vec![11, 10, 9, 8, 7, 6]);
         // A wants 8: the gang (newest app) is exactly what is lacking.
-        let p = plan(&build(8).view(), &greedy(), |_| false);
+        let p = plan(&build(8).view(), &greedy(), |_| false, |_| 0.0);
         assert_eq!(p.victims, (12..20).collect::<Vec<u32>>());
     }
 
     #[test]
     fn empty_views() {
         let mut c = Cluster::new();
-        let p = plan(&c.view(), &cfg(), |_| false);
+        let p = plan(&c.view(), &cfg(), |_| false, |_| 0.0);
         assert!(p.victims.is_empty());
         assert_eq!(p.total, 0.0);
     }

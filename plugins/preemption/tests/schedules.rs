@@ -213,32 +213,48 @@ fn marked_at_the_first_round_and_preempted_after_fifteen_seconds() {
     // → 2 GiB: B's two newest containers (all started together: the highest ids).
     let mut newest = b.containers_of("long");
     newest.sort();
-    let newest: Vec<ContainerId> = newest[98..].to_vec();
-    let marked = b.candidates();
-    assert_eq!(marked, vec![(newest[0], 10_000), (newest[1], 10_000)]);
-    // Told, not stopped: nothing killed, still marked with the same clock through 24 s.
+    newest.reverse();
+    assert_eq!(b.candidates(), vec![(newest[1], 10_000), (newest[0], 10_000)]);
+    // Told, not stopped; each round marks two more (those marked count as being given back),
+    // each keeping the time it was first marked.
     for t in (11_000..=24_000).step_by(1000) {
         b.run_until(t);
-        assert_eq!(b.candidates(), marked, "at {t}");
+        let rounds = (t - 10_000) / 3_000 + 1;
+        let mut want: Vec<(ContainerId, u64)> = (0..rounds)
+            .flat_map(|r| {
+                [
+                    (newest[2 * r as usize], 10_000 + 3_000 * r),
+                    (newest[2 * r as usize + 1], 10_000 + 3_000 * r),
+                ]
+            })
+            .collect();
+        want.sort();
+        assert_eq!(b.candidates(), want, "at {t}");
         assert!(b.kills.is_empty(), "at {t}");
     }
-    // 15 s after the mark: preempted, SIGTERM with the 250 ms grace.
+    // 15 s after the first marks: those two are preempted, SIGTERM with the 250 ms grace.
     b.run_until(25_000);
     let got: Vec<(u64, ContainerId, u64, KillReason)> =
         b.kills.iter().map(|k| (k.at_ms, k.container, k.grace_ms, k.reason)).collect();
     assert_eq!(
         got,
         vec![
-            (25_000, newest[0], 250, KillReason::Preempted),
             (25_000, newest[1], 250, KillReason::Preempted),
+            (25_000, newest[0], 250, KillReason::Preempted),
         ]
     );
-    assert!(b.candidates().is_empty(), "a stopped container is no longer a candidate");
-    // They exit after the grace; the room goes to A (the order hook puts A first).
+    assert!(
+        b.candidates().iter().all(|(c, _)| *c != newest[0] && *c != newest[1]),
+        "a stopped container is no longer a candidate"
+    );
+    // They exit after the grace; the room goes to A (the order hook puts A first). Two more
+    // every round from then on.
     b.run_until(26_000);
     assert_eq!((b.holds("root.a"), b.holds("root.b")), (2, 98));
+    b.run_until(29_000);
+    assert_eq!((b.holds("root.a"), b.holds("root.b")), (4, 96));
     let taken = &b.engine.stats().preempted_by_queue;
-    assert_eq!(taken.iter().map(|r| r.containers).sum::<u64>(), 2);
+    assert_eq!(taken.iter().map(|r| r.containers).sum::<u64>(), 4);
     b.assert_clean();
 }
 
@@ -265,10 +281,11 @@ fn marks_are_cancelled_when_the_demand_leaves() {
 fn observe_only_never_kills() {
     let mut b = seed_scenario(r#"{"observe_only": true}"#, true);
     b.run_until(120_000);
-    // Marked (and visible as candidates) all along, never preempted.
+    // Marked (and visible as candidates) all along, never preempted: two more each round from
+    // 10 s to 118 s (37 rounds), each with the time of its round.
     let marked = b.candidates();
-    assert_eq!(marked.len(), 2);
-    assert!(marked.iter().all(|(_, since)| *since == 10_000));
+    assert_eq!(marked.len(), 74);
+    assert!(marked.iter().all(|(_, since)| (since - 10_000) % 3_000 == 0 && *since <= 118_000));
     assert!(b.kills.is_empty());
     assert_eq!((b.holds("root.a"), b.holds("root.b")), (0, 100));
     b.assert_clean();
@@ -310,8 +327,8 @@ fn masters_go_last() {
     assert_eq!((b.holds("root.a"), b.holds("root.b")), (19, 1));
     b.assert_clean();
 
-    // At the default pace (10 % of 20 GiB × 0.2 = 0.4 GiB a round: one container) the first mark
-    // is a worker of the newer app.
+    // At the default pace (10 % of 20 GiB × 0.2 = 0.4 GiB a round, the fraction carried) the
+    // first mark, at the third round, is a worker of the newer app.
     let mut b = Bed::new("{}", &[("root.a", 0.95, 1.0), ("root.b", 0.05, 1.0)], plain_nodes(2), true);
     for name in ["old", "new"] {
         b.submit(name, "root.b", vec![ask(1, SLOT, true), ask(9, SLOT, false)]);
@@ -321,6 +338,8 @@ fn masters_go_last() {
     let new_workers: Vec<ContainerId> =
         b.containers_of("new").into_iter().filter(|c| *c != new_master).collect();
     b.submit("urgent", "root.a", vec![ask(19, SLOT, false)]);
+    b.run_until(b.now_ms + 6_000);
+    assert!(b.candidates().is_empty(), "0.8 GiB carried: no container yet");
     b.run_until(b.now_ms + 3_000);
     let marked = b.candidates();
     assert_eq!(marked.len(), 1);
@@ -417,12 +436,14 @@ fn until_a_holds(b: &mut Bed, target: u64) -> u64 {
 
 #[test]
 fn the_starved_queue_reaches_its_guarantee() {
-    // YARN's defaults, and B's job never ends: 2 GiB are preempted per wave (10 % × 0.2 of the
-    // cluster), one wave every 18 s (the 15 s wait, then the next round marks the next two).
-    // The dead zone stops it at B = 22 (22 ≤ 20 × 1.1): A gets 78.
+    // YARN's defaults, and B's job never ends (its run time unknown): 2 GiB more are marked each
+    // round (10 % × 0.2 of the cluster), each preempted 15 s after its mark, so from 25 s A gets
+    // two containers every round. The dead zone, against B's guarantee, stops it at the round
+    // that finds B at 22 (22 ≤ 20 × 1.1): the marks beyond are cancelled, and A keeps 78.
     let mut b = seed_scenario("{}", true);
     let t = until_a_holds(&mut b, 78);
     assert_eq!((b.holds("root.a"), b.holds("root.b")), (78, 22), "at {t}");
+    assert!(t <= 145_000, "A got 78 only at {t} ms");
     // Exactly what A got was preempted, never more.
     assert_eq!(b.kills.len(), 78);
     assert!(
@@ -441,20 +462,54 @@ fn the_starved_queue_reaches_its_guarantee() {
     assert_eq!((b.holds("root.a"), b.holds("root.b"), b.kills.len()), (80, 20, 80), "at {t0}");
     b.assert_clean();
 
-    // The seed's second experiment's bound (1.0): the gap shrinks by a fifth per wave, so A gets
-    // there sooner.
+    // The seed's second experiment's bound (1.0): 16 GiB more marked a round, the whole excess by
+    // the fifth (22 s), so the waves go 16 at a time from 25 s and B passes over 22 (36 → 20):
+    // A holds all 80 at 38 s.
     let mut b = seed_scenario(r#"{"total_preemption_per_round": 1}"#, true);
-    let t1 = until_a_holds(&mut b, 78);
-    assert_eq!((b.holds("root.a"), b.holds("root.b"), b.kills.len()), (78, 22, 78), "at {t1}");
-    assert!(t1 < t, "{t1} vs {t}");
+    let t1 = until_a_holds(&mut b, 80);
+    assert_eq!((b.holds("root.a"), b.holds("root.b"), b.kills.len()), (80, 20, 80), "at {t1}");
+    assert_eq!(t1, 38_000);
     b.assert_clean();
     eprintln!(
         "A (asked at 9 s) holds 78 GiB at {} s; without the dead zone 80 GiB at {} s; with the bound at 1.0 \
-         78 GiB at {} s",
+         80 GiB at {} s",
         t / 1000,
         t0 / 1000,
         t1 / 1000
     );
+}
+
+#[test]
+fn known_run_times_ask_for_what_will_not_end_on_its_own() {
+    // B's containers are expected to run an hour, so none ends within the 15 s wait: nothing is
+    // left to natural termination, and each round marks the whole bounded step (10 GiB) — A
+    // holds 78 by 52 s instead of 140 s.
+    let mut b = Bed::new("{}", &[("root.a", 0.8, 1.0), ("root.b", 0.2, 1.0)], plain_nodes(10), true);
+    let hour = RequestSpec { expected_ms: 3_600_000, ..ask(100, SLOT, false) };
+    b.submit("long", "root.b", vec![hour]);
+    b.run_until(9_000);
+    b.submit("urgent", "root.a", vec![ask(100, SLOT, false)]);
+    b.run_until(10_000);
+    assert_eq!(b.candidates().len(), 10);
+    let t = until_a_holds(&mut b, 78);
+    assert!(t <= 52_000, "A got 78 only at {t} ms");
+    assert_eq!(b.kills.len() as u64, b.holds("root.a"), "exactly what A got was preempted");
+    b.assert_clean();
+
+    // B's containers are expected to run 20 s, so they end about 11 s after A arrives — within
+    // the wait of any mark: they come back on their own, nothing is ever marked or preempted,
+    // and A gets its room when they end.
+    let mut b = Bed::new("{}", &[("root.a", 0.8, 1.0), ("root.b", 0.2, 1.0)], plain_nodes(10), true);
+    let short = RequestSpec { expected_ms: 20_000, ..ask(100, SLOT, false) };
+    b.submit("short", "root.b", vec![short]);
+    b.run_until(9_000);
+    b.submit("urgent", "root.a", vec![ask(100, SLOT, false)]);
+    for t in (10_000..=19_000).step_by(1_000) {
+        b.run_until(t);
+        assert!(b.candidates().is_empty(), "at {t}: {:?}", b.candidates());
+    }
+    assert!(b.kills.is_empty());
+    b.assert_clean();
 }
 
 #[test]
