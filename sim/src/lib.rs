@@ -1,7 +1,9 @@
-//! gantry's simulator: the real [`gantry_engine::Engine`] — with whatever plugins it was built
-//! with, loaded `.so` files included — driven on a virtual clock by the same events the daemon
-//! feeds it (nodes registering, submissions, containers starting and ending, ticks, node
-//! failures), with simulated agents that carry out its commands.
+//! gantry's simulator: the scheduler's own controller ([`gantry_controller::Controller`]) and its
+//! [`gantry_engine::Engine`] — with whatever plugins it was built with, loaded `.so` files
+//! included — driven on a virtual clock as the daemon drives them: simulated agents that speak
+//! the agent protocol, an in-memory store, submissions and kills as the REST API makes them,
+//! and the faults the daemon faces (node failures, partitions, scheduler restarts, slow or
+//! failing commits).
 //!
 //! - [`trace`]: the workload model ([`trace::Job`]) and one reader per trace format, each
 //!   in its own module, each refusing a malformed line with its file, line and what was expected.

@@ -349,7 +349,6 @@ impl Controller {
             self.known_as.retain(|&id, _| st.container_index(ContainerId(id)).is_some());
         }
         let timeout = self.config.node_timeout_ms;
-        let now = self.now_ms;
         let late: Vec<String> = self
             .agents
             .iter()

@@ -299,6 +299,13 @@ impl Controller {
         self.next_cycle_ms.min(self.next_liveness_ms).min(recovered)
     }
 
+    /// When the next scheduling cycle is due by the interval (one runs sooner when something
+    /// makes work placeable): the daemon's shell wakes then, and so does the simulator while
+    /// work is pending.
+    pub fn next_cycle_ms(&self) -> u64 {
+        self.next_cycle_ms
+    }
+
     /// Sets the cycle interval and the node timeout (the daemon's configuration), from `now_ms`.
     pub fn set_intervals(&mut self, now_ms: u64, cycle_interval_ms: u64, node_timeout_ms: u64) {
         self.advance(now_ms);

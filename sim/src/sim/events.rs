@@ -166,10 +166,12 @@ impl Sim<'_> {
             } else {
                 quiet_since = None;
             }
-            // Keep time moving for pending work.
+            // Keep time moving for pending work: visit the controller when its next cycle is
+            // due (the interval counts from its last cycle, as in the daemon).
             if !self.tick_scheduled && self.pending_work() {
                 self.tick_scheduled = true;
-                self.push(self.now + self.options.tick_ms, Due::Tick);
+                let at = self.ctl.next_cycle_ms().max(self.now + 1);
+                self.push(at, Due::Tick);
             }
         }
         Ok(())
