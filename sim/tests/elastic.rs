@@ -2,51 +2,22 @@
 //! the threshold, they register after the boot delay, empty nodes go after the cool-down (by
 //! the engine's idle tracker), the bounds hold, and node-hours are billed from each start.
 
+mod common;
+
+use common::{job_at_ms, pool};
 use gantry_engine::{Engine, EngineConfig, NodeSpec, RackAffinity, Resources};
 use gantry_sim::elastic::{ElasticError, ElasticOptions};
 use gantry_sim::report::{ReportOptions, summarise, write_all};
 use gantry_sim::sim::{JobOutcome, NodeFailure, STALL_AFTER_MS, SimError, SimOptions, SimResult, run};
-use gantry_sim::trace::{Job, Stage};
+use gantry_sim::trace::Job;
 
 const S: u64 = 1_000;
 
 /// `n` identical nodes of 2 cores and 4 GiB, named n0, n1, …
-fn pool(n: usize) -> Vec<NodeSpec> {
-    (0..n)
-        .map(|i| NodeSpec {
-            name: format!("n{i}"),
-            rack: "r0".into(),
-            labels: Vec::new(),
-            capacity: Resources::new(2000, 4 << 30, 0),
-            gpu_list: Vec::new(),
-        })
-        .collect()
-}
-
-/// A job of `count` containers of `cores` cores and 1 GiB, each running `secs` seconds.
 fn job(name: &str, at_s: u64, count: u32, cores: u64, secs: u64) -> Job {
-    Job {
-        name: name.into(),
-        submit_ms: at_s * S,
-        queue: String::new(),
-        user: "u".into(),
-        class: "test".into(),
-        priority: 0,
-        stages: vec![Stage {
-            resources: Resources::new(cores * 1000, 1 << 30, 0),
-            count,
-            gang: false,
-            selector: Vec::new(),
-            preferred: Vec::new(),
-            rack_affinity: RackAffinity::None,
-            duration_ms: secs * S,
-            slow_duration_ms: secs * S,
-        }],
-        time_limit_ms: None,
-    }
+    job_at_ms(name, at_s * S, count, cores, secs)
 }
 
-/// Scale up after 60 s of waiting, 30 s boot, 10 s checks, 600 s cool-down.
 fn elastic(min: usize, max: usize) -> SimOptions {
     SimOptions {
         elastic: Some(ElasticOptions {

@@ -3,46 +3,22 @@
 //! drives the daemon's controller, so these runs exercise the code that recovers, reconciles and
 //! fences in the daemon.
 
-use gantry_engine::{Engine, EngineConfig, NodeSpec, RackAffinity, Resources};
+mod common;
+
+use common::{job_at_ms, pool};
+use gantry_engine::{Engine, EngineConfig, NodeSpec};
 use gantry_sim::sim::{DaemonOptions, JobOutcome, Partition, SimError, SimOptions, SimResult, run};
-use gantry_sim::trace::{Job, Stage};
+use gantry_sim::trace::Job;
 
 const S: u64 = 1_000;
 
-/// `n` nodes of 2 cores.
 fn nodes(n: usize) -> Vec<NodeSpec> {
-    (0..n)
-        .map(|i| NodeSpec {
-            name: format!("n{i}"),
-            rack: "r0".into(),
-            labels: Vec::new(),
-            capacity: Resources::new(2000, 4 << 30, 0),
-            gpu_list: Vec::new(),
-        })
-        .collect()
+    pool(n)
 }
 
 /// A job of `count` one-core containers of `secs` seconds, arriving at `at_ms`.
 fn job(name: &str, at_ms: u64, count: u32, secs: u64) -> Job {
-    Job {
-        name: name.into(),
-        submit_ms: at_ms,
-        queue: String::new(),
-        user: "u".into(),
-        class: "test".into(),
-        priority: 0,
-        stages: vec![Stage {
-            resources: Resources::new(1000, 1 << 30, 0),
-            count,
-            gang: false,
-            selector: Vec::new(),
-            preferred: Vec::new(),
-            rack_affinity: RackAffinity::None,
-            duration_ms: secs * S,
-            slow_duration_ms: secs * S,
-        }],
-        time_limit_ms: None,
-    }
+    job_at_ms(name, at_ms, count, 1, secs)
 }
 
 fn simulate(nodes: &[NodeSpec], jobs: &[Job], daemon: DaemonOptions) -> SimResult {
