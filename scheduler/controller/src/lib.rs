@@ -283,7 +283,10 @@ impl Controller {
             self.check_liveness();
             self.rewrite_failed();
         }
-        if !self.dirty && self.now_ms < self.next_cycle_ms {
+        // The engine runs `rebalance` in the first cycle at or after its interval: a cycle runs
+        // then, or one made due in between would push it up to a cycle interval late.
+        let rebalance_due = self.now_ms >= self.next_rebalance_ms();
+        if !self.dirty && self.now_ms < self.next_cycle_ms && !rebalance_due {
             return false;
         }
         self.cycle();
@@ -296,7 +299,13 @@ impl Controller {
             return self.now_ms;
         }
         let recovered = self.recovering_until_ms.filter(|_| !self.awaiting.is_empty()).unwrap_or(u64::MAX);
-        self.next_cycle_ms.min(self.next_liveness_ms).min(recovered)
+        self.next_cycle_ms.min(self.next_liveness_ms).min(recovered).min(self.next_rebalance_ms())
+    }
+
+    /// When the engine's `rebalance` policy is next due (`u64::MAX` without one): a cycle runs
+    /// then, not at its next interval.
+    pub fn next_rebalance_ms(&self) -> u64 {
+        self.engine.next_rebalance_ms().unwrap_or(u64::MAX)
     }
 
     /// When the next scheduling cycle is due by the interval (one runs sooner when something

@@ -148,3 +148,57 @@ fn a_scheduler_that_did_not_run_past_the_node_timeout_loses_no_node_for_it() {
     assert_eq!(w.ctl.stats().nodes_lost, 1, "the silent node is lost a timeout after the return");
     assert!(w.ctl.agents().contains_key("n0") && !w.ctl.agents().contains_key("n1"));
 }
+
+/// A `rebalance` policy that records when it is called.
+struct RecordsRebalance {
+    calls: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+impl gantry_sdk::Plugin for RecordsRebalance {
+    const NAME: &'static core::ffi::CStr = c"records-rebalance";
+    const VERSION: &'static core::ffi::CStr = c"1";
+    const HOOKS: gantry_sdk::Hooks = gantry_sdk::Hooks { rebalance: true, ..gantry_sdk::Hooks::NONE };
+
+    fn create(_config: &str) -> Result<Self, gantry_sdk::PluginError> {
+        Err(gantry_sdk::PluginError::new("built by the test"))
+    }
+
+    fn rebalance(
+        &mut self,
+        view: &gantry_sdk::View<'_>,
+        _out: &mut gantry_sdk::Decisions,
+    ) -> Result<(), gantry_sdk::PluginError> {
+        self.calls.lock().expect("calls").push(view.now_ms);
+        Ok(())
+    }
+}
+
+#[test]
+fn the_rebalance_policy_runs_on_its_interval_not_at_the_next_cycle() {
+    // The engine runs `rebalance` in the first cycle at or after its interval. A cycle that
+    // something made due in between (an exit, a submission) pushes the interval's cycle a full
+    // interval later, so `rebalance` drifted up to a cycle interval late — preemption for a
+    // reservation that starts now, late by as much (the simulator's rayon-swim runs showed it).
+    // The controller now wakes for the engine's rebalance time too.
+    let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let plugin = RecordsRebalance { calls: calls.clone() };
+    let config = gantry_engine::EngineConfig { rebalance_interval_ms: 1_000, ..Default::default() };
+    let profile = gantry_engine::Profile { rebalance: Some(0), ..Default::default() };
+    let policy: Box<dyn gantry_engine::Policy> = Box::new(gantry_engine::StaticPolicy::new(plugin));
+    let engine = gantry_engine::Engine::new(config, vec![policy], profile).expect("engine");
+    let mut ctl = Controller::new(engine, ControllerConfig::new(ClusterId::from_bits(9)), 0);
+    // Rebalance is due from the start: the first poll runs a cycle for it.
+    ctl.poll(0);
+    // Something makes a cycle due at 500 ms: the next one by the interval is at 1,500 ms.
+    let spec = app(1, false);
+    ctl.handle(
+        500,
+        Input::Submit { reply: 1, spec, id: None, caller: None, templates: vec![Default::default()] },
+    );
+    assert!(ctl.poll(500));
+    assert_eq!(ctl.next_cycle_ms(), 1_500);
+    // But rebalance is due at 1,000 ms: the controller wakes then, and the cycle runs it.
+    assert_eq!(ctl.next_deadline_ms(), 1_000);
+    assert!(ctl.poll(1_000), "a cycle for the rebalance time");
+    assert_eq!(*calls.lock().expect("calls"), vec![0, 1_000]);
+}

@@ -167,10 +167,11 @@ impl Sim<'_> {
                 quiet_since = None;
             }
             // Keep time moving for pending work: visit the controller when its next cycle is
-            // due (the interval counts from its last cycle, as in the daemon).
+            // due (the interval counts from its last cycle, as in the daemon), or the engine's
+            // rebalance policy is, whichever comes first.
             if !self.tick_scheduled && self.pending_work() {
                 self.tick_scheduled = true;
-                let at = self.ctl.next_cycle_ms().max(self.now + 1);
+                let at = self.ctl.next_cycle_ms().min(self.ctl.next_rebalance_ms()).max(self.now + 1);
                 self.push(at, Due::Tick);
             }
         }

@@ -25,6 +25,12 @@ impl Engine {
         self.book.as_ref()
     }
 
+    /// When the next cycle would run the `rebalance` policy (`None` without one): it runs in the
+    /// first cycle at or after this, so a driver that wants it on time cycles then.
+    pub fn next_rebalance_ms(&self) -> Option<u64> {
+        self.profile.rebalance.map(|_| self.next_rebalance_ms)
+    }
+
     /// Whether reservations can be planned: a reservable queue and a planner (`Profile::reserve`).
     pub fn plans_reservations(&self) -> bool {
         self.book.is_some() && self.profile.reserve.is_some()
