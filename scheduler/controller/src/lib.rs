@@ -150,6 +150,10 @@ pub struct Controller {
     next_liveness_ms: u64,
     /// When [`Controller::poll`] last ran.
     last_poll_ms: u64,
+    /// When a cycle last ran (or was held back by a recovery): the engine's rebalance time
+    /// counts only if it lies after it, so a time the engine could not move on (a held-back or
+    /// refused cycle) never makes the driver wake again and again.
+    last_cycle_ms: Option<u64>,
     /// Agents' silence counts from here at the earliest: the end of the last stretch longer
     /// than the node timeout in which the scheduler itself did not run (a stalled or suspended
     /// process has not read what the agents sent meanwhile; a simulation jumps over quiet
@@ -216,6 +220,7 @@ impl Controller {
             next_cycle_ms: now_ms + config.cycle_interval_ms,
             next_liveness_ms: now_ms + liveness_interval_ms(config.node_timeout_ms),
             last_poll_ms: now_ms,
+            last_cycle_ms: None,
             silence_counted_from_ms: 0,
             stats: ControllerStats::default(),
             started_ms: now_ms,
@@ -302,10 +307,13 @@ impl Controller {
         self.next_cycle_ms.min(self.next_liveness_ms).min(recovered).min(self.next_rebalance_ms())
     }
 
-    /// When the engine's `rebalance` policy is next due (`u64::MAX` without one): a cycle runs
-    /// then, not at its next interval.
+    /// When the engine's `rebalance` policy is next due (`u64::MAX` without one, or while that
+    /// time is not after the last cycle): a cycle runs then, not at its next interval.
     pub fn next_rebalance_ms(&self) -> u64 {
-        self.engine.next_rebalance_ms().unwrap_or(u64::MAX)
+        match self.engine.next_rebalance_ms() {
+            Some(at) if self.last_cycle_ms.is_none_or(|last| at > last) => at,
+            _ => u64::MAX,
+        }
     }
 
     /// When the next scheduling cycle is due by the interval (one runs sooner when something
@@ -345,6 +353,7 @@ impl Controller {
     /// Runs one scheduling cycle now (unless restored containers are still awaited).
     fn cycle(&mut self) {
         self.next_cycle_ms = self.now_ms + self.config.cycle_interval_ms;
+        self.last_cycle_ms = Some(self.now_ms);
         if let Some(until) = self.recovering_until_ms {
             if self.now_ms < until && !self.awaiting.is_empty() {
                 // Agents are still coming back; placing now could start work twice. The next

@@ -202,3 +202,53 @@ fn the_rebalance_policy_runs_on_its_interval_not_at_the_next_cycle() {
     assert!(ctl.poll(1_000), "a cycle for the rebalance time");
     assert_eq!(*calls.lock().expect("calls"), vec![0, 1_000]);
 }
+
+#[test]
+fn a_rebalance_time_the_engine_cannot_move_on_does_not_wake_the_driver_again_and_again() {
+    // After a restart, cycles wait for the agents to come back: the engine's rebalance time
+    // stays where it was. The controller must not report it as due at every poll (the daemon
+    // would spin until the recovery ends).
+    let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let plugin = RecordsRebalance { calls: calls.clone() };
+    let config = gantry_engine::EngineConfig { rebalance_interval_ms: 1_000, ..Default::default() };
+    let profile = gantry_engine::Profile { rebalance: Some(0), ..Default::default() };
+    let policy: Box<dyn gantry_engine::Policy> = Box::new(gantry_engine::StaticPolicy::new(plugin));
+    let engine = gantry_engine::Engine::new(config, vec![policy], profile).expect("engine");
+    // The store says a container runs on n0, whose agent has not come back yet.
+    use gantry_controller::records::{AppRecord, ContainerRecord, Write};
+    let mut store = gantry_controller::memstore::MemStore::new();
+    let app = AppRecord {
+        id: AppId(1),
+        spec: app(1, false),
+        launch: serde_json::Value::Null,
+        submit_ms: 0,
+        state: GANTRY_APP_RUNNING,
+        state_ms: 0,
+        diagnostics: String::new(),
+    };
+    let container = ContainerRecord {
+        id: gantry_engine::ContainerId(1),
+        app: AppId(1),
+        request: 0,
+        node: "n0".into(),
+        resources: gantry_engine::Resources::new(1_000, 1 << 28, 0),
+        gpus: Vec::new(),
+        state: GANTRY_CONTAINER_RUNNING,
+        started_ms: Some(0),
+        exit_code: None,
+        reason: None,
+        finished_ms: None,
+        cluster: ClusterId::from_bits(10),
+    };
+    store.submit(1, vec![Write::InsertApp(app), Write::UpsertContainer(container)]);
+    assert!(store.commit_next(false).is_some_and(|(_, r)| r.is_ok()));
+    let config = ControllerConfig { durable: true, ..ControllerConfig::new(ClusterId::from_bits(11)) };
+    let mut ctl = Controller::recover(engine, config, store.recovered(), 0);
+    assert!(ctl.recovering());
+    for now in [0, 1, 2, 3] {
+        ctl.poll(now);
+        let at = ctl.next_deadline_ms();
+        assert!(at > now, "at {now} the driver is told to come back at {at}: it would spin");
+    }
+    assert!(calls.lock().expect("calls").is_empty(), "no cycle ran during the recovery");
+}
