@@ -173,6 +173,16 @@ impl gantry_sdk::Plugin for RecordsRebalance {
     }
 }
 
+/// An engine whose `rebalance` policy (every 1,000 ms) records when it runs.
+fn engine_recording_rebalance() -> (gantry_engine::Engine, std::sync::Arc<std::sync::Mutex<Vec<u64>>>) {
+    let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let plugin = RecordsRebalance { calls: calls.clone() };
+    let config = gantry_engine::EngineConfig { rebalance_interval_ms: 1_000, ..Default::default() };
+    let profile = gantry_engine::Profile { rebalance: Some(0), ..Default::default() };
+    let policy: Box<dyn gantry_engine::Policy> = Box::new(gantry_engine::StaticPolicy::new(plugin));
+    (gantry_engine::Engine::new(config, vec![policy], profile).expect("engine"), calls)
+}
+
 #[test]
 fn the_rebalance_policy_runs_on_its_interval_not_at_the_next_cycle() {
     // The engine runs `rebalance` in the first cycle at or after its interval. A cycle that
@@ -180,12 +190,7 @@ fn the_rebalance_policy_runs_on_its_interval_not_at_the_next_cycle() {
     // interval later, so `rebalance` drifted up to a cycle interval late — preemption for a
     // reservation that starts now, late by as much (the simulator's rayon-swim runs showed it).
     // The controller now wakes for the engine's rebalance time too.
-    let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let plugin = RecordsRebalance { calls: calls.clone() };
-    let config = gantry_engine::EngineConfig { rebalance_interval_ms: 1_000, ..Default::default() };
-    let profile = gantry_engine::Profile { rebalance: Some(0), ..Default::default() };
-    let policy: Box<dyn gantry_engine::Policy> = Box::new(gantry_engine::StaticPolicy::new(plugin));
-    let engine = gantry_engine::Engine::new(config, vec![policy], profile).expect("engine");
+    let (engine, calls) = engine_recording_rebalance();
     let mut ctl = Controller::new(engine, ControllerConfig::new(ClusterId::from_bits(9)), 0);
     // Rebalance is due from the start: the first poll runs a cycle for it.
     ctl.poll(0);
@@ -208,12 +213,7 @@ fn a_rebalance_time_the_engine_cannot_move_on_does_not_wake_the_driver_again_and
     // After a restart, cycles wait for the agents to come back: the engine's rebalance time
     // stays where it was. The controller must not report it as due at every poll (the daemon
     // would spin until the recovery ends).
-    let calls = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let plugin = RecordsRebalance { calls: calls.clone() };
-    let config = gantry_engine::EngineConfig { rebalance_interval_ms: 1_000, ..Default::default() };
-    let profile = gantry_engine::Profile { rebalance: Some(0), ..Default::default() };
-    let policy: Box<dyn gantry_engine::Policy> = Box::new(gantry_engine::StaticPolicy::new(plugin));
-    let engine = gantry_engine::Engine::new(config, vec![policy], profile).expect("engine");
+    let (engine, calls) = engine_recording_rebalance();
     // The store says a container runs on n0, whose agent has not come back yet.
     use gantry_controller::records::{AppRecord, ContainerRecord, Write};
     let mut store = gantry_controller::memstore::MemStore::new();
