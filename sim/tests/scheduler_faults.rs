@@ -98,6 +98,18 @@ fn failing_commits_are_answered_as_such_and_sent_again() {
 }
 
 #[test]
+fn a_store_that_fails_every_commit_ends_the_run_with_the_jobs_given_up() {
+    // Every submission is refused as not stored; each client sends it again a cycle later, and
+    // gives up after its retries, so the run ends instead of retrying for ever.
+    let jobs = [job("j0", 0, 1, 5), job("j1", S, 1, 5)];
+    let daemon = DaemonOptions { commit_failure_rate: 0.999_999, seed: 1, ..Default::default() };
+    let r = simulate(&nodes(2), &jobs, daemon);
+    assert!(r.jobs.iter().all(|j| j.outcome == JobOutcome::Rejected), "{:?}", r.jobs);
+    assert_eq!(r.launches, 0);
+    assert!(r.daemon.failed_commits >= 2 * 101, "{:?}", r.daemon);
+}
+
+#[test]
 fn fault_runs_are_reproducible() {
     let jobs: Vec<Job> = (0..30).map(|k| job(&format!("j{k}"), k * 2 * S, 2, 7 + k % 5)).collect();
     let daemon = DaemonOptions {

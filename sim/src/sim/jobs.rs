@@ -30,7 +30,15 @@ pub(super) struct JobState {
     pub(super) preempted: u32,
     /// The queue its current stage was submitted to.
     queue: String,
+    /// Requests of its client the scheduler could not store (submissions, kills), each sent
+    /// again a cycle later up to [`CLIENT_RETRIES`].
+    unstored: u32,
 }
+
+/// How many times a simulated client sends a request again that the scheduler could not store
+/// before it gives up (a submission then ends the job as rejected): a store that fails every
+/// commit would otherwise keep the run going for ever.
+pub(super) const CLIENT_RETRIES: u32 = 100;
 
 impl Sim<'_> {
     /// Sets a job's count of containers to start, keeping [`Sim::pending_jobs`] true.
@@ -66,6 +74,12 @@ impl Sim<'_> {
             self.end_job(i, JobOutcome::Killed);
             self.kill_app(i);
         }
+    }
+
+    /// Whether job `i`'s client sends an unstored request again (it has retries left).
+    pub(super) fn retry_unstored(&mut self, i: usize) -> bool {
+        self.state[i].unstored += 1;
+        self.state[i].unstored <= CLIENT_RETRIES
     }
 
     /// Asks the scheduler to kill job `i`'s current application (asked again while the store
@@ -138,8 +152,13 @@ impl Sim<'_> {
                 }
             }
             Err(SubmitError::Store(e)) => {
-                tracing::debug!(job = %self.jobs[i].name, error = %e, "submission not stored; sending it again");
-                self.push(self.now.saturating_add(self.options.tick_ms), Due::Arrival(i));
+                if self.retry_unstored(i) {
+                    tracing::debug!(job = %self.jobs[i].name, error = %e, "submission not stored; sending it again");
+                    self.push(self.now.saturating_add(self.options.tick_ms), Due::Arrival(i));
+                } else {
+                    tracing::warn!(job = %self.jobs[i].name, error = %e, retries = CLIENT_RETRIES, "submission never stored; the job is given up");
+                    self.end_job(i, JobOutcome::Rejected);
+                }
             }
             Err(SubmitError::Engine(e)) => {
                 // Often the configuration's fault (a queue it lacks): say so, but not per job.

@@ -231,8 +231,8 @@ impl Sim<'_> {
         match (asked, reply) {
             (Asked::Submit(job), Reply::Submitted(result)) => self.submitted(job, result),
             (Asked::Kill(job), Reply::Killed(Err(e))) => {
-                tracing::debug!(job, error = %e, "kill not acknowledged; asking again");
-                if matches!(e, gantry_controller::SubmitError::Store(_)) {
+                tracing::debug!(job, error = %e, "kill not acknowledged");
+                if matches!(e, gantry_controller::SubmitError::Store(_)) && self.retry_unstored(job) {
                     self.push(retry_at, Due::KillAgain(job));
                 }
             }
