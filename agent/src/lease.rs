@@ -205,7 +205,10 @@ impl Lease {
         let deadline = contact.saturating_add(self.timeout_ms);
         let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((at, last)) = *written {
-            if deadline <= last || now < at.saturating_add(self.every_ms) {
+            // A lease that has run out is renewed at once, whatever the period: a launch right
+            // after a pause would otherwise start under it, and its shim would fence it at once.
+            let ran_out = last <= now;
+            if deadline <= last || (now < at.saturating_add(self.every_ms) && !ran_out) {
                 return Ok(false);
             }
         }
@@ -340,6 +343,25 @@ mod tests {
         let names: Vec<_> =
             std::fs::read_dir(dir.path()).expect("list").map(|e| e.expect("entry").file_name()).collect();
         assert_eq!(names, [LEASE_FILE], "no temporary file is left behind");
+    }
+
+    #[test]
+    fn a_lease_that_ran_out_is_renewed_at_once_after_a_pause() {
+        // The agent is paused (SIGSTOP, a stalled VM) past its lease. On resuming, the renewal
+        // tick can run before the first message from the scheduler is seen: it writes the old
+        // contact's deadline, already past. The launches that follow renew before they start;
+        // rate-limited, they started under the dead lease and their shims fenced them at once —
+        // 218 containers in a second of `gantry dev` after a 12 s pause.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lease = Lease::start(dir.path(), 8_000).expect("start").expect("fencing on");
+        lease.contact_at(100_000);
+        assert!(lease.renew_at(100_000).expect("renew"));
+        lease.contact_at(100_500);
+        assert!(lease.renew_at(120_000).expect("renew"), "the tick on resuming");
+        assert_eq!(read(lease.path()), LeaseRead::Until(108_500), "the old contact's deadline, past");
+        lease.contact_at(120_001);
+        assert!(lease.renew_at(120_002).expect("renew"), "a launch renews a dead lease at once");
+        assert_eq!(read(lease.path()), LeaseRead::Until(128_001));
     }
 
     #[test]
