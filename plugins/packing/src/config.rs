@@ -13,11 +13,44 @@ pub enum Mode {
     Spread,
     /// Like Kubernetes' `MostAllocated` scoring: the most used node that fits first.
     BestFit,
+    /// Packing by when work ends: nodes with work first, the one whose work is expected to end
+    /// last first (so nodes whose work ends soon drain), fullest first among equal ends; then
+    /// empty nodes. Goes beyond the seed (issue 22).
+    Lifetime,
 }
 
 impl Mode {
-    const NAMES: [(&'static str, Mode); 3] =
-        [("packed", Mode::Packed), ("spread", Mode::Spread), ("best-fit", Mode::BestFit)];
+    const NAMES: [(&'static str, Mode); 4] = [
+        ("packed", Mode::Packed),
+        ("spread", Mode::Spread),
+        ("best-fit", Mode::BestFit),
+        ("lifetime", Mode::Lifetime),
+    ];
+
+    /// Whether the mode packs, and so turns itself off below `min_nodes`.
+    pub fn packs(self) -> bool {
+        matches!(self, Mode::Packed | Mode::Lifetime)
+    }
+}
+
+/// How nodes that are otherwise equal are ordered — among empty nodes, the whole order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ties {
+    /// A random permutation drawn from the call's seed (the seed picks empty nodes at random).
+    Random,
+    /// The nodes' order in the view (the engine's node index, stable for the cluster's life):
+    /// the same few empty nodes take new work, so the others stay empty long enough for an
+    /// autoscaler's cool-down.
+    NodeOrder,
+}
+
+impl Ties {
+    const NAMES: [(&'static str, Ties); 2] = [("random", Ties::Random), ("node-order", Ties::NodeOrder)];
+
+    /// The default of `mode`: node order for `lifetime`, the seed's random order otherwise.
+    pub fn default_for(mode: Mode) -> Ties {
+        if mode == Mode::Lifetime { Ties::NodeOrder } else { Ties::Random }
+    }
 }
 
 /// Which resource a node's *usage* (the number that orders and categorises nodes) measures.
@@ -75,6 +108,10 @@ pub struct PackingConfig {
     pub high_threshold: f64,
     /// Packing turns itself off (orders like `spread`) while fewer nodes than this are RUNNING.
     pub min_nodes: u32,
+    /// Order among equals.
+    pub ties: Ties,
+    /// `lifetime`: ends closer than this count as equal (ms, at least 1).
+    pub end_resolution_ms: u64,
 }
 
 impl Default for PackingConfig {
@@ -85,12 +122,20 @@ impl Default for PackingConfig {
             basis: Basis::Allocated,
             high_threshold: 0.6,
             min_nodes: 5,
+            ties: Ties::Random,
+            end_resolution_ms: DEFAULT_END_RESOLUTION_S * 1000,
         }
     }
 }
 
+/// `lifetime`'s default resolution of end times: a minute.
+const DEFAULT_END_RESOLUTION_S: u64 = 60;
+/// Largest `end_resolution_s`: a year.
+const MAX_END_RESOLUTION_S: u64 = 365 * 24 * 3600;
+
 /// The settings `create` knows.
-const KNOWN: [&str; 5] = ["mode", "usage", "basis", "high_threshold", "min_nodes"];
+const KNOWN: [&str; 7] =
+    ["mode", "usage", "basis", "high_threshold", "min_nodes", "ties", "end_resolution_s"];
 
 const NAME: &str = "packing";
 
@@ -108,6 +153,18 @@ impl PackingConfig {
         let mut cfg = PackingConfig::default();
         if let Some(v) = c.str("mode")? {
             cfg.mode = pick("mode", &v, &Mode::NAMES)?;
+        }
+        cfg.ties = match c.str("ties")? {
+            Some(v) => pick("ties", &v, &Ties::NAMES)?,
+            None => Ties::default_for(cfg.mode),
+        };
+        if let Some(s) = c.u64("end_resolution_s")? {
+            if !(1..=MAX_END_RESOLUTION_S).contains(&s) {
+                return Err(PluginError::new(format!(
+                    "{NAME}: `end_resolution_s` must be from 1 to {MAX_END_RESOLUTION_S} seconds, got {s}"
+                )));
+            }
+            cfg.end_resolution_ms = s * 1000;
         }
         if let Some(v) = c.str("usage")? {
             cfg.usage = pick("usage", &v, &UsageOf::NAMES)?;
@@ -139,7 +196,8 @@ mod tests {
     fn defaults_and_overrides() {
         assert_eq!(PackingConfig::parse("{}").unwrap(), PackingConfig::default());
         let c = PackingConfig::parse(
-            r#"{"mode":"best-fit","usage":"dominant","basis":"measured","high_threshold":1,"min_nodes":0}"#,
+            r#"{"mode":"best-fit","usage":"dominant","basis":"measured","high_threshold":1,"min_nodes":0,
+                "ties":"node-order","end_resolution_s":3600}"#,
         )
         .unwrap();
         assert_eq!(
@@ -150,7 +208,16 @@ mod tests {
                 basis: Basis::Measured,
                 high_threshold: 1.0,
                 min_nodes: 0,
+                ties: Ties::NodeOrder,
+                end_resolution_ms: 3_600_000,
             }
+        );
+        // Ties follow the mode unless set: node order for `lifetime`, random otherwise.
+        assert_eq!(PackingConfig::parse(r#"{"mode":"lifetime"}"#).unwrap().ties, Ties::NodeOrder);
+        assert_eq!(PackingConfig::parse(r#"{"mode":"packed"}"#).unwrap().ties, Ties::Random);
+        assert_eq!(
+            PackingConfig::parse(r#"{"mode":"lifetime","ties":"random"}"#).unwrap().ties,
+            Ties::Random
         );
         for (name, mode) in Mode::NAMES {
             assert_eq!(PackingConfig::parse(&format!(r#"{{"mode":"{name}"}}"#)).unwrap().mode, mode);
@@ -163,7 +230,10 @@ mod tests {
     #[test]
     fn refuses_bad_settings() {
         for (text, want) in [
-            (r#"{"mode":"tight"}"#, "`mode` must be one of packed, spread, best-fit"),
+            (r#"{"mode":"tight"}"#, "`mode` must be one of packed, spread, best-fit, lifetime"),
+            (r#"{"ties":"alphabetical"}"#, "`ties` must be one of random, node-order"),
+            (r#"{"end_resolution_s":0}"#, "`end_resolution_s` must be from 1 to 31536000 seconds"),
+            (r#"{"end_resolution_s":31536001}"#, "`end_resolution_s` must be from 1"),
             (r#"{"usage":"disk"}"#, "`usage` must be one of memory, cpu, gpus, dominant, mean"),
             (r#"{"basis":"guessed"}"#, "`basis` must be one of allocated, measured"),
             (r#"{"high_threshold":0}"#, "`high_threshold` must be in (0, 1]"),

@@ -22,6 +22,11 @@
 //! at all (on one rack when required), and no request goes past its queue's (or an ancestor's)
 //! maximum, so the engine has nothing to reject.
 //!
+//! `mode = "lifetime"` goes beyond the seed: nodes with work come first, the one whose work is
+//! expected to end last first (from each container's start and its request's expected run time),
+//! so nodes whose work ends soon are left to drain; then empty nodes in node order, so the same
+//! few take new work and the rest stay empty long enough for the autoscaler's cool-down.
+//!
 //! `mode = "spread"` (least used first, YARN's uniform default) and `mode = "best-fit"` (most
 //! used that fits first, like Kubernetes' `MostAllocated`) are the baselines.
 //!
@@ -38,7 +43,7 @@ mod reference;
 mod tree;
 mod usage;
 
-pub use config::{Basis, Mode, PackingConfig, UsageOf};
+pub use config::{Basis, Mode, PackingConfig, Ties, UsageOf};
 pub use usage::usage;
 
 use core::ffi::CStr;

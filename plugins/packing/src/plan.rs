@@ -2,7 +2,7 @@
 //! preferences and queue maximums. Which node is best is asked of a [`Finder`]: the [`Index`]
 //! in production, a brute-force scan in the tests, which must agree on every answer.
 
-use crate::config::{Basis, Mode, PackingConfig};
+use crate::config::{Basis, Mode, PackingConfig, Ties};
 use crate::tree::Tree;
 use crate::usage::{Keyer, NO_KEY, category, rank};
 use gantry_sdk::abi::*;
@@ -27,6 +27,10 @@ pub struct Room {
     pub occupied: bool,
     /// Whether the node accepts containers.
     pub running: bool,
+    /// When its containers are expected to end, ms on the engine's clock: the latest start
+    /// plus expected run time of its containers and this call's placements; `u64::MAX` when
+    /// one of them has no expected run time; 0 when it holds nothing. Read by `lifetime`.
+    pub ends_ms: u64,
 }
 
 /// A set of nodes given by labels: a request's selector, or its selector and preferred labels.
@@ -242,6 +246,8 @@ pub struct Scratch {
 #[derive(Debug, Clone, Copy)]
 struct Want {
     res: GantryResources,
+    /// When a container placed now is expected to end (see [`Room::ends_ms`]).
+    ends_ms: u64,
     /// Selector filter.
     sel: Option<u32>,
     /// Selector-and-preferred-labels filter.
@@ -292,9 +298,11 @@ pub fn place<F: Finder>(
     let running = view.nodes.iter().filter(|n| n.state == GANTRY_NODE_RUNNING).count();
     let packing_off = (running as u64) < u64::from(config.min_nodes);
     let keyer = Keyer {
-        mode: if packing_off && config.mode == Mode::Packed { Mode::Spread } else { config.mode },
+        mode: if packing_off && config.mode.packs() { Mode::Spread } else { config.mode },
         usage: config.usage,
         threshold: config.high_threshold,
+        now_ms: view.now_ms,
+        end_resolution_ms: config.end_resolution_ms,
     };
     build_rooms(config, view, &mut scratch.rooms, keyer, &min_shape);
     scratch.filters.clear();
@@ -335,11 +343,23 @@ fn build_rooms(
             free,
             used,
             key: NO_KEY,
-            rank: rank(view.seed, i as u32),
+            rank: match config.ties {
+                Ties::Random => rank(view.seed, i as u32),
+                Ties::NodeOrder => i as u32,
+            },
             occupied: !n.allocated.is_zero(),
             running: n.state == GANTRY_NODE_RUNNING,
+            ends_ms: 0,
         }
     }));
+    if keyer.mode == Mode::Lifetime {
+        for c in view.containers {
+            let run_ms = view.requests.get(c.request as usize).map_or(0, expected_run_ms);
+            if let Some(room) = rooms.get_mut(c.node as usize) {
+                room.ends_ms = room.ends_ms.max(end_of(c.start_ms, run_ms));
+            }
+        }
+    }
     if config.basis == Basis::Measured && !view.node_usage.is_empty() {
         // Containers allocated since their node's sample are not in it yet.
         for c in view.containers {
@@ -356,10 +376,22 @@ fn build_rooms(
     }
 }
 
+/// How long a container of `req` is expected to run, ms: the longer of its two expected run
+/// times (where it prefers to run and elsewhere), 0 when unknown.
+fn expected_run_ms(req: &GantryRequest) -> u64 {
+    req.expected_ms.max(req.slow_ms)
+}
+
+/// When a container started at `start_ms` is expected to end; `u64::MAX` when its run time is
+/// unknown (0). One past its expected end counts as ending now (the key measures from now).
+fn end_of(start_ms: u64, run_ms: u64) -> u64 {
+    if run_ms == 0 { u64::MAX } else { start_ms.saturating_add(run_ms) }
+}
+
 #[inline]
 fn key_of(keyer: Keyer, room: &Room, capacity: &GantryResources, min_shape: &GantryResources) -> u64 {
     if room.running && min_shape.fits_in(&room.free) {
-        keyer.key(capacity, &room.used, room.occupied, room.rank)
+        keyer.key(capacity, &room.used, room.occupied, room.ends_ms, room.rank)
     } else {
         NO_KEY
     }
@@ -520,6 +552,7 @@ impl<F: Finder> Planner<'_, '_, F> {
         }
         let want = Want {
             res: req.resources,
+            ends_ms: end_of(view.now_ms, expected_run_ms(req)),
             sel,
             pref,
             rack_required,
@@ -573,7 +606,7 @@ impl<F: Finder> Planner<'_, '_, F> {
         self.s.trial.clear();
         for placed in 0..count {
             let Some(v) = self.choose(&want) else { return placed };
-            self.take(v, &want.res);
+            self.take(v, &want);
             if want.rack_required && want.hard_rack.is_none() {
                 want.hard_rack = self.s.racks.of.get(v as usize).copied();
             }
@@ -599,8 +632,9 @@ impl<F: Finder> Planner<'_, '_, F> {
         }
     }
 
-    /// Charges one container of `res` to node `v`.
-    fn take(&mut self, v: u32, res: &GantryResources) {
+    /// Charges one container of `want` to node `v`.
+    fn take(&mut self, v: u32, want: &Want) {
+        let res = &want.res;
         let (Some(room), Some(node)) = (self.s.rooms.get_mut(v as usize), self.view.nodes.get(v as usize))
         else {
             return;
@@ -609,6 +643,7 @@ impl<F: Finder> Planner<'_, '_, F> {
         room.free = room.free.minus(res);
         room.used = room.used.plus(res);
         room.occupied |= !res.is_zero();
+        room.ends_ms = room.ends_ms.max(want.ends_ms);
         room.key = key_of(self.keyer, room, &node.capacity, &self.min_shape);
         let call = self.s.call(self.view, self.keyer);
         self.finder.update(&call, v);

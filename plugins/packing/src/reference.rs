@@ -38,7 +38,7 @@ impl Finder for Reference {
             if !shape.fits_in(&room.free) {
                 continue;
             }
-            let key = c.keyer.key(&node.capacity, &room.used, room.occupied, room.rank);
+            let key = c.keyer.key(&node.capacity, &room.used, room.occupied, room.ends_ms, room.rank);
             if best.is_none_or(|(_, k)| key < k) {
                 best = Some((v as u32, key));
             }
@@ -50,7 +50,7 @@ impl Finder for Reference {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Basis, Mode, PackingConfig, UsageOf};
+    use crate::config::{Basis, Mode, PackingConfig, Ties, UsageOf};
     use crate::plan::{Index, Scratch, place};
     use gantry_sdk::Decisions;
     use gantry_sdk::rng::SplitMix64 as Rng;
@@ -225,6 +225,8 @@ mod tests {
                     placed,
                     selector,
                     preferred,
+                    expected_ms: [0, 1_000, 5_000, 60_000, 3_600_000][rng.below(5) as usize],
+                    slow_ms: if rng.one_in(4) { 7_200_000 } else { 0 },
                     ..GantryRequest::default()
                 });
             }
@@ -344,7 +346,7 @@ mod tests {
 
     fn configs(rng: &mut Rng) -> Vec<PackingConfig> {
         let mut out = Vec::new();
-        for mode in [Mode::Packed, Mode::Spread, Mode::BestFit] {
+        for mode in [Mode::Packed, Mode::Spread, Mode::BestFit, Mode::Lifetime] {
             for usage in [UsageOf::Memory, UsageOf::Cpu, UsageOf::Gpus, UsageOf::Dominant, UsageOf::Mean] {
                 let basis = if rng.one_in(2) { Basis::Allocated } else { Basis::Measured };
                 out.push(PackingConfig {
@@ -353,6 +355,8 @@ mod tests {
                     basis,
                     high_threshold: [0.3, 0.6, 0.8, 1.0][rng.below(4) as usize],
                     min_nodes: [0, 5, 30][rng.below(3) as usize],
+                    ties: if rng.one_in(2) { Ties::Random } else { Ties::NodeOrder },
+                    end_resolution_ms: [1, 1_000, 60_000][rng.below(3) as usize],
                 });
             }
         }

@@ -46,6 +46,8 @@ struct Ask {
     preferred: Vec<(String, String)>,
     rack: RackAffinity,
     queue: &'static str,
+    /// Expected run time of each container, ms (0: unknown).
+    expected_ms: u64,
 }
 
 impl Ask {
@@ -58,7 +60,13 @@ impl Ask {
             preferred: Vec::new(),
             rack: RackAffinity::None,
             queue: "root.default",
+            expected_ms: 0,
         }
+    }
+
+    /// Each expected to run `ms`.
+    fn lasting(self, ms: u64) -> Ask {
+        Ask { expected_ms: ms, ..self }
     }
 
     /// Pinned to one node (every node carries `host=<name>`).
@@ -108,6 +116,7 @@ impl Bed {
             selector: ask.selector,
             preferred: ask.preferred,
             rack_affinity: ask.rack,
+            expected_ms: ask.expected_ms,
             ..RequestSpec::default()
         };
         let spec = AppSpec {
@@ -219,6 +228,46 @@ fn medium_fullest_first_then_empty_nodes_then_high_least_used() {
     assert_eq!(five, names(&["n0", "n1", "n2", "n4", "n5"]));
     assert_ne!(got[5], "n3");
     assert_eq!(b.slots()["n3"], 9);
+    b.assert_clean();
+}
+
+/// Issue 22: on Alibaba's GPU pool, pods run from minutes to months, and a node stays up as
+/// long as its longest pod. A new pod costs nothing on a node whose work ends after it anyway,
+/// and keeps a node that would drain soon up for its whole run. `lifetime` puts new work where
+/// work ends last, and takes empty nodes in node order, so the same ones stay the spare ones.
+#[test]
+fn lifetime_puts_new_work_where_work_ends_last_then_takes_empty_nodes_in_order() {
+    const MIN: u64 = 60_000;
+    let week = 7 * 24 * 60 * MIN;
+    for (config, want) in [
+        // Packed (threshold 0.6): n0 at 6/10 is the fullest medium node.
+        (r#"{"mode":"packed","min_nodes":0}"#, "n0"),
+        (r#"{"mode":"lifetime","min_nodes":0}"#, "n1"),
+    ] {
+        let mut b = Bed::new(config, &nodes("n", "r", 5));
+        // n0: six containers that end in 2 minutes; n1: one that ends in a week.
+        b.run("short", Ask::on(6, "n0").lasting(2 * MIN));
+        b.run("long", Ask::on(1, "n1").lasting(week));
+        let got = b.run("ten-minutes", Ask::slots(1).lasting(10 * MIN));
+        assert_eq!(got, names(&[want]), "{config}");
+        b.assert_clean();
+    }
+    let mut b = Bed::new(r#"{"mode":"lifetime","min_nodes":0}"#, &nodes("n", "r", 5));
+    b.run("short", Ask::on(6, "n0").lasting(2 * MIN));
+    b.run("long", Ask::on(1, "n1").lasting(week));
+    // n1 fills first (its work ends last), then n0, then the empty nodes in order: n2, n3.
+    let got = b.run("thirty", Ask::slots(30).lasting(10 * MIN));
+    let count = |n: &str| got.iter().filter(|x| *x == n).count();
+    assert_eq!(
+        (count("n1"), count("n0"), count("n2"), count("n3"), count("n4")),
+        (9, 4, 10, 7, 0),
+        "{got:?}"
+    );
+    assert_eq!(got[..9], names(&["n1"; 9])[..]);
+    // Work whose run time is unknown may last for ever: its node comes first.
+    b.finish("thirty");
+    b.run("unknown", Ask::on(1, "n4"));
+    assert_eq!(b.run("next", Ask::slots(1).lasting(MIN)), names(&["n4"]));
     b.assert_clean();
 }
 
