@@ -11,7 +11,10 @@
 //!   does not fit opens pool nodes that are off, in file order (the first one whose labels
 //!   satisfy the request's selector and that can hold one of its containers). It never goes
 //!   above `max_nodes`. A node started this way is billed from that moment and registers with
-//!   the engine `boot_ms` later.
+//!   the engine `boot_ms` later. With `scale_up_for_ms` the shortfall is sized by work instead
+//!   of by count: a slot runs the waiting containers of a request one after another for that
+//!   long (each for its request's expected run time), so a burst of many short containers
+//!   starts the nodes that finish it in that time, not a node for every eighth container.
 //! - **Scale down.** The engine's own idle tracker (`Engine::idle_nodes`: nodes that hold no
 //!   live container, with the engine time since when) names the candidates, the same signal the
 //!   REST API and the metrics show. A running node idle for at least `scale_down_after_ms` (the
@@ -52,6 +55,9 @@ pub struct ElasticOptions {
     pub max_nodes: usize,
     /// Containers waiting at least this long (ms since their request) trigger a scale-up.
     pub scale_up_after_ms: u64,
+    /// Size a scale-up by work: enough slots for the waiting containers to run within this
+    /// long, one after another, by their expected run times (ms). `None`: a slot per container.
+    pub scale_up_for_ms: Option<u64>,
     /// A node empty at least this long (ms, by the engine's idle tracker) is removed.
     pub scale_down_after_ms: u64,
     /// From starting a node (billed) to its registration with the engine, ms.
@@ -67,6 +73,7 @@ impl ElasticOptions {
             min_nodes,
             max_nodes,
             scale_up_after_ms: DEFAULT_SCALE_UP_AFTER_MS,
+            scale_up_for_ms: None,
             scale_down_after_ms: DEFAULT_SCALE_DOWN_AFTER_MS,
             boot_ms: DEFAULT_BOOT_MS,
             check_ms: DEFAULT_CHECK_MS,
@@ -86,6 +93,9 @@ impl ElasticOptions {
         }
         if self.check_ms == 0 {
             return Err(ElasticError::ZeroCheck);
+        }
+        if self.scale_up_for_ms == Some(0) {
+            return Err(ElasticError::ZeroScaleUpFor);
         }
         Ok(())
     }
@@ -118,6 +128,9 @@ pub enum ElasticError {
     /// `check_ms` is 0.
     #[error("the autoscaler's check interval must be positive")]
     ZeroCheck,
+    /// `scale_up_for_ms` is `Some(0)`.
+    #[error("the time a scale-up is sized for must be positive")]
+    ZeroScaleUpFor,
     /// Node failures were asked for too.
     #[error(
         "node failures cannot be simulated on an elastic cluster (the autoscaler owns the nodes' lifecycle)"
@@ -168,6 +181,17 @@ enum Phase {
     Up { since: u64 },
 }
 
+/// Room on a node for the scale-up plan: running, booting or opened by the plan.
+#[derive(Debug, Clone)]
+struct Bin {
+    /// Pool index.
+    node: usize,
+    /// Room left (CPU, memory, GPUs).
+    free: [u64; 3],
+    /// When it serves from: now for a running node, when it registers for the others.
+    from_ms: u64,
+}
+
 /// Containers of one size waiting for room.
 struct Want {
     resources: Resources,
@@ -177,6 +201,8 @@ struct Want {
     gang: bool,
     /// A gang that must share one rack.
     one_rack: bool,
+    /// Expected run time of one container, ms (0 = unknown).
+    expected_ms: u64,
 }
 
 /// The autoscaler's state over the pool (indexes are the pool's, i.e. the cluster file's order).
@@ -324,31 +350,40 @@ impl<'a> Autoscaler<'a> {
             let key = |w: &Want| (w.resources.gpus, w.resources.memory_bytes, w.resources.cpu_millis);
             key(b).cmp(&key(a))
         });
-        // Free room of what runs or boots now, then of what this plan opens.
-        let mut bins: Vec<(usize, [u64; 3])> = Vec::new();
+        // Sized by work, the room of containers expected to end within the horizon counts too:
+        // their slots take waiting containers for the rest of it.
+        let freeing = self.options.scale_up_for_ms.map(|h| ending_within(st, now.saturating_add(h)));
+        // Free room of what runs or boots now, then of what this plan opens, with how long each
+        // serves within the horizon (sizing by work).
+        let mut bins: Vec<Bin> = Vec::new();
         for (i, p) in self.phase.iter().enumerate() {
             match p {
                 Phase::Off => {}
-                Phase::Booting { .. } => bins.push((i, room_of(&self.pool[i].capacity))),
+                Phase::Booting { since } => {
+                    let booted_at = since.saturating_add(self.options.boot_ms);
+                    bins.push(Bin { node: i, free: room_of(&self.pool[i].capacity), from_ms: booted_at });
+                }
                 Phase::Up { .. } => {
-                    let Some(node) =
-                        st.node_by_name(&self.pool[i].name).and_then(|id| st.nodes().get(id.0 as usize))
-                    else {
+                    let Some(index) = st.node_by_name(&self.pool[i].name).map(|id| id.0 as usize) else {
                         continue;
                     };
+                    let Some(node) = st.nodes().get(index) else { continue };
                     if node.state != GANTRY_NODE_RUNNING {
                         continue;
                     }
                     let c = &node.capacity;
                     let a = &node.allocated;
-                    bins.push((
-                        i,
-                        [
-                            c.cpu_millis.saturating_sub(a.cpu_millis),
-                            c.memory_bytes.saturating_sub(a.memory_bytes),
-                            u64::from(c.gpus.saturating_sub(a.gpus)),
-                        ],
-                    ));
+                    let mut room = [
+                        c.cpu_millis.saturating_sub(a.cpu_millis),
+                        c.memory_bytes.saturating_sub(a.memory_bytes),
+                        u64::from(c.gpus.saturating_sub(a.gpus)),
+                    ];
+                    if let Some(ending) = freeing.as_ref().and_then(|f| f.get(index)) {
+                        for (r, e) in room.iter_mut().zip(ending) {
+                            *r = r.saturating_add(*e);
+                        }
+                    }
+                    bins.push(Bin { node: i, free: room, from_ms: now });
                 }
             }
         }
@@ -356,7 +391,7 @@ impl<'a> Autoscaler<'a> {
         for want in &wants {
             if !want.gang {
                 // What fits is worth starting nodes for, even if not all of it does.
-                self.fill(want, None, &mut bins, &mut opened);
+                self.fill(want, None, now, &mut bins, &mut opened);
                 continue;
             }
             // A gang starts whole or not at all (within one rack if it requires one): size it
@@ -375,7 +410,7 @@ impl<'a> Autoscaler<'a> {
             };
             for rack in racks {
                 let (mut b, mut o) = (bins.clone(), opened.clone());
-                if self.fill(want, rack, &mut b, &mut o) == 0 {
+                if self.fill(want, rack, now, &mut b, &mut o) == 0 {
                     (bins, opened) = (b, o);
                     break;
                 }
@@ -391,20 +426,27 @@ impl<'a> Autoscaler<'a> {
         &self,
         want: &Want,
         rack: Option<&str>,
-        bins: &mut Vec<(usize, [u64; 3])>,
+        now: u64,
+        bins: &mut Vec<Bin>,
         opened: &mut Vec<usize>,
     ) -> u64 {
         let usable =
             |i: usize| rack.is_none_or(|r| self.pool[i].rack == r) && self.matches(i, &want.selector);
         let mut left = want.count;
-        for (i, free) in bins.iter_mut() {
+        // Takes room from `bin` for as many of the containers left as it holds, each slot taking
+        // as many as it runs one after another from the bin's start to the horizon.
+        let place = |bin: &mut Bin, left: &mut u64| {
+            let per_slot = self.per_slot(want, now, bin.from_ms);
+            let slots = fits(&bin.free, &want.resources).min(left.div_ceil(per_slot));
+            take(&mut bin.free, &want.resources, slots);
+            *left = left.saturating_sub(slots.saturating_mul(per_slot));
+        };
+        for bin in bins.iter_mut() {
             if left == 0 {
                 break;
             }
-            if usable(*i) {
-                let k = fits(free, &want.resources).min(left);
-                take(free, &want.resources, k);
-                left -= k;
+            if usable(bin.node) {
+                place(bin, &mut left);
             }
         }
         while left > 0 && self.active() + opened.len() < self.options.max_nodes {
@@ -415,14 +457,29 @@ impl<'a> Autoscaler<'a> {
                     && fits(&room_of(&self.pool[i].capacity), &want.resources) > 0
             });
             let Some(i) = next else { break };
-            let mut free = room_of(&self.pool[i].capacity);
-            let k = fits(&free, &want.resources).min(left);
-            take(&mut free, &want.resources, k);
-            left -= k;
+            let mut bin = Bin {
+                node: i,
+                free: room_of(&self.pool[i].capacity),
+                from_ms: now.saturating_add(self.options.boot_ms),
+            };
+            place(&mut bin, &mut left);
             opened.push(i);
-            bins.push((i, free));
+            bins.push(bin);
         }
         left
+    }
+
+    /// How many of `want`'s containers one slot of a node serving from `from_ms` runs, one
+    /// after another, by the horizon `now + scale_up_for_ms`: at least 1; exactly 1 when sizing
+    /// by count, for a gang (its members run together) and for containers of unknown run time.
+    fn per_slot(&self, want: &Want, now: u64, from_ms: u64) -> u64 {
+        match self.options.scale_up_for_ms {
+            Some(horizon) if !want.gang && want.expected_ms > 0 => {
+                let serves = now.saturating_add(horizon).saturating_sub(from_ms);
+                (serves / want.expected_ms).max(1)
+            }
+            _ => 1,
+        }
     }
 
     /// Containers of admitted applications that have waited at least `scale_up_after_ms`.
@@ -443,6 +500,7 @@ impl<'a> Autoscaler<'a> {
                 gang: r.flags & GANTRY_REQUEST_GANG != 0,
                 one_rack: r.flags & GANTRY_REQUEST_GANG != 0
                     && r.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0,
+                expected_ms: r.expected_ms.max(r.slow_ms),
             })
             .collect()
     }
@@ -476,6 +534,24 @@ impl<'a> Autoscaler<'a> {
         }
         out
     }
+}
+
+/// Resources of the containers expected to end by `by` (their start plus their request's
+/// expected run time), summed per node, by the engine's node index. Containers of unknown run
+/// time are not counted.
+fn ending_within(st: &ClusterState, by: u64) -> Vec<[u64; 3]> {
+    let mut out = vec![[0u64; 3]; st.nodes().len()];
+    for c in st.containers() {
+        let run_ms = st.requests().get(c.request as usize).map_or(0, |r| r.expected_ms.max(r.slow_ms));
+        if run_ms == 0 || c.start_ms.saturating_add(run_ms) > by {
+            continue;
+        }
+        let Some(e) = out.get_mut(c.node as usize) else { continue };
+        e[0] += c.resources.cpu_millis;
+        e[1] += c.resources.memory_bytes;
+        e[2] += u64::from(c.resources.gpus);
+    }
+    out
 }
 
 pub(crate) fn room_of(r: &Resources) -> [u64; 3] {
@@ -519,6 +595,8 @@ mod tests {
         assert_eq!(ElasticOptions::new(0, 0).validate(9), Err(ElasticError::MaxZero));
         let o = ElasticOptions { check_ms: 0, ..ElasticOptions::new(1, 2) };
         assert_eq!(o.validate(9), Err(ElasticError::ZeroCheck));
+        let o = ElasticOptions { scale_up_for_ms: Some(0), ..ElasticOptions::new(1, 2) };
+        assert_eq!(o.validate(9), Err(ElasticError::ZeroScaleUpFor));
     }
 
     #[test]

@@ -24,6 +24,7 @@ fn elastic(min: usize, max: usize) -> SimOptions {
             min_nodes: min,
             max_nodes: max,
             scale_up_after_ms: 60 * S,
+            scale_up_for_ms: None,
             scale_down_after_ms: 600 * S,
             boot_ms: 30 * S,
             check_ms: 10 * S,
@@ -80,6 +81,36 @@ fn waiting_work_starts_just_enough_nodes_which_serve_after_booting_and_go_after_
     assert_eq!((es.nodes.peak, es.nodes.provisioned, es.autoscaler.nodes_removed), (3, 3, 2));
     assert_eq!(es.nodes.mean, 2.46, "2460 node-seconds over 1000 s");
     assert_eq!(s.node_hours, 0.683);
+}
+
+/// Issue 22: SWIM's big jobs are thousands of containers of a few seconds each. Sized by count,
+/// a scale-up starts a node for every two of them (here all nine the maximum allows); sized by
+/// work, the nodes that run them within the horizon, one after another on each slot.
+#[test]
+fn a_scale_up_sized_by_work_starts_the_nodes_that_finish_it_in_time() {
+    // n0 is full with `long`; `many` asks for 400 one-core containers of 6 s at 5 s.
+    let jobs = [job("long", 0, 2, 1, 1000), job("many", 5, 400, 1, 6)];
+    let by_count = simulate(&pool(10), &jobs, &elastic(1, 10));
+    let e = by_count.elastic.as_ref().expect("elastic figures");
+    assert_eq!((e.scale_ups, e.nodes_started), (1, 9), "400 slots wanted, the maximum allows 9 more nodes");
+    // Sized for 300 s, a slot of a new node (registered 30 s later) runs 45 of them one after
+    // another: 9 slots, 5 nodes of 2 cores.
+    let mut options = elastic(1, 10);
+    if let Some(o) = options.elastic.as_mut() {
+        o.scale_up_for_ms = Some(300 * S);
+    }
+    let by_work = simulate(&pool(10), &jobs, &options);
+    let e = by_work.elastic.as_ref().expect("elastic figures");
+    assert_eq!((e.scale_ups, e.nodes_started), (1, 5));
+    // Both finish `many`; by work it takes longer on fewer nodes, and bills fewer node-hours.
+    assert!(by_work.jobs.iter().all(|j| j.outcome == JobOutcome::Completed));
+    assert!(by_work.node_hours < by_count.node_hours, "{} vs {}", by_work.node_hours, by_count.node_hours);
+    // A gang's members run together: sized by count whatever the horizon.
+    let mut members = job("gang", 5, 6, 1, 6);
+    members.stages[0].gang = true;
+    let gang = [job("long", 0, 2, 1, 1000), members];
+    let r = simulate(&pool(10), &gang, &options);
+    assert_eq!(r.elastic.as_ref().map(|e| e.nodes_started), Some(3));
 }
 
 #[test]

@@ -106,6 +106,11 @@ pub struct SimArgs {
     /// (90s, 3m, 1.5h; a bare number is seconds) [default: 3m].
     #[arg(long, value_parser = duration_ms)]
     pub scale_up_after: Option<u64>,
+    /// Elastic cluster: size a scale-up by work — enough nodes for the waiting containers to
+    /// run within this long, one after another on each slot, by their expected run times
+    /// (3m) [default: a slot for every waiting container].
+    #[arg(long, value_parser = duration_ms)]
+    pub scale_up_for: Option<u64>,
     /// Elastic cluster: a node the engine reports empty for this long is drained and removed
     /// [default: 10m].
     #[arg(long, value_parser = duration_ms)]

@@ -74,6 +74,7 @@ pub fn elastic_options(args: &SimArgs, pool: usize) -> Result<Option<ElasticOpti
         let given = [
             args.elastic_max.map(|_| "--elastic-max"),
             args.scale_up_after.map(|_| "--scale-up-after"),
+            args.scale_up_for.map(|_| "--scale-up-for"),
             args.scale_down_after.map(|_| "--scale-down-after"),
             args.boot.map(|_| "--boot"),
             args.scale_check.map(|_| "--scale-check"),
@@ -88,6 +89,7 @@ pub fn elastic_options(args: &SimArgs, pool: usize) -> Result<Option<ElasticOpti
     let defaults = ElasticOptions::new(min, args.elastic_max.unwrap_or(pool));
     let options = ElasticOptions {
         scale_up_after_ms: args.scale_up_after.unwrap_or(defaults.scale_up_after_ms),
+        scale_up_for_ms: args.scale_up_for,
         scale_down_after_ms: args.scale_down_after.unwrap_or(defaults.scale_down_after_ms),
         boot_ms: args.boot.unwrap_or(defaults.boot_ms),
         check_ms: args.scale_check.unwrap_or(defaults.check_ms),
@@ -108,6 +110,7 @@ pub fn elastic_options(args: &SimArgs, pool: usize) -> Result<Option<ElasticOpti
             return refuse("--elastic-max must be at least 1".into());
         }
         Err(ElasticError::ZeroCheck) => return refuse("--scale-check must be positive".into()),
+        Err(ElasticError::ZeroScaleUpFor) => return refuse("--scale-up-for must be positive".into()),
         Err(e) => return refuse(e.to_string()),
     }
     if !args.failures.is_empty() {

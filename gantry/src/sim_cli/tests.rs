@@ -185,6 +185,8 @@ fn sim_elastic_flags_build_the_autoscaler_options() {
                 "45",
                 "--scale-check",
                 "250ms",
+                "--scale-up-for",
+                "3m",
             ],
         ),
         8,
@@ -197,11 +199,13 @@ fn sim_elastic_flags_build_the_autoscaler_options() {
             min_nodes: 1,
             max_nodes: 4,
             scale_up_after_ms: 90_000,
+            scale_up_for_ms: Some(180_000),
             scale_down_after_ms: 1_800_000,
             boot_ms: 45_000,
             check_ms: 250,
         }
     );
+    assert_eq!(defaults.scale_up_for_ms, None, "sized by count unless asked");
 }
 
 #[test]
@@ -216,7 +220,16 @@ fn sim_elastic_flags_are_refused_when_invalid() {
     assert!(e.contains("--elastic-max must be at least 1"), "{e}");
     let e = elastic_refused(&["--elastic-min", "1", "--scale-check", "0s"], 8);
     assert!(e.contains("--scale-check must be positive"), "{e}");
-    for flag in ["--elastic-max", "--scale-up-after", "--scale-down-after", "--boot", "--scale-check"] {
+    let e = elastic_refused(&["--elastic-min", "1", "--scale-up-for", "0"], 8);
+    assert!(e.contains("--scale-up-for must be positive"), "{e}");
+    for flag in [
+        "--elastic-max",
+        "--scale-up-after",
+        "--scale-up-for",
+        "--scale-down-after",
+        "--boot",
+        "--scale-check",
+    ] {
         let e = elastic_refused(&[flag, "3"], 8);
         assert!(e.contains(flag) && e.contains("give --elastic-min too"), "{flag}: {e}");
     }
