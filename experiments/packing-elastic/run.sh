@@ -3,11 +3,15 @@
 # onto few nodes let the autoscaler give nodes back, and what does it cost in latency?
 #
 # Policies: the packing plugin in `mode = "packed"` (Qubole's container packing: medium-usage
-# nodes fullest first, empty nodes at random, high-usage nodes last), `"spread"` (least used
-# first, YARN's uniform default) and `"best-fit"` (most used first); the built-in first-fit FIFO
-# for reference. Every run is elastic (`gantry sim --elastic-min/--elastic-max`, sim/TRACES.md):
-# at least 5 nodes, scale-up for containers waiting 3 minutes (Qubole's trigger), 2 minutes of
-# boot, scale-down of nodes the engine reports empty for 10 minutes, checks every 10 s.
+# nodes fullest first, empty nodes at random, high-usage nodes last), the same with empty nodes
+# in node order (`ties = "node-order"`), `"lifetime"` (nodes whose work ends last first, then
+# empty nodes in node order), `"spread"` (least used first, YARN's uniform default) and
+# `"best-fit"` (most used first); the built-in first-fit FIFO for reference. Every run is
+# elastic (`gantry sim --elastic-min/--elastic-max`, sim/TRACES.md): at least 5 nodes, 2
+# minutes of boot, scale-down of nodes the engine reports empty for 10 minutes, checks every
+# 10 s; scale-up either the seed's way (containers waiting 3 minutes, Qubole's trigger, a slot
+# for each: table "main") or sized by work (after 10 s of waiting, for the backlog to be done
+# within 150 s: table "work").
 #
 # Traces and pools (EXPERIMENTS.md says why):
 # - swim: SWIM Facebook 2009 (5,894 jobs, 24 h) on a pool of 100 nodes of 8 cores / 16 GiB
@@ -20,8 +24,8 @@
 #   (128 cores, 768 GiB, 8 GPUs: the only node model that holds its largest pods), at most 39.
 #
 # SEEDS (default 3) seeds per configuration (the seed orders packed's empty nodes); the tables
-# show means over the seeds. Prints three markdown tables: main, high_threshold sensitivity,
-# scale-down delay. About a minute once built.
+# show means over the seeds. Prints markdown tables: the policies under each autoscaler,
+# high_threshold sensitivity, scale-down delay. About two minutes once built.
 source "$(dirname "$0")/../common.sh"
 here="$(cd "$(dirname "$0")" && pwd)"
 plugin="$(plugin_so gantry-packing gantry_packing)"
@@ -70,12 +74,22 @@ simulate() { # TABLE TRACE LABEL CONFIG SEED [GANTRY SIM FLAGS…]; "--fixed" as
 spread="$(packing spread 'mode = "spread"')"
 best_fit="$(packing best-fit 'mode = "best-fit"')"
 packed="$(packing packed 'mode = "packed"')"
+packed_in_order="$(packing packed-node-order 'mode = "packed"' 'ties = "node-order"')"
+lifetime="$(packing lifetime 'mode = "lifetime"')"
+# The autoscaler of the second table: scale up at the first check (10 s) where anything waits,
+# sized for the backlog to be done 30 s after the new nodes have booted (2 min).
+by_work=(--scale-up-after 10s --scale-up-for 150s)
 for seed in $(seq 1 "$seeds"); do
   for trace in swim swim-16c alibaba; do
-    simulate main "$trace" "spread" "$spread" "$seed"
-    simulate main "$trace" "best-fit" "$best_fit" "$seed"
-    simulate main "$trace" "packed (memory, 0.6)" "$packed" "$seed"
-    simulate main "$trace" "built-in first-fit" "$OUT/configs/builtin.toml" "$seed"
+    for table in main work; do
+      flags=(); [ "$table" = work ] && flags=("${by_work[@]}")
+      simulate "$table" "$trace" "spread" "$spread" "$seed" "${flags[@]}"
+      simulate "$table" "$trace" "best-fit" "$best_fit" "$seed" "${flags[@]}"
+      simulate "$table" "$trace" "packed (memory, 0.6)" "$packed" "$seed" "${flags[@]}"
+      simulate "$table" "$trace" "packed, node-order ties" "$packed_in_order" "$seed" "${flags[@]}"
+      simulate "$table" "$trace" "lifetime" "$lifetime" "$seed" "${flags[@]}"
+      simulate "$table" "$trace" "built-in first-fit" "$OUT/configs/builtin.toml" "$seed" "${flags[@]}"
+    done
   done
   for trace in swim alibaba; do
     # On swim's pool a node's memory share equals its CPU share, so `dominant` would repeat

@@ -84,12 +84,12 @@ enum PluginCommand {
     },
 }
 
-/// Logs to stderr, `warn` unless `RUST_LOG` says otherwise. `gantry sim` logs without wall-clock
-/// times: its virtual clock makes them meaningless.
-fn init_logging(wall_clock: bool) {
+/// Logs to stderr, `default_filter` unless `RUST_LOG` says otherwise. `gantry sim` logs without
+/// wall-clock times: its virtual clock makes them meaningless.
+fn init_logging(default_filter: &str, wall_clock: bool) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
@@ -144,8 +144,11 @@ fn main() -> ExitCode {
         GantryCommand::Bench { command } => bench(command),
         GantryCommand::Sim(args) => {
             // What goes wrong with a plugin (failed calls, panics, quarantines, refused
-            // decisions) is logged by the engine, rate-limited, as in the daemon.
-            init_logging(false);
+            // decisions) is logged by the engine, rate-limited, as in the daemon. The simulated
+            // daemon's warnings are the faults and node removals the run was asked for (a line
+            // for every node an elastic run removes), counted in the summary's `daemon` block:
+            // errors only, unless RUST_LOG asks.
+            init_logging("warn,gantry_controller=error", false);
             sim_cli::run_sim(&args).map_err(anyhow::Error::from).and_then(|summary| {
                 println!("{}", serde_json::to_string_pretty(&summary).context("encoding JSON")?);
                 Ok(())
@@ -167,7 +170,7 @@ fn main() -> ExitCode {
             })
             .map_err(Into::into),
         GantryCommand::Dev(args) => {
-            init_logging(true);
+            init_logging("warn", true);
             dev::run(args)
         }
     };
