@@ -481,6 +481,34 @@ impl GantryResources {
         }
     }
 
+    /// The larger of `self` and `other` in each dimension.
+    pub const fn max_each(&self, other: &GantryResources) -> GantryResources {
+        GantryResources {
+            cpu_millis: if self.cpu_millis > other.cpu_millis { self.cpu_millis } else { other.cpu_millis },
+            memory_bytes: if self.memory_bytes > other.memory_bytes {
+                self.memory_bytes
+            } else {
+                other.memory_bytes
+            },
+            gpus: if self.gpus > other.gpus { self.gpus } else { other.gpus },
+            reserved: 0,
+        }
+    }
+
+    /// The smaller of `self` and `other` in each dimension.
+    pub const fn min_each(&self, other: &GantryResources) -> GantryResources {
+        GantryResources {
+            cpu_millis: if self.cpu_millis < other.cpu_millis { self.cpu_millis } else { other.cpu_millis },
+            memory_bytes: if self.memory_bytes < other.memory_bytes {
+                self.memory_bytes
+            } else {
+                other.memory_bytes
+            },
+            gpus: if self.gpus < other.gpus { self.gpus } else { other.gpus },
+            reserved: 0,
+        }
+    }
+
     /// `self` times `n`, saturating.
     pub const fn times(&self, n: u32) -> GantryResources {
         GantryResources {

@@ -272,14 +272,6 @@ fn placeable<'v>(view: &View<'v>, r: u32) -> Option<&'v GantryRequest> {
         .then_some(req)
 }
 
-fn min_each(a: &GantryResources, b: &GantryResources) -> GantryResources {
-    GantryResources::new(
-        a.cpu_millis.min(b.cpu_millis),
-        a.memory_bytes.min(b.memory_bytes),
-        a.gpus.min(b.gpus),
-    )
-}
-
 /// Places `view.pending` in order, writing PLACE decisions to `out`.
 pub fn place<F: Finder>(
     config: &PackingConfig,
@@ -291,7 +283,7 @@ pub fn place<F: Finder>(
     let mut min_shape: Option<GantryResources> = None;
     for &r in view.pending {
         if let Some(req) = placeable(view, r) {
-            min_shape = Some(min_shape.map_or(req.resources, |m| min_each(&m, &req.resources)));
+            min_shape = Some(min_shape.map_or(req.resources, |m| m.min_each(&req.resources)));
         }
     }
     let Some(min_shape) = min_shape else { return };

@@ -324,15 +324,6 @@ pub(crate) struct NodeSummary {
     by_label: DetHashMap<GantryLabel, GantryResources>,
 }
 
-fn max_each(a: &GantryResources, b: &GantryResources) -> GantryResources {
-    GantryResources {
-        cpu_millis: a.cpu_millis.max(b.cpu_millis),
-        memory_bytes: a.memory_bytes.max(b.memory_bytes),
-        gpus: a.gpus.max(b.gpus),
-        reserved: 0,
-    }
-}
-
 impl NodeSummary {
     /// Brings the summary up to the state's node generation (O(nodes × labels), only when the
     /// node set changed).
@@ -348,10 +339,10 @@ impl NodeSummary {
         for n in state.nodes.iter().filter(|n| n.state != GANTRY_NODE_LOST) {
             self.registered += 1;
             self.running += u32::from(n.state == GANTRY_NODE_RUNNING);
-            self.largest = max_each(&self.largest, &n.capacity);
+            self.largest = self.largest.max_each(&n.capacity);
             for l in View::range(&state.labels, n.labels) {
                 let e = self.by_label.entry(*l).or_default();
-                *e = max_each(e, &n.capacity);
+                *e = e.max_each(&n.capacity);
             }
         }
     }
@@ -371,7 +362,7 @@ impl NodeSummary {
             .filter_map(|alt| state.strings.lookup(alt))
             .filter_map(|v| self.by_label.get(&GantryLabel { key: want.key, value: v }))
             .copied()
-            .reduce(|a, b| max_each(&a, &b))
+            .reduce(|a, b| a.max_each(&b))
     }
 }
 

@@ -349,14 +349,11 @@ impl ClusterState {
     /// on its own: the most CPU may be on one node, the most memory on another), or `None`
     /// while no node is registered. YARN's maximum allocation: what no request may exceed.
     pub fn largest_node(&self) -> Option<GantryResources> {
-        self.nodes.iter().filter(|n| n.state != GANTRY_NODE_LOST).map(|n| n.capacity).reduce(|a, b| {
-            GantryResources {
-                cpu_millis: a.cpu_millis.max(b.cpu_millis),
-                memory_bytes: a.memory_bytes.max(b.memory_bytes),
-                gpus: a.gpus.max(b.gpus),
-                reserved: 0,
-            }
-        })
+        self.nodes
+            .iter()
+            .filter(|n| n.state != GANTRY_NODE_LOST)
+            .map(|n| n.capacity)
+            .reduce(|a, b| a.max_each(&b))
     }
 
     /// The nodes that hold no container and are not lost, longest idle first (ties by index).

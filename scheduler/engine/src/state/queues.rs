@@ -30,15 +30,6 @@ fn dominant_share(part: &GantryResources, whole: &GantryResources) -> f64 {
     dims.iter().filter(|(_, w)| *w > 0.0).map(|(p, w)| p / w).fold(0.0, f64::max).min(1.0)
 }
 
-fn min_each(a: &GantryResources, b: &GantryResources) -> GantryResources {
-    GantryResources {
-        cpu_millis: a.cpu_millis.min(b.cpu_millis),
-        memory_bytes: a.memory_bytes.min(b.memory_bytes),
-        gpus: a.gpus.min(b.gpus),
-        reserved: 0,
-    }
-}
-
 impl ClusterState {
     pub(super) fn build_queues(&mut self, specs: &[QueueSpec]) -> Result<(), EngineError> {
         let default = [QueueSpec { path: "root.default".into(), guaranteed: 1.0, maximum: 1.0 }];
@@ -123,7 +114,7 @@ impl ClusterState {
                     self.queues[i].absolute_guaranteed = scale(&pg, q.guaranteed);
                 }
                 GuaranteeRule::Fixed(r) => {
-                    let g = min_each(&r, &pg);
+                    let g = r.min_each(&pg);
                     self.queues[i].absolute_guaranteed = g;
                     self.queues[i].guaranteed = dominant_share(&g, &pg);
                 }
@@ -143,7 +134,7 @@ impl ClusterState {
                 .enumerate()
                 .filter(|&(j, c)| j != i && c.parent == parent && c.maximum > 0.0)
                 .fold(GantryResources::default(), |acc, (_, c)| acc.plus(&c.absolute_guaranteed));
-            let rest = p.minus(&min_each(&taken, &p));
+            let rest = p.minus(&taken.min_each(&p));
             self.queues[i].absolute_guaranteed = rest;
             self.queues[i].guaranteed = dominant_share(&rest, &p);
         }
