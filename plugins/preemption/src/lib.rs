@@ -209,9 +209,12 @@ impl Preemption {
     /// The `order` hook's work: the leaves take turns by need. The next request is the first
     /// pending one (in the engine's order) of the leaf whose usage, plus what the requests
     /// already ordered ask for, is the smallest share of its guarantee (for a leaf without one,
-    /// of its ideal share; last if that is nothing too; the engine's order between equals). So room freed in one cycle is shared by the
-    /// under-served queues request by request, as YARN re-sorts its queues after each
-    /// assignment, instead of going wholly to the queue furthest below at the cycle's start.
+    /// of its ideal share; last if that is nothing too; the engine's order between equals) —
+    /// and every leaf still below its guarantee comes before every other. So room freed in one
+    /// cycle is shared by the under-served queues request by request, as YARN re-sorts its
+    /// queues after each assignment, instead of going wholly to the queue furthest below at the
+    /// cycle's start; and room `rebalance` freed for a guarantee goes to it, not to a leaf
+    /// measured against its ideal share that happens to stand level with it.
     pub fn order_view(&self, view: &View<'_>, out: &mut Decisions) {
         let m = Measure::new(self.config.resource_calculator, plan::cluster_of(view));
         // A leaf without a guarantee is measured against its ideal share instead (what its
@@ -251,23 +254,26 @@ impl Preemption {
                 let guarantee = m.of(&q.1.absolute_guaranteed);
                 let share =
                     if guarantee > 0.0 { guarantee } else { ideal.get(q.0 as usize).copied().unwrap_or(0.0) };
-                leaves.push((share, m.of(&q.1.used), Default::default()));
+                leaves.push(TurnTaker {
+                    share,
+                    guaranteed: guarantee > 0.0,
+                    used: m.of(&q.1.used),
+                    requests: Default::default(),
+                });
                 leaves.len() - 1
             });
-            leaves[slot].2.push_back((pos, ri));
+            leaves[slot].requests.push_back((pos, ri));
         }
-        let ratio =
-            |guaranteed: f64, used: f64| if guaranteed > 0.0 { used / guaranteed } else { f64::INFINITY };
         loop {
             let next = leaves
                 .iter()
                 .enumerate()
-                .filter_map(|(k, (g, used, reqs))| reqs.front().map(|&(pos, _)| (ratio(*g, *used), pos, k)))
-                .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                .filter_map(|(k, leaf)| leaf.requests.front().map(|&(pos, _)| (leaf.rank(), pos, k)))
+                .min_by(|a, b| a.0.0.cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)).then(a.1.cmp(&b.1)));
             let Some((_, _, k)) = next else { break };
-            let Some((_, ri)) = leaves[k].2.pop_front() else { break };
+            let Some((_, ri)) = leaves[k].requests.pop_front() else { break };
             if let Some(r) = view.requests.get(ri as usize) {
-                leaves[k].1 += m.of(&r.resources) * f64::from(r.count.saturating_sub(r.placed));
+                leaves[k].used += m.of(&r.resources) * f64::from(r.count.saturating_sub(r.placed));
             }
             out.order(ri);
         }
@@ -279,7 +285,25 @@ impl Preemption {
 
 /// A leaf in the `order` hook: guarantee, projected usage (calculator units), and its pending
 /// requests (position in the engine's order, request index).
-type TurnTaker = (f64, f64, std::collections::VecDeque<(usize, u32)>);
+/// A leaf in `order`'s turns: what it is measured against, what it holds (plus what was
+/// ordered for it), its pending requests in the engine's order (position, request index).
+struct TurnTaker {
+    share: f64,
+    /// `share` is its guarantee (not its ideal share).
+    guaranteed: bool,
+    used: f64,
+    requests: std::collections::VecDeque<(usize, u32)>,
+}
+
+impl TurnTaker {
+    /// Smaller goes first: below its guarantee (0) before the rest (1), then usage over share
+    /// (a leaf with neither guarantee nor ideal share last).
+    fn rank(&self) -> (u8, f64) {
+        let below_guarantee = self.guaranteed && self.used < self.share;
+        let ratio = if self.share > 0.0 { self.used / self.share } else { f64::INFINITY };
+        (u8::from(!below_guarantee), ratio)
+    }
+}
 
 impl Plugin for Preemption {
     const NAME: &'static CStr = c"preemption";
@@ -487,6 +511,33 @@ mod tests {
         p.order_view(&c.view(), &mut out);
         let got: Vec<u32> = out.as_slice().iter().map(|d| d.subject).collect();
         assert_eq!(got, vec![reserved, adhoc_more]);
+    }
+
+    #[test]
+    fn room_freed_for_a_guarantee_goes_to_it_not_to_a_leaf_level_with_it_by_ideal_share() {
+        // Found in rayon-swim (issue 22): reservation r1 is between allocations (guaranteed
+        // nothing, an ideal share of prod's idle room), r2's allocation has begun (1 GiB
+        // guaranteed, nothing running). `rebalance` preempted r1's container for r2; both are at
+        // 0 of their share, and r1's request came first in the engine's order, so r1 took the
+        // room back, and was preempted again a second later, until r2's deadline passed.
+        let mut c = Cluster::new();
+        c.node("n0", gib(10), &[]);
+        let prod = c.queue("root.prod", 0, 0.5, 1.0);
+        let adhoc = c.queue("root.adhoc", 0, 0.5, 1.0);
+        c.queue("root.prod.default", prod, 0.8, 1.0);
+        let r1 = c.queue("root.prod.r1", prod, 0.0, 1.0);
+        let r2 = c.queue("root.prod.r2", prod, 0.2, 1.0);
+        let (a_adhoc, a_r1, a_r2) = (c.app(adhoc, 0), c.app(r1, 1), c.app(r2, 2));
+        for _ in 0..9 {
+            c.container(a_adhoc, 0, gib(1), 0, false);
+        }
+        let first = c.pending(a_r1, gib(1), 1, &[]);
+        let owed = c.pending(a_r2, gib(1), 1, &[]);
+        let p = Preemption::with_config(PreemptionConfig::default());
+        let mut out = Decisions::new();
+        p.order_view(&c.view(), &mut out);
+        let got: Vec<u32> = out.as_slice().iter().map(|d| d.subject).collect();
+        assert_eq!(got, vec![owed, first]);
     }
 
     #[test]
