@@ -195,6 +195,11 @@ pub struct DeadlineArgs {
     /// With `--reservations`: how far ahead a deadline may lie [default: 24h].
     #[arg(long, value_parser = duration_ms)]
     pub plan_horizon: Option<u64>,
+    /// With `--reservations`: how long before a piece of an allocation its guarantee is
+    /// enforced, and how soon after admission an allocation may start [default: 0, the plan
+    /// exactly].
+    #[arg(long, value_parser = duration_ms)]
+    pub plan_enforce_ahead: Option<u64>,
     /// With `--reservations`: submit each reservation this long before its job arrives
     /// [default: 0, at the arrival, just before the job].
     #[arg(long, value_parser = duration_ms)]

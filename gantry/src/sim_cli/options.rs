@@ -180,6 +180,7 @@ pub fn deadline_options(args: &SimArgs) -> Result<Option<(DeadlineOptions, Optio
     let plan = PlanConfig {
         step_ms: args.deadlines.plan_step.unwrap_or(defaults.step_ms),
         horizon_ms: args.deadlines.plan_horizon.unwrap_or(defaults.horizon_ms),
+        enforce_ahead_ms: args.deadlines.plan_enforce_ahead.unwrap_or(defaults.enforce_ahead_ms),
         ..defaults
     };
     if plan.step_ms == 0 {
@@ -207,6 +208,7 @@ fn reservation_flags_without_plan(args: &SimArgs) -> Result<(), SimCliError> {
         args.deadlines.planner.as_ref().map(|_| "--planner"),
         args.deadlines.plan_step.map(|_| "--plan-step"),
         args.deadlines.plan_horizon.map(|_| "--plan-horizon"),
+        args.deadlines.plan_enforce_ahead.map(|_| "--plan-enforce-ahead"),
         args.deadlines.reservation_lead.map(|_| "--reservation-lead"),
         args.deadlines.reservation_margin.map(|_| "--reservation-margin"),
     ];

@@ -103,6 +103,8 @@ fn sim_deadline_flags_build_the_options_and_the_plan() {
             "1m",
             "--reservation-margin",
             "2s",
+            "--plan-enforce-ahead",
+            "3s",
         ],
     ))
     .unwrap()
@@ -118,7 +120,15 @@ fn sim_deadline_flags_build_the_options_and_the_plan() {
         }
     );
     let plan = plan.expect("a plan");
-    assert_eq!(plan.plan, PlanConfig { step_ms: 500, horizon_ms: 7_200_000, ..PlanConfig::new("root.p") });
+    assert_eq!(
+        plan.plan,
+        PlanConfig {
+            step_ms: 500,
+            horizon_ms: 7_200_000,
+            enforce_ahead_ms: 3_000,
+            ..PlanConfig::new("root.p")
+        }
+    );
     assert_eq!(plan.planner, default_planner());
     assert_eq!(plan.planner_config.get("agent").and_then(|v| v.as_str()), Some("gree-l"));
     assert_eq!(plan.planner_config.get("replanner").and_then(|v| v.as_str()), Some("yarn-simple"));
@@ -134,6 +144,8 @@ fn sim_deadline_flags_are_refused_where_they_mean_nothing() {
     assert!(e.contains("--reservations applies only to deadline jobs"), "{e}");
     let e = deadline_refused(&["--deadline-share", "0.2", "--replanner", "yarn"]);
     assert!(e.contains("--replanner applies only with --reservations"), "{e}");
+    let e = deadline_refused(&["--deadline-share", "0.2", "--plan-enforce-ahead", "3s"]);
+    assert!(e.contains("--plan-enforce-ahead applies only with --reservations"), "{e}");
     let e = deadline_refused(&["--deadline-share", "1.5"]);
     assert!(e.contains("not in [0, 1]"), "{e}");
     let e = deadline_refused(&["--deadline-share", "0.2", "--deadline-slack", "0.5"]);

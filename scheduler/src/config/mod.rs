@@ -33,6 +33,8 @@
 //! step_ms = 1000               # the follower's step (and the planner's grid)
 //! horizon_ms = 86400000        # how far ahead a deadline may lie
 //! optimize_interval_ms = 0     # ask the planner to re-organise the plan this often (0: never)
+//! enforce_ahead_ms = 0         # raise a piece's guarantee this long before it starts, and start
+//!                              # no allocation sooner after admission (the time preemption needs)
 //! ```
 //!
 //! The planner is a plugin answering `reserve` (e.g. `libgantry_rayon.so`, whose own

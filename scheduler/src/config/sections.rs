@@ -241,6 +241,10 @@ pub struct ReservationsSection {
     /// How often the planner is asked to re-organise the plan, ms (default 0: never).
     #[serde(default)]
     pub optimize_interval_ms: u64,
+    /// How long before a piece of an allocation its guarantee is enforced, and how soon after
+    /// admission an allocation may start, ms (default 0: the plan exactly).
+    #[serde(default)]
+    pub enforce_ahead_ms: u64,
 }
 
 fn second() -> u64 {
@@ -274,11 +278,18 @@ impl ReservationsSection {
                 self.optimize_interval_ms
             ));
         }
+        if self.enforce_ahead_ms > 3_600_000 {
+            return Err(format!(
+                "reservations.enforce_ahead_ms {} is not in 0..=3600000",
+                self.enforce_ahead_ms
+            ));
+        }
         Ok(PlanConfig {
             queue: self.queue.clone(),
             step_ms: self.step_ms,
             horizon_ms: self.horizon_ms,
             optimize_interval_ms: self.optimize_interval_ms,
+            enforce_ahead_ms: self.enforce_ahead_ms,
         })
     }
 }

@@ -146,12 +146,16 @@ fn reservations_need_a_planner_plugin_and_old_planner_keys_say_where_they_went()
     let planner = "[[plugins]]\nname = \"rayon\"\npath = \"libgantry_rayon.so\"\n[plugins.config]\nagent = \"gree-l\"\n";
     let queues = "[[queues]]\npath = \"root.prod\"\nguaranteed = 1.0\n";
     let c = parse(&format!(
-            "{queues}{planner}[profile]\nreserve = \"rayon\"\n[reservations]\nqueue = \"root.prod\"\noptimize_interval_ms = 60000\n"
+            "{queues}{planner}[profile]\nreserve = \"rayon\"\n[reservations]\nqueue = \"root.prod\"\noptimize_interval_ms = 60000\nenforce_ahead_ms = 3000\n"
         ))
         .expect("valid");
     assert_eq!(
         c.engine_config().reservations,
-        Some(PlanConfig { optimize_interval_ms: 60_000, ..PlanConfig::new("root.prod") })
+        Some(PlanConfig {
+            optimize_interval_ms: 60_000,
+            enforce_ahead_ms: 3_000,
+            ..PlanConfig::new("root.prod")
+        })
     );
     assert_eq!(c.profile.reserve.as_deref(), Some("rayon"));
     let cases = [
@@ -174,6 +178,12 @@ fn reservations_need_a_planner_plugin_and_old_planner_keys_say_where_they_went()
                 "{queues}{planner}[profile]\nreserve = \"rayon\"\n[reservations]\nqueue = \"root.prod\"\noptimize_interval_ms = 10\n"
             ),
             "optimize_interval_ms 10",
+        ),
+        (
+            format!(
+                "{queues}{planner}[profile]\nreserve = \"rayon\"\n[reservations]\nqueue = \"root.prod\"\nenforce_ahead_ms = 3600001\n"
+            ),
+            "reservations.enforce_ahead_ms 3600001 is not in 0..=3600000",
         ),
     ];
     for (text, want) in cases {

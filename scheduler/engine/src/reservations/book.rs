@@ -76,6 +76,9 @@ pub(crate) struct Prepared {
     pub(crate) deadline_ms: u64,
     pub(crate) absolute: Expr,
     pub(crate) atoms: Vec<Atom>,
+    /// Why it cannot be kept although valid: too little time is left after the time it takes
+    /// to make room (`enforce_ahead_ms`).
+    pub(crate) too_late: Option<String>,
 }
 
 /// The reservation a `reserve` call is about (ADMIT: a new one; UPDATE: an accepted one's new
@@ -270,11 +273,39 @@ impl ReservationBook {
         let absolute = Expr::Window(Window { start_ms: arrival, end_ms: deadline, inner: Box::new(inner) });
         absolute.validate().map_err(|e| invalid(e.to_string()))?;
         let atoms = absolute.atoms();
-        Ok(Prepared { request, arrival_ms: arrival, deadline_ms: deadline, absolute, atoms })
+        Ok(Prepared { request, arrival_ms: arrival, deadline_ms: deadline, absolute, atoms, too_late: None })
     }
 
-    /// Why `p`'s deadline cannot be planned, if it lies beyond the horizon from `now`.
-    pub(crate) fn beyond_horizon(&self, p: &Prepared, now: u64) -> Option<String> {
+    /// `p` as a planner is asked to plan it at `now`: room for it cannot be made before it is
+    /// admitted, so its allocation starts no sooner than `enforce_ahead_ms` from now (the
+    /// expression's own times still count from the arrival). A request that leaves too little
+    /// time then is valid but cannot be kept: [`Self::cannot_plan`] says why.
+    pub(crate) fn for_admission(&self, mut p: Prepared, now: u64) -> Prepared {
+        let ahead = self.config.enforce_ahead_ms;
+        let earliest = now.saturating_add(ahead);
+        if let Expr::Window(w) = &p.absolute {
+            if ahead > 0 && earliest > w.start_ms {
+                let narrowed = Expr::Window(Window { start_ms: earliest, ..w.clone() });
+                match narrowed.validate() {
+                    Ok(()) => p.absolute = narrowed,
+                    Err(e) => {
+                        p.too_late = Some(format!(
+                            "no time to make room for it: allocations start {ahead} ms after admission \
+                             ([reservations] enforce_ahead_ms), and then {e}"
+                        ));
+                    }
+                }
+            }
+        }
+        p
+    }
+
+    /// Why `p` cannot be planned, if its deadline lies beyond the horizon from `now` or too
+    /// close to leave time to make room for it.
+    pub(crate) fn cannot_plan(&self, p: &Prepared, now: u64) -> Option<String> {
+        if let Some(why) = &p.too_late {
+            return Some(why.clone());
+        }
         let limit = now.saturating_add(self.config.horizon_ms);
         (p.deadline_ms > limit).then(|| {
             format!(
@@ -365,7 +396,7 @@ impl ReservationBook {
         allocation: Vec<AtomInterval>,
     ) -> Option<u32> {
         let s = self.staged.take()?;
-        let Prepared { request, arrival_ms, deadline_ms, absolute, atoms } = s.prepared;
+        let Prepared { request, arrival_ms, deadline_ms, absolute, atoms, .. } = s.prepared;
         let (queue, submit_ms) = if s.new {
             (self.take_queue(state, s.id), now)
         } else {

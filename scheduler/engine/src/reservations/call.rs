@@ -64,8 +64,8 @@ impl Engine {
             Some(id) => id,
             None => ReservationId(self.state.next_reservation),
         };
-        let prepared = book.prepare(request, now)?;
-        if let Some(why) = book.beyond_horizon(&prepared, now) {
+        let prepared = book.for_admission(book.prepare(request, now)?, now);
+        if let Some(why) = book.cannot_plan(&prepared, now) {
             self.state.next_reservation = self.state.next_reservation.max(id.0 + 1);
             self.commands.push(Command::ReservationRejected { reservation: id, reason: why });
             return Ok(());
@@ -96,8 +96,8 @@ impl Engine {
                 id.0
             )));
         }
-        let prepared: Prepared = book.prepare(request, now)?;
-        if let Some(why) = book.beyond_horizon(&prepared, now) {
+        let prepared: Prepared = book.for_admission(book.prepare(request, now)?, now);
+        if let Some(why) = book.cannot_plan(&prepared, now) {
             self.commands.push(Command::ReservationRejected { reservation: id, reason: why });
             return Ok(());
         }

@@ -54,16 +54,26 @@ pub struct PlanConfig {
     /// How often the planner is asked to re-organise the plan (`GANTRY_RESERVE_OPTIMIZE`, at a
     /// cycle), ms; 0 = never.
     pub optimize_interval_ms: u64,
+    /// How long it takes to make room for a reservation, ms: the preemption policy's round, its
+    /// wait before a kill and the kill's grace, and a cycle. A reservation queue's guarantee is
+    /// raised this long before each piece of its allocation starts, so that the room is there
+    /// when it starts; and a new reservation's allocation starts no sooner than this after its
+    /// admission (room cannot be made before it exists). 0 (the default) = the plan exactly:
+    /// the room is made after the piece has started. What it should be depends on the
+    /// preemption plugin's settings (deploy/OPERATIONS.md).
+    pub enforce_ahead_ms: u64,
 }
 
 impl PlanConfig {
-    /// A plan on `queue` with the defaults: 1 s steps, 24 h ahead, no periodic optimisation.
+    /// A plan on `queue` with the defaults: 1 s steps, 24 h ahead, no periodic optimisation,
+    /// guarantees that follow the plan exactly (no enforcement ahead).
     pub fn new(queue: impl Into<String>) -> Self {
         PlanConfig {
             queue: queue.into(),
             step_ms: 1_000,
             horizon_ms: 24 * 3_600_000,
             optimize_interval_ms: 0,
+            enforce_ahead_ms: 0,
         }
     }
 }
