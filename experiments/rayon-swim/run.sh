@@ -22,6 +22,9 @@
 #   for plans (YARN's but the whole imbalance a round).
 # Clusters: cluster.toml (20 x 4 cores / 8 GiB; 29 % CPU used) for every table, and
 #   cluster-busy.toml (20 x 2 cores / 4 GiB; 59 %) for the main table again.
+# Enforcement: in the fast-preemption tables, guarantees rise 3 s before each piece and no
+#   allocation starts sooner than 3 s after admission (--plan-enforce-ahead 3s); the table
+#   "exactly" repeats GREE and GREE-L without it; the YARN-settings tables follow the plan exactly.
 # Failures: --lose-nodes 0.05 (one node of 20) for good at 43,200 s (mid-run), chosen by the
 #   seed. The table "exposed" moves that loss to 12 instants at which the plan is nearly full
 #   for the coming hour (so that the loss must re-plan), with each replanner.
@@ -73,38 +76,49 @@ simulate() { # TABLE CLUSTER LABEL CONFIG SEED [GANTRY SIM FLAGS…]
 }
 
 loss=(--lose-nodes 0.05 --lose-at 43200)
-main() { # TABLE CLUSTER CONFIG SEED: the eight configurations of the main table
-  local t=$1 c=$2 cfg=$3 s=$4
+# Guarantees raised 3 s before each piece of an allocation, and no allocation sooner than 3 s
+# after admission: a fast preemption round (1 s), its grace (250 ms), the cycle after, and the
+# follower's 1 s step ([reservations] enforce_ahead_ms; deploy/OPERATIONS.md §8).
+ahead=(--plan-enforce-ahead 3s)
+main() { # TABLE CLUSTER CONFIG SEED [FLAGS…]: the eight configurations of the main table, the
+         # flags added to the runs with reservations
+  local t=$1 c=$2 cfg=$3 s=$4; shift 4
   simulate "$t" "$c" "baseline (capacity queues)" "$cfg" "$s"
-  simulate "$t" "$c" "GREE" "$cfg" "$s" --reservations gree
-  simulate "$t" "$c" "GREE-L" "$cfg" "$s" --reservations gree-l
+  simulate "$t" "$c" "GREE" "$cfg" "$s" --reservations gree "$@"
+  simulate "$t" "$c" "GREE-L" "$cfg" "$s" --reservations gree-l "$@"
   simulate "$t" "$c" "baseline, 5 % lost" "$cfg" "$s" "${loss[@]}"
-  simulate "$t" "$c" "GREE, 5 % lost, Rayon replanner" "$cfg" "$s" --reservations gree "${loss[@]}"
-  simulate "$t" "$c" "GREE-L, 5 % lost, Rayon replanner" "$cfg" "$s" --reservations gree-l "${loss[@]}"
-  simulate "$t" "$c" "GREE, 5 % lost, YARN replanner" "$cfg" "$s" --reservations gree --replanner yarn "${loss[@]}"
-  simulate "$t" "$c" "GREE-L, 5 % lost, YARN replanner" "$cfg" "$s" --reservations gree-l --replanner yarn "${loss[@]}"
+  simulate "$t" "$c" "GREE, 5 % lost, Rayon replanner" "$cfg" "$s" --reservations gree "${loss[@]}" "$@"
+  simulate "$t" "$c" "GREE-L, 5 % lost, Rayon replanner" "$cfg" "$s" --reservations gree-l "${loss[@]}" "$@"
+  simulate "$t" "$c" "GREE, 5 % lost, YARN replanner" "$cfg" "$s" --reservations gree --replanner yarn "${loss[@]}" "$@"
+  simulate "$t" "$c" "GREE-L, 5 % lost, YARN replanner" "$cfg" "$s" --reservations gree-l --replanner yarn "${loss[@]}" "$@"
 }
 
 for seed in $(seq 1 "$seeds"); do
-  main main cluster "$fast" "$seed"
-  main main cluster-busy "$fast" "$seed"
+  main main cluster "$fast" "$seed" "${ahead[@]}"
+  main main cluster-busy "$fast" "$seed" "${ahead[@]}"
+  # The plan followed exactly (no enforcement ahead), for comparison.
+  for c in cluster cluster-busy; do
+    for a in gree gree-l; do
+      simulate exactly "$c" "${a^^}, plan followed exactly" "$fast" "$seed" --reservations "$a"
+    done
+  done
 done
 # YARN's preemption defaults instead of the fast settings.
 main preemption cluster "$yarn" 1
 main operations cluster "$operations" 1
 # The reservation's window ends 1 s before the deadline (room for getting the capacity back).
 for a in gree gree-l; do
-  simulate margin cluster "${a^^}, margin 1 s" "$fast" 1 --reservations "$a" --reservation-margin 1s
+  simulate margin cluster "${a^^}, margin 1 s" "$fast" 1 --reservations "$a" --reservation-margin 1s "${ahead[@]}"
   simulate margin cluster "${a^^}, margin 1 s, 5 % lost" "$fast" 1 --reservations "$a" \
-    --reservation-margin 1s "${loss[@]}"
+    --reservation-margin 1s "${loss[@]}" "${ahead[@]}"
 done
 # Reservations submitted 6 h before their jobs arrive (Rayon's production jobs reserve ahead), so
 # that the plan holds the coming hours' reservations when the node is lost.
 for a in gree gree-l; do
-  simulate lead cluster "${a^^}, lead 6 h" "$fast" 1 --reservations "$a" --reservation-lead 6h
+  simulate lead cluster "${a^^}, lead 6 h" "$fast" 1 --reservations "$a" --reservation-lead 6h "${ahead[@]}"
   for r in rayon yarn; do
     simulate lead cluster "${a^^}, lead 6 h, 5 % lost, $([ "$r" = yarn ] && echo YARN || echo Rayon) replanner" "$fast" 1 --reservations "$a" \
-      --reservation-lead 6h --replanner "$r" "${loss[@]}"
+      --reservation-lead 6h --replanner "$r" "${loss[@]}" "${ahead[@]}"
   done
 done
 # The loss where it hurts: one node (5 %) lost at 12 instants at which the plan of the run
@@ -117,7 +131,7 @@ for a in gree gree-l; do
              awk '{ t[NR] = $1 } END { for (k = 0; k < 12 && NR > 0; k++) print t[1 + int(k * NR / 12)] }'); do
     for r in rayon yarn; do
       simulate exposed cluster "${a^^};$r;$t" "$fast" 1 --reservations "$a" --replanner "$r" \
-        --lose-nodes 0.05 --lose-at "$t"
+        --lose-nodes 0.05 --lose-at "$t" "${ahead[@]}"
     done
   done
 done
