@@ -209,12 +209,15 @@ impl Preemption {
     /// The `order` hook's work: the leaves take turns by need. The next request is the first
     /// pending one (in the engine's order) of the leaf whose usage, plus what the requests
     /// already ordered ask for, is the smallest share of its guarantee (for a leaf without one,
-    /// of its ideal share; last if that is nothing too; the engine's order between equals) —
-    /// and every leaf still below its guarantee comes before every other. So room freed in one
-    /// cycle is shared by the under-served queues request by request, as YARN re-sorts its
-    /// queues after each assignment, instead of going wholly to the queue furthest below at the
-    /// cycle's start; and room `rebalance` freed for a guarantee goes to it, not to a leaf
-    /// measured against its ideal share that happens to stand level with it.
+    /// of its ideal share; last if that is nothing too) — between equals a leaf measured against
+    /// its guarantee first, then the engine's order. So room freed in one cycle is shared by the
+    /// under-served queues request by request, as YARN re-sorts its queues after each
+    /// assignment, instead of going wholly to the queue furthest below at the cycle's start; and
+    /// room `rebalance` freed for a guarantee goes to it, not to a leaf level with it by its
+    /// ideal share. (Ranking every leaf below its guarantee before all others fixes that too,
+    /// but hands best-effort queues room that reservations between their pieces could have
+    /// used: in `rayon-swim` with YARN's preemption settings, 93.9 % of GREE's accepted jobs on
+    /// time instead of 96.5 %.)
     pub fn order_view(&self, view: &View<'_>, out: &mut Decisions) {
         let m = Measure::new(self.config.resource_calculator, plan::cluster_of(view));
         // A leaf without a guarantee is measured against its ideal share instead (what its
@@ -269,7 +272,7 @@ impl Preemption {
                 .iter()
                 .enumerate()
                 .filter_map(|(k, leaf)| leaf.requests.front().map(|&(pos, _)| (leaf.rank(), pos, k)))
-                .min_by(|a, b| a.0.0.cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)).then(a.1.cmp(&b.1)));
+                .min_by(|a, b| a.0.0.total_cmp(&b.0.0).then(a.0.1.cmp(&b.0.1)).then(a.1.cmp(&b.1)));
             let Some((_, _, k)) = next else { break };
             let Some((_, ri)) = leaves[k].requests.pop_front() else { break };
             if let Some(r) = view.requests.get(ri as usize) {
@@ -283,8 +286,6 @@ impl Preemption {
     }
 }
 
-/// A leaf in the `order` hook: guarantee, projected usage (calculator units), and its pending
-/// requests (position in the engine's order, request index).
 /// A leaf in `order`'s turns: what it is measured against, what it holds (plus what was
 /// ordered for it), its pending requests in the engine's order (position, request index).
 struct TurnTaker {
@@ -296,12 +297,12 @@ struct TurnTaker {
 }
 
 impl TurnTaker {
-    /// Smaller goes first: below its guarantee (0) before the rest (1), then usage over share
-    /// (a leaf with neither guarantee nor ideal share last).
-    fn rank(&self) -> (u8, f64) {
-        let below_guarantee = self.guaranteed && self.used < self.share;
+    /// Smaller goes first: usage over share (a leaf with neither guarantee nor ideal share
+    /// last), and between equals a leaf measured against its guarantee before one measured
+    /// against its ideal share.
+    fn rank(&self) -> (f64, u8) {
         let ratio = if self.share > 0.0 { self.used / self.share } else { f64::INFINITY };
-        (u8::from(!below_guarantee), ratio)
+        (ratio, u8::from(!self.guaranteed))
     }
 }
 
