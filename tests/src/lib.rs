@@ -115,6 +115,20 @@ pub fn container_control_dir(work_root: &Path, id: u64) -> Option<PathBuf> {
         .map(|(_, path)| path)
 }
 
+/// The cgroup parent of a test agent whose files live in `dir`: unique to the directory (tests
+/// run in parallel within one process, and two of them with an agent of the same name once
+/// shared a parent, so one agent's cleanup broke the other's launches), the same again when an
+/// agent of that directory restarts.
+pub fn test_cgroup_name(dir: &Path, tag: &str) -> String {
+    // FNV-1a of the path: stable, no dependency.
+    let hash = dir
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    format!("gantry-test-{}-{:08x}-{tag}", std::process::id(), hash as u32)
+}
+
 /// Kills every container process an agent left under `work_root` (their supervisors and
 /// command process groups, from the pid records) and removes the agent's cgroups named
 /// `cgroup_name`: tests that `kill -9` agents leave containers running by design.
@@ -331,7 +345,7 @@ impl TestAgent {
         let work = dir.join(name);
         let port = free_port();
         let config = dir.join(format!("{name}.toml"));
-        let cgroup = format!("gantry-test-{}-{name}", std::process::id());
+        let cgroup = test_cgroup_name(&work, name);
         let labels: String = labels.iter().map(|(k, v)| format!("{k} = {v:?}\n")).collect();
         std::fs::write(
             &config,

@@ -36,12 +36,10 @@ impl Agent {
     fn start(dir: &Path, name: &str, url: &str, extra: &str) -> Agent {
         std::fs::create_dir_all(dir).expect("agent dir");
         let work = dir.join("work");
-        // Its own cgroup parent: two agents of one node name in one test must not share one.
-        let cgroup = format!(
-            "gantry-test-{}-{}",
-            std::process::id(),
-            dir.file_name().and_then(|n| n.to_str()).unwrap_or("agent")
-        );
+        // Its own cgroup parent: two agents of one node name in one test (or in two tests
+        // running at once) must not share one.
+        let cgroup =
+            gantry_tests::test_cgroup_name(dir, dir.file_name().and_then(|n| n.to_str()).unwrap_or("agent"));
         let config = dir.join("agent.toml");
         std::fs::write(
             &config,
