@@ -26,6 +26,13 @@
 //!   not fitting; so on a very fragmented plan a flat span far from the deadline can be missed
 //!   and GREE's shape used instead.
 //!
+//! ## Tasks
+//!
+//! An atom whose work is a whole number of leases per gang (`w` a multiple of `g · l`, with
+//! `l` at least a step) is that many tasks of one lease each, and a gang runs whole tasks: both agents give it one rectangle
+//! of `k` gangs for `⌈n / k⌉` leases ([`rectangle`]), GREE the one that starts latest, GREE-L the
+//! lowest height that fits. The fluid shapes below can hold the work and not the tasks.
+//!
 //! ## Work, lease and excess
 //!
 //! The last piece (GREE) or the flat span (GREE-L) covers the remaining gang-steps with two
@@ -171,7 +178,7 @@ fn least_steps(e: &Expr, plan: &Plan, lo: usize, hi: usize) -> usize {
             if shape.work == 0 || gangs == 0 {
                 return 0;
             }
-            usize::try_from(shape.work.div_ceil(gangs)).unwrap_or(usize::MAX).max(shape.lease)
+            shape.steps_at(gangs)
         }
         Expr::Window(w) => least_steps(&w.inner, plan, lo, hi),
         Expr::Order(v) => v.iter().fold(0usize, |t, p| t.saturating_add(least_steps(p, plan, lo, hi))),
@@ -218,6 +225,12 @@ struct Shape {
     lease: usize,
     /// Gang-steps of work.
     work: u64,
+    /// Whole leases of work per gang when the work is a whole number of them (`w` a multiple
+    /// of `g · l`): the atom is that many tasks of one lease each, and a gang runs whole tasks.
+    tasks: Option<u64>,
+    /// The lease, ms, and the plan's step, ms (to turn tasks into steps).
+    lease_ms: u64,
+    step_ms: u64,
 }
 
 impl Shape {
@@ -234,12 +247,36 @@ impl Shape {
             .map_err(|_| "work too large".to_string())?;
         let lease = usize::try_from(a.min_lease_ms.div_ceil(step_ms).max(1))
             .map_err(|_| "lease too long".to_string())?;
+        // Leases shorter than a step are fluid: many tasks share a step, and rounding each gang's
+        // tasks up to whole steps would waste more than the fluid shapes' step of excess.
+        let per_gang_lease = u128::from(g) * u128::from(a.min_lease_ms);
+        let tasks = (a.min_lease_ms >= step_ms && a.work > 0 && u128::from(a.work) % per_gang_lease == 0)
+            .then(|| u64::try_from(u128::from(a.work) / per_gang_lease).ok())
+            .flatten();
         Ok(Shape {
             gang: plan::scale(&plan::vector(&a.bundle), i64::from(a.min_parallel)),
             max_gangs: u64::from(a.max_parallel / a.min_parallel),
             lease,
             work,
+            tasks,
+            lease_ms: a.min_lease_ms,
+            step_ms,
         })
+    }
+
+    /// Steps a gang needs to run `per_gang` tasks one after another (at least a lease).
+    fn task_steps(&self, per_gang: u64) -> usize {
+        let ms = u128::from(per_gang) * u128::from(self.lease_ms);
+        usize::try_from(ms.div_ceil(u128::from(self.step_ms.max(1)))).unwrap_or(usize::MAX).max(self.lease)
+    }
+
+    /// Steps `k` gangs need for the whole atom: whole tasks per gang for a task atom, the
+    /// gang-steps spread evenly otherwise (at least a lease either way).
+    fn steps_at(&self, k: u64) -> usize {
+        match self.tasks {
+            Some(n) => self.task_steps(n.div_ceil(k.max(1))),
+            None => usize::try_from(self.work.div_ceil(k.max(1))).unwrap_or(usize::MAX).max(self.lease),
+        }
     }
 
     fn demand(&self, gangs: u64) -> Vector {
@@ -397,12 +434,13 @@ impl Ctx<'_> {
                 )));
             }
         }
-        let segs = match self.agent {
-            Agent::Gree => gree(self.plan, &shape, lo, hi),
-            Agent::GreeL => match flat(self.plan, &shape, lo, hi) {
+        let segs = match (self.agent, shape.tasks.is_some()) {
+            (Agent::Gree, false) => gree(self.plan, &shape, lo, hi),
+            (Agent::GreeL, false) => match flat(self.plan, &shape, lo, hi) {
                 Some(s) => Ok(s),
                 None => gree(self.plan, &shape, lo, hi),
             },
+            (agent, true) => rectangle(self.plan, &shape, lo, hi, agent).ok_or(shape.work),
         }
         .map_err(|left| {
             reject(format!(
@@ -489,6 +527,67 @@ fn gree(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Result<Vec<Seg>, u6
         }
     }
     Ok(segs)
+}
+
+/// A task atom's shape: one rectangle of `k` gangs, each running `⌈n / k⌉` whole tasks one
+/// after another — the fluid shapes below would hold the work but not the tasks (18 bundles for
+/// 17 s hold 306 bundle-seconds, but three waves of 4.7 s tasks, not the 65 tasks of 303 s, which
+/// need four waves: issue 22, `rayon-swim`). GREE takes the rectangle that starts latest (the
+/// tallest first among equals), GREE-L the lowest height that fits, latest first; both look at
+/// a bounded number of runs, as GREE-L does.
+fn rectangle(plan: &Plan, shape: &Shape, lo: usize, hi: usize, agent: Agent) -> Option<Vec<Seg>> {
+    let n = shape.tasks?;
+    let max_free = plan.max_free(lo, hi)?;
+    let top = plan::count(&max_free, &shape.gang).min(shape.max_gangs).min(n);
+    if top == 0 {
+        return None;
+    }
+    let heights: Vec<u64> = match agent {
+        // Tallest first: the shortest rectangle, so the latest start.
+        Agent::Gree => (1..=top).rev().collect(),
+        Agent::GreeL => (1..=top).collect(),
+    };
+    let mut budget = FLAT_PROBES;
+    let mut best: Option<Seg> = None;
+    let mut last_steps = usize::MAX;
+    for k in heights {
+        let steps = shape.steps_at(k);
+        if budget == 0 || best.is_some_and(|b| b.start + steps >= hi) {
+            // Out of probes, or (GREE) no lower, longer rectangle can start later.
+            break;
+        }
+        if steps > hi - lo {
+            // GREE goes down in height, so up in length: none lower fits either.
+            if agent == Agent::Gree {
+                break;
+            }
+            continue;
+        }
+        if steps == last_steps {
+            continue;
+        }
+        last_steps = steps;
+        let mut probes = budget.min(FLAT_PROBES_PER_HEIGHT);
+        let before = probes;
+        let found = plan.latest_run_probing(&shape.demand(k), lo, hi, steps, &mut probes);
+        budget -= before - probes;
+        // The latest run of free room at least `steps` long: the rectangle is its last steps.
+        if let Some((_, e)) = found {
+            let s = e - steps;
+            let seg = Seg { start: s, end: e, gangs: k };
+            if agent == Agent::GreeL {
+                return Some(vec![seg]);
+            }
+            if best.is_none_or(|b| s > b.start) {
+                best = Some(seg);
+            }
+        }
+    }
+    if agent == Agent::GreeL && best.is_none() {
+        // As GREE-L falls back to GREE's shape.
+        return rectangle(plan, shape, lo, hi, Agent::Gree);
+    }
+    best.map(|b| vec![b])
 }
 
 /// Runs GREE-L looks at per height before it tries the next height.

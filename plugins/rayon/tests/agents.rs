@@ -215,3 +215,24 @@ fn duplicate_ids_are_refused() {
     let r = admit(&mut plan, &atom(1, 1, 1, 0, 1000), Agent::Gree, 7).expect_err("dup");
     assert!(r.reason.contains("already"));
 }
+
+/// Issue 22 (`rayon-swim`): 25 tasks of 4,629 ms, due 13,887 ms after they arrive (13 whole
+/// steps). As fluid work, 9 bundles for 13 steps hold it (117 ≥ 115.7 bundle-seconds), but a
+/// bundle runs whole tasks: two waves, 18 of them. Work that is a whole number of leases is
+/// that many tasks, and each bundle gets whole tasks: GREE the rectangle that starts latest (25
+/// bundles, one task each), GREE-L the lowest (13 bundles, two each).
+#[test]
+fn a_task_atom_gets_whole_tasks_on_every_bundle() {
+    let e = window(0, 13_887, atom(1, 1, 25, 4629, 25 * 4629));
+    for (agent, want) in [(Agent::Gree, iv(8000, 13_000, 25)), (Agent::GreeL, iv(3000, 13_000, 13))] {
+        let mut plan = Plan::new(1000, 20, &cpu(40)).expect("plan");
+        let a = ok(admit(&mut plan, &e, agent, 1));
+        assert_eq!(a.atoms, vec![vec![want]], "{agent:?}");
+        let tasks = want.bundles * ((want.end_ms - want.start_ms) / 4629);
+        assert!(tasks >= 25, "{agent:?}: {tasks} tasks");
+    }
+    // Work that is not a whole number of leases stays fluid: 10 bundle-steps, lease 3 s.
+    let mut plan = plan10();
+    let a = ok(admit(&mut plan, &atom(1, 1, 4, 3000, 10_000), Agent::GreeL, 1));
+    assert_eq!(a.atoms[0].iter().map(|x| (x.end_ms - x.start_ms) / 1000 * x.bundles).sum::<u64>(), 10);
+}

@@ -86,6 +86,23 @@ fn check(
                     return Err(format!("atom {base}: adjacent equal intervals not merged"));
                 }
             }
+            // Whole tasks (`w` a whole number of leases of at least a step): one rectangle whose
+            // gangs each run their share of the tasks, no longer than that share needs.
+            if a.min_lease_ms >= STEP && a.work % (g * a.min_lease_ms) == 0 {
+                let n = a.work / (g * a.min_lease_ms);
+                let [x] = iv.as_slice() else {
+                    return Err(format!("atom {base}: {} intervals for {n} tasks, not one", iv.len()));
+                };
+                let per_gang = n.div_ceil(x.bundles / g);
+                let need = (per_gang * a.min_lease_ms).div_ceil(STEP) * STEP;
+                if x.end_ms - x.start_ms != need.max(lease) {
+                    return Err(format!(
+                        "atom {base}: {x:?} for {per_gang} tasks of {} ms a gang",
+                        a.min_lease_ms
+                    ));
+                }
+                return Ok(alloc.span_ms(base));
+            }
             let total = alloc.work_ms(base);
             let w = u128::from(a.work);
             let l_steps = u128::from(lease / STEP);
