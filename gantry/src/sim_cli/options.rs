@@ -186,6 +186,9 @@ pub fn deadline_options(args: &SimArgs) -> Result<Option<(DeadlineOptions, Optio
     if plan.step_ms == 0 {
         return refuse("--plan-step must be positive".into());
     }
+    if plan.enforce_ahead_ms > gantry_engine::MAX_ENFORCE_AHEAD_MS {
+        return refuse("--plan-enforce-ahead must be at most 1h".into());
+    }
     let mut planner_config = toml::Table::new();
     let agent = match agent {
         AgentArg::Gree => "gree",

@@ -146,6 +146,15 @@ fn sim_deadline_flags_are_refused_where_they_mean_nothing() {
     assert!(e.contains("--replanner applies only with --reservations"), "{e}");
     let e = deadline_refused(&["--deadline-share", "0.2", "--plan-enforce-ahead", "3s"]);
     assert!(e.contains("--plan-enforce-ahead applies only with --reservations"), "{e}");
+    let e = deadline_refused(&[
+        "--deadline-share",
+        "0.2",
+        "--reservations",
+        "gree",
+        "--plan-enforce-ahead",
+        "2h",
+    ]);
+    assert!(e.contains("--plan-enforce-ahead must be at most 1h"), "{e}");
     let e = deadline_refused(&["--deadline-share", "1.5"]);
     assert!(e.contains("not in [0, 1]"), "{e}");
     let e = deadline_refused(&["--deadline-share", "0.2", "--deadline-slack", "0.5"]);

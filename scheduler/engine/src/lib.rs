@@ -42,8 +42,8 @@ pub use model::*;
 pub use policy::{Policy, PolicyError, Profile, StaticPolicy, ViewChanges, hook_name};
 pub use reservations::validate::{MAX_ALLOCATION_PIECES, Refusal, cause_name};
 pub use reservations::{
-    AtomInterval, PlanConfig, PlannedPiece, PlannedReservation, ReservationBook, ReservationEnd,
-    ReservationRequest, legacy_allocation,
+    AtomInterval, MAX_ENFORCE_AHEAD_MS, PlanConfig, PlannedPiece, PlannedReservation, ReservationBook,
+    ReservationEnd, ReservationRequest, legacy_allocation,
 };
 pub use state::{IdleNode, NodeMeta};
 pub use validate::{PlaceNote, RejectReason, Rejections};

@@ -278,10 +278,11 @@ impl ReservationsSection {
                 self.optimize_interval_ms
             ));
         }
-        if self.enforce_ahead_ms > 3_600_000 {
+        if self.enforce_ahead_ms > gantry_engine::MAX_ENFORCE_AHEAD_MS {
             return Err(format!(
-                "reservations.enforce_ahead_ms {} is not in 0..=3600000",
-                self.enforce_ahead_ms
+                "reservations.enforce_ahead_ms {} is not in 0..={}",
+                self.enforce_ahead_ms,
+                gantry_engine::MAX_ENFORCE_AHEAD_MS
             ));
         }
         Ok(PlanConfig {

@@ -64,6 +64,9 @@ pub struct PlanConfig {
     pub enforce_ahead_ms: u64,
 }
 
+/// The most [`PlanConfig::enforce_ahead_ms`] may be: an hour.
+pub const MAX_ENFORCE_AHEAD_MS: u64 = 3_600_000;
+
 impl PlanConfig {
     /// A plan on `queue` with the defaults: 1 s steps, 24 h ahead, no periodic optimisation,
     /// guarantees that follow the plan exactly (no enforcement ahead).
