@@ -29,9 +29,11 @@
 //! ## Tasks
 //!
 //! An atom whose work is a whole number of leases per gang (`w` a multiple of `g · l`, with
-//! `l` at least a step) is that many tasks of one lease each, and a gang runs whole tasks: both agents give it one rectangle
-//! of `k` gangs for `⌈n / k⌉` leases ([`rectangle`]), GREE the one that starts latest, GREE-L the
-//! lowest height that fits. The fluid shapes below can hold the work and not the tasks.
+//! `l` at least a step) is that many tasks of one lease each, and a gang runs whole tasks. The
+//! agents place it as below, counting whole tasks instead of gang-steps: GREE-L the lowest
+//! rectangle of `k` gangs for `⌈n / k⌉` tasks that fits ([`flat_tasks`]), GREE (and GREE-L where
+//! no rectangle fits) tallest rightmost, each piece `k` gangs for as many whole tasks as its run
+//! of free room holds ([`gree_tasks`]). The fluid shapes can hold the work and not the tasks.
 //!
 //! ## Work, lease and excess
 //!
@@ -440,7 +442,11 @@ impl Ctx<'_> {
                 Some(s) => Ok(s),
                 None => gree(self.plan, &shape, lo, hi),
             },
-            (agent, true) => rectangle(self.plan, &shape, lo, hi, agent).ok_or(shape.work),
+            (Agent::Gree, true) => gree_tasks(self.plan, &shape, lo, hi),
+            (Agent::GreeL, true) => match flat_tasks(self.plan, &shape, lo, hi) {
+                Some(s) => Ok(s),
+                None => gree_tasks(self.plan, &shape, lo, hi),
+            },
         }
         .map_err(|left| {
             reject(format!(
@@ -529,41 +535,22 @@ fn gree(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Result<Vec<Seg>, u6
     Ok(segs)
 }
 
-/// A task atom's shape: one rectangle of `k` gangs, each running `⌈n / k⌉` whole tasks one
-/// after another — the fluid shapes below would hold the work but not the tasks (18 bundles for
-/// 17 s hold 306 bundle-seconds, but three waves of 4.7 s tasks, not the 65 tasks of 303 s, which
-/// need four waves: issue 22, `rayon-swim`). GREE takes the rectangle that starts latest (the
-/// tallest first among equals), GREE-L the lowest height that fits, latest first; both look at
-/// a bounded number of runs, as GREE-L does.
-fn rectangle(plan: &Plan, shape: &Shape, lo: usize, hi: usize, agent: Agent) -> Option<Vec<Seg>> {
+/// GREE-L for a task atom: the lowest height `k` whose rectangle of `⌈n / k⌉` whole tasks a
+/// gang fits inside the window, latest first (the fluid shapes below would hold the work but not
+/// the tasks: 18 bundles for 17 s hold 306 bundle-seconds, but three waves of 4.7 s tasks, not
+/// the 65 tasks of 303 s, which need four — issue 22, `rayon-swim`). Bounded as [`flat`] is.
+fn flat_tasks(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Option<Vec<Seg>> {
     let n = shape.tasks?;
     let max_free = plan.max_free(lo, hi)?;
     let top = plan::count(&max_free, &shape.gang).min(shape.max_gangs).min(n);
-    if top == 0 {
-        return None;
-    }
-    let heights: Vec<u64> = match agent {
-        // Tallest first: the shortest rectangle, so the latest start.
-        Agent::Gree => (1..=top).rev().collect(),
-        Agent::GreeL => (1..=top).collect(),
-    };
     let mut budget = FLAT_PROBES;
-    let mut best: Option<Seg> = None;
     let mut last_steps = usize::MAX;
-    for k in heights {
+    for k in 1..=top {
         let steps = shape.steps_at(k);
-        if budget == 0 || best.is_some_and(|b| b.start + steps >= hi) {
-            // Out of probes, or (GREE) no lower, longer rectangle can start later.
+        if budget == 0 {
             break;
         }
-        if steps > hi - lo {
-            // GREE goes down in height, so up in length: none lower fits either.
-            if agent == Agent::Gree {
-                break;
-            }
-            continue;
-        }
-        if steps == last_steps {
+        if steps > hi - lo || steps == last_steps {
             continue;
         }
         last_steps = steps;
@@ -573,21 +560,85 @@ fn rectangle(plan: &Plan, shape: &Shape, lo: usize, hi: usize, agent: Agent) -> 
         budget -= before - probes;
         // The latest run of free room at least `steps` long: the rectangle is its last steps.
         if let Some((_, e)) = found {
-            let s = e - steps;
-            let seg = Seg { start: s, end: e, gangs: k };
-            if agent == Agent::GreeL {
-                return Some(vec![seg]);
-            }
-            if best.is_none_or(|b| s > b.start) {
-                best = Some(seg);
-            }
+            return Some(vec![Seg { start: e - steps, end: e, gangs: k }]);
         }
     }
-    if agent == Agent::GreeL && best.is_none() {
-        // As GREE-L falls back to GREE's shape.
-        return rectangle(plan, shape, lo, hi, Agent::Gree);
+    None
+}
+
+/// GREE for a task atom: tallest rightmost as [`gree`], in whole tasks. From the end of the
+/// window backwards, at the latest step where a gang fits, as many gangs as fit there for as
+/// many whole tasks as their run of free room holds; a run that holds no whole task is skipped.
+/// Each piece runs `gangs × tasks` whole tasks on its own, so the shape holds the tasks whatever
+/// the heights. Err carries the gang-steps of the tasks left unplaced.
+fn gree_tasks(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Result<Vec<Seg>, u64> {
+    let Some(n) = shape.tasks else { return gree(plan, shape, lo, hi) };
+    let unplaced = |left: u64| {
+        u64::try_from(u128::from(left) * u128::from(shape.lease_ms) / u128::from(shape.step_ms.max(1)))
+            .unwrap_or(u64::MAX)
+    };
+    let one = shape.task_steps(1);
+    let tasks_in = |steps: usize| -> u64 {
+        u64::try_from(steps as u128 * u128::from(shape.step_ms) / u128::from(shape.lease_ms.max(1)))
+            .unwrap_or(u64::MAX)
+    };
+    let mut left = n;
+    let mut cursor = hi;
+    let mut segs = Vec::new();
+    while left > 0 {
+        // Give up as soon as the steps left before the cursor cannot hold the rest at the most
+        // gangs at a time.
+        if u128::from(shape.max_gangs) * u128::from(tasks_in(cursor.saturating_sub(lo))) < u128::from(left) {
+            return Err(unplaced(left));
+        }
+        let Some(x) = plan.latest_fit(&shape.gang, lo, cursor) else {
+            return Err(unplaced(left));
+        };
+        let fit = plan.count_fitting(&shape.gang, x).min(shape.max_gangs).min(left);
+        let run = |k: u64| x + 1 - plan.run_start(&shape.demand(k), lo, x);
+        let mut k = fit;
+        let mut len = run(k);
+        if len < one {
+            let len1 = run(1);
+            if len1 < one {
+                // Not even one gang holds a whole task here: skip the whole run.
+                cursor = x + 1 - len1;
+                continue;
+            }
+            // The tallest height whose run holds a task: run length falls as height grows.
+            let (mut ok, mut bad) = (1, k);
+            while bad - ok > 1 {
+                let mid = ok + (bad - ok) / 2;
+                if run(mid) >= one {
+                    ok = mid;
+                } else {
+                    bad = mid;
+                }
+            }
+            k = ok;
+            len = run(k);
+        }
+        let mut start = x + 1 - len;
+        if k < shape.max_gangs.min(left) {
+            // Tallest per step: the height holds back only to where a taller one fits again
+            // (but at least a task).
+            if let Some(y) = plan.latest_fit(&shape.demand(k + 1), start, x + 1) {
+                start = start.max((y + 1).min(x + 1 - one));
+            }
+        }
+        let per_gang = tasks_in(x + 1 - start).max(1);
+        if k.saturating_mul(per_gang) >= left {
+            let steps = shape.task_steps(left.div_ceil(k));
+            segs.push(Seg { start: x + 1 - steps, end: x + 1, gangs: k });
+            left = 0;
+        } else {
+            let steps = shape.task_steps(per_gang);
+            segs.push(Seg { start: x + 1 - steps, end: x + 1, gangs: k });
+            left -= k * per_gang;
+            cursor = x + 1 - steps;
+        }
     }
-    best.map(|b| vec![b])
+    Ok(segs)
 }
 
 /// Runs GREE-L looks at per height before it tries the next height.

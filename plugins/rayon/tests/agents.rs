@@ -236,3 +236,17 @@ fn a_task_atom_gets_whole_tasks_on_every_bundle() {
     let a = ok(admit(&mut plan, &atom(1, 1, 4, 3000, 10_000), Agent::GreeL, 1));
     assert_eq!(a.atoms[0].iter().map(|x| (x.end_ms - x.start_ms) / 1000 * x.bundles).sum::<u64>(), 10);
 }
+
+/// A stage of tasks too large for any one rectangle of free room still fits as a staircase of
+/// whole tasks (issue 22: `rayon-planning`'s contended pool, seed 2, rejected a large job when
+/// task atoms took one rectangle only). Steps 0–4 have 4 units free, steps 5–9 all 10; 60 tasks
+/// of one step, at most 10 at a time: 10 bundles × 5 tasks at the end, then 4 × 3 before.
+#[test]
+fn a_task_atom_too_large_for_one_rectangle_takes_a_staircase_of_whole_tasks() {
+    for agent in [Agent::Gree, Agent::GreeL] {
+        let mut plan = plan10();
+        block(&mut plan, 100, 0, 5, 6);
+        let a = ok(admit(&mut plan, &atom(1, 1, 10, 1000, 60_000), agent, 1));
+        assert_eq!(a.atoms, vec![vec![iv(2000, 5000, 4), iv(5000, 10_000, 10)]], "{agent:?}");
+    }
+}

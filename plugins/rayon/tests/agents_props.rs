@@ -86,20 +86,21 @@ fn check(
                     return Err(format!("atom {base}: adjacent equal intervals not merged"));
                 }
             }
-            // Whole tasks (`w` a whole number of leases of at least a step): one rectangle whose
-            // gangs each run their share of the tasks, no longer than that share needs.
+            // Whole tasks (`w` a whole number of leases of at least a step): every piece runs
+            // whole tasks on its own, together at least the atom's, with less than a task and a
+            // step per gang of each piece over.
             if a.min_lease_ms >= STEP && a.work % (g * a.min_lease_ms) == 0 {
                 let n = a.work / (g * a.min_lease_ms);
-                let [x] = iv.as_slice() else {
-                    return Err(format!("atom {base}: {} intervals for {n} tasks, not one", iv.len()));
-                };
-                let per_gang = n.div_ceil(x.bundles / g);
-                let need = (per_gang * a.min_lease_ms).div_ceil(STEP) * STEP;
-                if x.end_ms - x.start_ms != need.max(lease) {
-                    return Err(format!(
-                        "atom {base}: {x:?} for {per_gang} tasks of {} ms a gang",
-                        a.min_lease_ms
-                    ));
+                let runs: u64 =
+                    iv.iter().map(|x| x.bundles / g * ((x.end_ms - x.start_ms) / a.min_lease_ms)).sum();
+                if runs < n {
+                    return Err(format!("atom {base}: {iv:?} runs {runs} whole tasks of {n}"));
+                }
+                let total = alloc.work_ms(base);
+                let slack: u128 =
+                    iv.iter().map(|x| u128::from(x.bundles) * u128::from(a.min_lease_ms + STEP)).sum();
+                if total > u128::from(a.work) + slack {
+                    return Err(format!("atom {base}: {total} bundle-ms for {n} tasks (work {})", a.work));
                 }
                 return Ok(alloc.span_ms(base));
             }
