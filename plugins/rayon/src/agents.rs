@@ -490,38 +490,14 @@ fn gree(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Result<Vec<Seg>, u6
         let Some(x) = plan.latest_fit(&shape.gang, lo, cursor) else {
             return Err(left);
         };
-        let fit = plan.count_fitting(&shape.gang, x).min(shape.max_gangs);
-        let run = |k: u64| x + 1 - plan.run_start(&shape.demand(k), lo, x);
-        let mut k = fit;
-        let mut len = run(k);
-        if len < lease {
-            let len1 = run(1);
-            if len1 < lease {
+        let (k, start) = match walk_at(plan, shape, lo, x, shape.max_gangs, lease) {
+            Walk::Take { gangs, start } => (gangs, start),
+            Walk::Skip(to) => {
                 // Not even one gang holds a lease here: skip the whole run.
-                cursor = x + 1 - len1;
+                cursor = to;
                 continue;
             }
-            // The tallest height whose run holds a lease: run length falls as height grows.
-            let (mut ok, mut bad) = (1, k);
-            while bad - ok > 1 {
-                let mid = ok + (bad - ok) / 2;
-                if run(mid) >= lease {
-                    ok = mid;
-                } else {
-                    bad = mid;
-                }
-            }
-            k = ok;
-            len = run(k);
-        }
-        let mut start = x + 1 - len;
-        if k < shape.max_gangs {
-            // Tallest per step: the height holds back only to where a taller one fits again
-            // (but at least a lease).
-            if let Some(y) = plan.latest_fit(&shape.demand(k + 1), start, x + 1) {
-                start = start.max((y + 1).min(x + 1 - lease));
-            }
-        }
+        };
         let len = x + 1 - start;
         if u128::from(k) * (len as u128) >= u128::from(left) {
             segs.extend(tall_tail(left, k, start, x + 1, lease));
@@ -594,38 +570,14 @@ fn gree_tasks(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Result<Vec<Se
         let Some(x) = plan.latest_fit(&shape.gang, lo, cursor) else {
             return Err(unplaced(left));
         };
-        let fit = plan.count_fitting(&shape.gang, x).min(shape.max_gangs).min(left);
-        let run = |k: u64| x + 1 - plan.run_start(&shape.demand(k), lo, x);
-        let mut k = fit;
-        let mut len = run(k);
-        if len < one {
-            let len1 = run(1);
-            if len1 < one {
+        let (k, start) = match walk_at(plan, shape, lo, x, shape.max_gangs.min(left), one) {
+            Walk::Take { gangs, start } => (gangs, start),
+            Walk::Skip(to) => {
                 // Not even one gang holds a whole task here: skip the whole run.
-                cursor = x + 1 - len1;
+                cursor = to;
                 continue;
             }
-            // The tallest height whose run holds a task: run length falls as height grows.
-            let (mut ok, mut bad) = (1, k);
-            while bad - ok > 1 {
-                let mid = ok + (bad - ok) / 2;
-                if run(mid) >= one {
-                    ok = mid;
-                } else {
-                    bad = mid;
-                }
-            }
-            k = ok;
-            len = run(k);
-        }
-        let mut start = x + 1 - len;
-        if k < shape.max_gangs.min(left) {
-            // Tallest per step: the height holds back only to where a taller one fits again
-            // (but at least a task).
-            if let Some(y) = plan.latest_fit(&shape.demand(k + 1), start, x + 1) {
-                start = start.max((y + 1).min(x + 1 - one));
-            }
-        }
+        };
         let per_gang = tasks_in(x + 1 - start).max(1);
         if k.saturating_mul(per_gang) >= left {
             let steps = shape.task_steps(left.div_ceil(k));
@@ -639,6 +591,50 @@ fn gree_tasks(plan: &Plan, shape: &Shape, lo: usize, hi: usize) -> Result<Vec<Se
         }
     }
     Ok(segs)
+}
+
+/// Where GREE's walk goes at step `x` (the latest step before its cursor where a gang fits):
+/// the tallest height, at most `max_k`, whose run of free room up to `x` lasts at least `min`
+/// steps, and where that run starts — held back only to where a taller height fits again (but
+/// at least `min` steps); or, where not even one gang's run lasts `min`, `Skip` to the run's
+/// start.
+enum Walk {
+    Take { gangs: u64, start: usize },
+    Skip(usize),
+}
+
+fn walk_at(plan: &Plan, shape: &Shape, lo: usize, x: usize, max_k: u64, min: usize) -> Walk {
+    let fit = plan.count_fitting(&shape.gang, x).min(max_k);
+    let run = |k: u64| x + 1 - plan.run_start(&shape.demand(k), lo, x);
+    let mut k = fit;
+    let mut len = run(k);
+    if len < min {
+        let len1 = run(1);
+        if len1 < min {
+            return Walk::Skip(x + 1 - len1);
+        }
+        // The tallest height whose run is long enough: run length falls as height grows.
+        let (mut ok, mut bad) = (1, k);
+        while bad - ok > 1 {
+            let mid = ok + (bad - ok) / 2;
+            if run(mid) >= min {
+                ok = mid;
+            } else {
+                bad = mid;
+            }
+        }
+        k = ok;
+        len = run(k);
+    }
+    let mut start = x + 1 - len;
+    if k < max_k {
+        // Tallest per step: the height holds back only to where a taller one fits again (but at
+        // least `min` steps).
+        if let Some(y) = plan.latest_fit(&shape.demand(k + 1), start, x + 1) {
+            start = start.max((y + 1).min(x + 1 - min));
+        }
+    }
+    Walk::Take { gangs: k, start }
 }
 
 /// Runs GREE-L looks at per height before it tries the next height.
