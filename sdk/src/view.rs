@@ -448,6 +448,16 @@ impl<'a> View<'a> {
     }
 }
 
+impl GantryRequest {
+    /// How long one of its containers is expected to run, ms: the longer of its two expected run
+    /// times (where it prefers to run, and elsewhere); 0 when unknown. What plans around a
+    /// container's end (packing by lifetime, a reservation's carried runs, a work-sized
+    /// scale-up) read.
+    pub const fn expected_run_ms(&self) -> u64 {
+        if self.slow_ms > self.expected_ms { self.slow_ms } else { self.expected_ms }
+    }
+}
+
 impl GantryResources {
     /// Resources with the given CPU (millicores), memory (bytes) and GPUs.
     pub const fn new(cpu_millis: u64, memory_bytes: u64, gpus: u32) -> Self {

@@ -500,7 +500,7 @@ impl<'a> Autoscaler<'a> {
                 gang: r.flags & GANTRY_REQUEST_GANG != 0,
                 one_rack: r.flags & GANTRY_REQUEST_GANG != 0
                     && r.flags & GANTRY_REQUEST_SAME_RACK_REQUIRED != 0,
-                expected_ms: r.expected_ms.max(r.slow_ms),
+                expected_ms: r.expected_run_ms(),
             })
             .collect()
     }
@@ -542,7 +542,7 @@ impl<'a> Autoscaler<'a> {
 fn ending_within(st: &ClusterState, by: u64) -> Vec<[u64; 3]> {
     let mut out = vec![[0u64; 3]; st.nodes().len()];
     for c in st.containers() {
-        let run_ms = st.requests().get(c.request as usize).map_or(0, |r| r.expected_ms.max(r.slow_ms));
+        let run_ms = st.requests().get(c.request as usize).map_or(0, |r| r.expected_run_ms());
         if run_ms == 0 || c.start_ms.saturating_add(run_ms) > by {
             continue;
         }

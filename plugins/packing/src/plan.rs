@@ -346,7 +346,7 @@ fn build_rooms(
     }));
     if keyer.mode == Mode::Lifetime {
         for c in view.containers {
-            let run_ms = view.requests.get(c.request as usize).map_or(0, expected_run_ms);
+            let run_ms = view.requests.get(c.request as usize).map_or(0, GantryRequest::expected_run_ms);
             if let Some(room) = rooms.get_mut(c.node as usize) {
                 room.ends_ms = room.ends_ms.max(end_of(c.start_ms, run_ms));
             }
@@ -366,12 +366,6 @@ fn build_rooms(
     for (room, node) in rooms.iter_mut().zip(view.nodes) {
         room.key = key_of(keyer, room, &node.capacity, min_shape);
     }
-}
-
-/// How long a container of `req` is expected to run, ms: the longer of its two expected run
-/// times (where it prefers to run and elsewhere), 0 when unknown.
-fn expected_run_ms(req: &GantryRequest) -> u64 {
-    req.expected_ms.max(req.slow_ms)
 }
 
 /// When a container started at `start_ms` is expected to end; `u64::MAX` when its run time is
@@ -544,7 +538,7 @@ impl<F: Finder> Planner<'_, '_, F> {
         }
         let want = Want {
             res: req.resources,
-            ends_ms: end_of(view.now_ms, expected_run_ms(req)),
+            ends_ms: end_of(view.now_ms, req.expected_run_ms()),
             sel,
             pref,
             rack_required,

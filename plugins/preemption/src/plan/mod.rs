@@ -351,7 +351,7 @@ pub fn plan(
         if was_selected(c.id) {
             marked[q] += size;
         }
-        let expected = view.requests.get(c.request as usize).map_or(0, |r| r.expected_ms.max(r.slow_ms));
+        let expected = view.requests.get(c.request as usize).map_or(0, |r| r.expected_run_ms());
         if expected == 0 {
             unknown_runtime[q] = true;
         } else if c.start_ms.saturating_add(expected) <= horizon {

@@ -23,7 +23,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{PlannedReservation, ReservationBook};
+use super::{PlannedReservation, ReservationBook, ReservationEnd};
 use crate::event::Command;
 use crate::model::Resources;
 use crate::state::{ClusterState, GuaranteeRule};
@@ -33,7 +33,7 @@ impl ReservationBook {
     /// Follows the plan at `now`.
     pub(crate) fn follow(&mut self, state: &mut ClusterState, now: u64, commands: &mut Vec<Command>) {
         for id in self.expired(now) {
-            self.end(state, id, super::ReservationEnd::Expired, commands);
+            self.end(state, id, ReservationEnd::Expired, commands);
         }
         // Nothing before now is checked again: the skyline forgets it.
         self.skyline.forget_before(now);
@@ -108,7 +108,7 @@ fn carried_runs<'a>(
         }
         let Some(queue) = apps.get(c.app as usize).map(|a| a.queue) else { continue };
         let Some(&begins_ms) = begins.get(&queue) else { continue };
-        let run_ms = requests.get(c.request as usize).map_or(0, |r| r.expected_ms.max(r.slow_ms));
+        let run_ms = requests.get(c.request as usize).map_or(0, |r| r.expected_run_ms());
         if run_ms == 0 || c.start_ms < begins_ms || c.start_ms.saturating_add(run_ms) <= now {
             continue;
         }
