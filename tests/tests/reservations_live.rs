@@ -294,3 +294,68 @@ fn without_a_planner_every_reservation_endpoint_answers_a_clear_400() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `[reservations] enforce_ahead_ms` end to end (issue 22): the daemon reads it, a reservation's
+/// allocation starts no sooner than that after its admission, and one whose deadline leaves no
+/// time to make room is rejected with the reason (not accepted, to be missed).
+#[test]
+fn enforcement_ahead_starts_allocations_later_and_rejects_what_leaves_no_time() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = gantry_tests::scheduler_config(
+        dir.path(),
+        "node_timeout_ms = 5000\ncycle_interval_ms = 50",
+        &format!(
+            "[[queues]]\npath = \"root.prod\"\nguaranteed = 1.0\n\
+             [reservations]\nqueue = \"root.prod\"\nhorizon_ms = 3600000\nenforce_ahead_ms = 20000\n{}",
+            gantry_tests::rayon_planner_toml("gree-l")
+        ),
+    );
+    let _scheduler = start_scheduler(&files.config);
+    let api = files.api.clone();
+    let agent_addr: std::net::SocketAddr = files.agents.parse().expect("address");
+    let _agent = TestAgent::start(dir.path(), "ahead-n1", "r1", &[], agent_addr);
+    wait_until("the node to register", GUARD, || {
+        let out = run(&api, &["nodes", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        (v["nodes"]["node"].as_array().map_or(0, Vec::len) == 1).then_some(())
+    });
+    let accepted = json(
+        &api,
+        &[
+            "reserve",
+            "submit",
+            "--json",
+            "--queue",
+            "root.prod",
+            "--deadline",
+            "10m",
+            "atom(100mc/32MiB, 1, 1, 5s, 5s)",
+        ],
+    );
+    assert_eq!(accepted["state"], "ACCEPTED", "{accepted}");
+    let arrival = accepted["arrival"].as_u64().expect("arrival");
+    for p in accepted["resource-allocations"].as_array().expect("allocations") {
+        let start = p["startTime"].as_u64().expect("start");
+        assert!(
+            start >= arrival + 20_000,
+            "a piece at {start} starts within 20 s of the admission at {arrival}"
+        );
+    }
+    // Ten seconds to its deadline, but room takes twenty to make: rejected, with the reason.
+    let out = run(
+        &api,
+        &[
+            "reserve",
+            "submit",
+            "--queue",
+            "root.prod",
+            "--deadline",
+            "10s",
+            "atom(100mc/32MiB, 1, 1, 1s, 1s)",
+        ],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rejected") && err.contains("no time to make room"), "{err}");
+    assert_eq!(list(&api).map(|l| l.len()), Some(1), "the rejection changed nothing");
+}
