@@ -30,28 +30,42 @@ fn list(api: &str) -> Option<Vec<serde_json::Value>> {
     serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).ok()
 }
 
-#[test]
-fn reservations_are_admitted_at_once_run_apps_and_survive_a_scheduler_kill_9() {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// A live scheduler whose `root.prod` is reservable (`queues` before it, `extra` lines in its
+/// `[reservations]`), planned by the Rayon plugin's `agent`, and an agent `node` registered with
+/// it: the scheduler (killed on drop), its files, and the agent.
+fn live_plan(
+    dir: &std::path::Path,
+    queues: &str,
+    extra: &str,
+    agent: &str,
+    node: &str,
+) -> (gantry_tests::KilledOnDrop, gantry_tests::SchedulerFiles, TestAgent) {
     let files = gantry_tests::scheduler_config(
-        dir.path(),
+        dir,
         "node_timeout_ms = 5000\ncycle_interval_ms = 50",
         &format!(
-            "[[queues]]\npath = \"root.prod\"\nguaranteed = 0.5\n\
-             [[queues]]\npath = \"root.adhoc\"\nguaranteed = 0.5\n\
-             [reservations]\nqueue = \"root.prod\"\nhorizon_ms = 3600000\n{}",
-            gantry_tests::rayon_planner_toml("gree")
+            "{queues}[reservations]\nqueue = \"root.prod\"\nhorizon_ms = 3600000\n{extra}{}",
+            gantry_tests::rayon_planner_toml(agent)
         ),
     );
-    let (api, config) = (files.api.clone(), files.config.clone());
-    let mut scheduler = start_scheduler(&config);
+    let scheduler = start_scheduler(&files.config);
     let agent_addr: std::net::SocketAddr = files.agents.parse().expect("address");
-    let _agent = TestAgent::start(dir.path(), "n1", "r1", &[], agent_addr);
+    let agent = TestAgent::start(dir, node, "r1", &[], agent_addr);
     wait_until("the node to register", GUARD, || {
-        let out = run(&api, &["nodes", "--json"]);
+        let out = run(&files.api, &["nodes", "--json"]);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
         (v["nodes"]["node"].as_array().map_or(0, Vec::len) == 1).then_some(())
     });
+    (scheduler, files, agent)
+}
+
+#[test]
+fn reservations_are_admitted_at_once_run_apps_and_survive_a_scheduler_kill_9() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let queues = "[[queues]]\npath = \"root.prod\"\nguaranteed = 0.5\n\
+                  [[queues]]\npath = \"root.adhoc\"\nguaranteed = 0.5\n";
+    let (mut scheduler, files, _agent) = live_plan(dir.path(), queues, "", "gree", "n1");
+    let (api, config) = (files.api.clone(), files.config.clone());
 
     // Two 100-millicore bundles for 10 s each, within 10 minutes: accepted with an allocation.
     let accepted = json(
@@ -179,8 +193,6 @@ fn the_yarn_shaped_rest_api_round_trip() {
         gantry_tests::rayon_planner_toml("gree")
     );
     let (bound, _stop) = gantry_tests::start_daemon(&rt, &text);
-    // Its own node name: the agents' cgroups are named by process and node, and `cargo test` runs
-    // both tests of this file in one process.
     let _agent = TestAgent::start(dir.path(), "rest-n1", "r1", &[], bound.agent_addr);
     let client = Client::new(&bound.api_addr.to_string()).expect("client");
     wait_until("the node to register", GUARD, || {
@@ -301,24 +313,10 @@ fn without_a_planner_every_reservation_endpoint_answers_a_clear_400() {
 #[test]
 fn enforcement_ahead_starts_allocations_later_and_rejects_what_leaves_no_time() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let files = gantry_tests::scheduler_config(
-        dir.path(),
-        "node_timeout_ms = 5000\ncycle_interval_ms = 50",
-        &format!(
-            "[[queues]]\npath = \"root.prod\"\nguaranteed = 1.0\n\
-             [reservations]\nqueue = \"root.prod\"\nhorizon_ms = 3600000\nenforce_ahead_ms = 20000\n{}",
-            gantry_tests::rayon_planner_toml("gree-l")
-        ),
-    );
-    let _scheduler = start_scheduler(&files.config);
+    let queues = "[[queues]]\npath = \"root.prod\"\nguaranteed = 1.0\n";
+    let (_scheduler, files, _agent) =
+        live_plan(dir.path(), queues, "enforce_ahead_ms = 20000\n", "gree-l", "ahead-n1");
     let api = files.api.clone();
-    let agent_addr: std::net::SocketAddr = files.agents.parse().expect("address");
-    let _agent = TestAgent::start(dir.path(), "ahead-n1", "r1", &[], agent_addr);
-    wait_until("the node to register", GUARD, || {
-        let out = run(&api, &["nodes", "--json"]);
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-        (v["nodes"]["node"].as_array().map_or(0, Vec::len) == 1).then_some(())
-    });
     let accepted = json(
         &api,
         &[
