@@ -30,6 +30,13 @@ fn list(api: &str) -> Option<Vec<serde_json::Value>> {
     serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).ok()
 }
 
+/// Submits `rdl` to `root.prod` due `deadline` from now, expecting a refusal; its message.
+fn refusal(api: &str, deadline: &str, rdl: &str) -> String {
+    let out = run(api, &["reserve", "submit", "--queue", "root.prod", "--deadline", deadline, rdl]);
+    assert!(!out.status.success(), "{rdl} due in {deadline} was accepted");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// A live scheduler whose `root.prod` is reservable (`queues` before it, `extra` lines in its
 /// `[reservations]`), planned by the Rayon plugin's `agent`, and an agent `node` registered with
 /// it: the scheduler (killed on drop), its files, and the agent.
@@ -101,20 +108,7 @@ fn reservations_are_admitted_at_once_run_apps_and_survive_a_scheduler_kill_9() {
     assert_eq!(work_ms, 20_000, "the allocation holds exactly the work: {allocation}");
 
     // Far too large: rejected with the reason, and the plan is unchanged.
-    let out = run(
-        &api,
-        &[
-            "reserve",
-            "submit",
-            "--queue",
-            "root.prod",
-            "--deadline",
-            "10m",
-            "atom(5000c/1GiB, 1, 1, 10s, 10s)",
-        ],
-    );
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refusal(&api, "10m", "atom(5000c/1GiB, 1, 1, 10s, 10s)");
     assert!(err.contains("rejected") && err.contains("no room"), "{err}");
     // Bad input: a clear error naming the place.
     let out = run(&api, &["reserve", "submit", "--queue", "root.prod", "atom(1c/1GiB, 2, 1, 1m, 2m)"]);
@@ -340,20 +334,7 @@ fn enforcement_ahead_starts_allocations_later_and_rejects_what_leaves_no_time() 
         );
     }
     // Ten seconds to its deadline, but room takes twenty to make: rejected, with the reason.
-    let out = run(
-        &api,
-        &[
-            "reserve",
-            "submit",
-            "--queue",
-            "root.prod",
-            "--deadline",
-            "10s",
-            "atom(100mc/32MiB, 1, 1, 1s, 1s)",
-        ],
-    );
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refusal(&api, "10s", "atom(100mc/32MiB, 1, 1, 1s, 1s)");
     assert!(err.contains("rejected") && err.contains("no time to make room"), "{err}");
     assert_eq!(list(&api).map(|l| l.len()), Some(1), "the rejection changed nothing");
 }
