@@ -47,6 +47,11 @@ impl PlannedReservation {
         super::allocated_at(&self.atoms, &self.allocation, ms)
     }
 
+    /// The most its allocation holds at one instant.
+    pub fn peak(&self) -> Resources {
+        peak(&self.atoms, &self.allocation)
+    }
+
     /// Its allocation summed into resources over time.
     pub fn pieces(&self) -> Vec<PlannedPiece> {
         super::pieces(&self.atoms, &self.allocation)
@@ -136,12 +141,7 @@ pub struct ReservationBook {
 
 /// The most `allocation` holds at one instant.
 pub(crate) fn peak(atoms: &[Atom], allocation: &[AtomInterval]) -> Resources {
-    super::pieces(atoms, allocation).iter().fold(Resources::default(), |m, p| Resources {
-        cpu_millis: m.cpu_millis.max(p.resources.cpu_millis),
-        memory_bytes: m.memory_bytes.max(p.resources.memory_bytes),
-        gpus: m.gpus.max(p.resources.gpus),
-        reserved: 0,
-    })
+    super::pieces(atoms, allocation).iter().fold(Resources::default(), |m, p| m.max_each(&p.resources))
 }
 
 /// Adds (`sign` 1) or takes back (-1) `allocation` in `sky`.
@@ -418,7 +418,7 @@ impl ReservationBook {
         };
         let e = self.entry(&r, GANTRY_RESERVATION_ACCEPTED);
         state.plan_set_entry(&e);
-        state.plan_set_allocation(r.id.0, &r.allocation, peak(&r.atoms, &r.allocation));
+        state.plan_set_allocation(r.id.0, &r.allocation, r.peak());
         self.reservations.insert(r.id.0, r);
         self.changed();
         Some(queue)
@@ -438,7 +438,7 @@ impl ReservationBook {
         on_skyline(&mut self.skyline, &r.atoms, &r.allocation, -1);
         on_skyline(&mut self.skyline, &r.atoms, &allocation, 1);
         r.allocation = allocation;
-        state.plan_set_allocation(id.0, &r.allocation, peak(&r.atoms, &r.allocation));
+        state.plan_set_allocation(id.0, &r.allocation, r.peak());
         self.changed();
         true
     }
@@ -536,7 +536,7 @@ impl ReservationBook {
             return Err(err);
         }
         on_skyline(&mut self.skyline, &r.atoms, &r.allocation, 1);
-        state.plan_set_allocation(id.0, &r.allocation, peak(&r.atoms, &r.allocation));
+        state.plan_set_allocation(id.0, &r.allocation, r.peak());
         state.next_reservation = state.next_reservation.max(id.0 + 1);
         self.reservations.insert(id.0, r);
         self.changed();

@@ -43,19 +43,19 @@ impl ReservationBook {
         }
         self.followed_step = Some(step);
         let carried = carried_runs(state, self.records(), now);
+        let ahead = self.config().enforce_ahead_ms;
+        let mut held: Vec<(&PlannedReservation, Resources)> =
+            self.records().map(|r| (r, ahead_of(r, now, ahead))).collect();
         // What the plan holds for no reservation now: the runs carried past their allocation
         // come out of it, earliest deadline first, never out of another reservation's share.
-        let ahead = self.config().enforce_ahead_ms;
-        let mut spare = self.records().fold(self.capacity(), |left, r| left.minus(&ahead_of(r, now, ahead)));
-        let mut by_deadline: Vec<&PlannedReservation> = self.records().collect();
-        by_deadline.sort_by_key(|r| (r.deadline_ms, r.id.0));
-        let rules: Vec<(u32, Resources)> = by_deadline
+        let mut spare = held.iter().fold(self.capacity(), |left, (_, allocated)| left.minus(allocated));
+        held.sort_by_key(|(r, _)| (r.deadline_ms, r.id.0));
+        let rules: Vec<(u32, Resources)> = held
             .into_iter()
-            .map(|r| {
-                let allocated = ahead_of(r, now, ahead);
+            .map(|(r, allocated)| {
                 let mut guaranteed = allocated;
                 if let Some(runs) = carried.get(&r.queue) {
-                    let extra = runs.min_each(&peak(r)).minus(&allocated).min_each(&spare);
+                    let extra = runs.min_each(&r.peak()).minus(&allocated).min_each(&spare);
                     spare = spare.minus(&extra);
                     guaranteed = allocated.plus(&extra);
                 }
@@ -78,11 +78,6 @@ fn ahead_of(r: &PlannedReservation, now: u64, ahead: u64) -> Resources {
         .filter(|p| p.start_ms > now && p.start_ms <= until)
         .map(|p| r.allocated_at(p.start_ms))
         .fold(r.allocated_at(now), |a, b| a.max_each(&b))
-}
-
-/// The most a reservation's allocation holds at once.
-fn peak(r: &PlannedReservation) -> Resources {
-    r.allocation.iter().map(|p| r.allocated_at(p.start_ms)).fold(Resources::default(), |a, b| a.max_each(&b))
 }
 
 /// Per reservation queue, the resources of its live containers that started at or after its
