@@ -372,17 +372,15 @@ fn stopping_containers_count_as_already_given_back() {
     assert_eq!(p.victims, (20..84).rev().collect::<Vec<u32>>());
 }
 
-#[test]
-fn no_preemption_for_requests_no_freed_node_could_run() {
-    // B holds the plain nodes; A holds the GPU node and asks for more GPUs (only its own
-    // containers could make room for them), and for containers larger than any node.
-    // Neither counts, so B keeps everything.
+/// Four plain nodes (`gpu = none`, 10 GiB) full of B's 40 containers of 1 GiB, and a GPU node
+/// (`gpu = a100`, 10 GiB, 4 GPUs) where A holds one container of `on_gpu_node`; A (80 %) and B
+/// (20 %). The cluster, A's and B's queues, and A's app.
+fn plain_nodes_full_of_b_and_a_gpu_node_of_a(on_gpu_node: GantryResources) -> (Cluster, u32, u32, u32) {
     let mut c = Cluster::new();
     for i in 0..4 {
         c.node(&format!("n{i}"), gib(10), &[("gpu", "none")]);
     }
-    let gpu = GantryResources { gpus: 4, ..gib(10) };
-    c.node("g0", gpu, &[("gpu", "a100")]);
+    c.node("g0", GantryResources { gpus: 4, ..gib(10) }, &[("gpu", "a100")]);
     let a = c.queue("root.a", 0, 0.8, 1.0);
     let b = c.queue("root.b", 0, 0.2, 1.0);
     let app_b = c.app(b, 0);
@@ -390,7 +388,17 @@ fn no_preemption_for_requests_no_freed_node_could_run() {
         c.container(app_b, i / 10, gib(1), u64::from(i), false);
     }
     let app_a = c.app(a, 100);
-    c.container(app_a, 4, gpu, 50, false);
+    c.container(app_a, 4, on_gpu_node, 50, false);
+    (c, a, b, app_a)
+}
+
+#[test]
+fn no_preemption_for_requests_no_freed_node_could_run() {
+    // B holds the plain nodes; A holds the GPU node and asks for more GPUs (only its own
+    // containers could make room for them), and for containers larger than any node.
+    // Neither counts, so B keeps everything.
+    let gpu = GantryResources { gpus: 4, ..gib(10) };
+    let (mut c, a, _, app_a) = plain_nodes_full_of_b_and_a_gpu_node_of_a(gpu);
     let want_gpu = GantryResources { gpus: 1, ..gib(1) };
     c.pending(app_a, want_gpu, 8, &[("gpu", "a100")]);
     c.pending(app_a, gib(20), 2, &[]);
@@ -492,19 +500,8 @@ fn apps_that_are_ending_are_not_victims() {
 fn free_room_no_pending_request_can_use_is_not_shared_out() {
     // Four plain nodes full of B's containers (40), a GPU node where A holds 1 GiB and all 4
     // GPUs (9 GiB free); A asks for 4 × 1 GiB on plain nodes. Base 50: A guaranteed 40, B 10.
-    let mut c = Cluster::new();
-    for i in 0..4 {
-        c.node(&format!("n{i}"), gib(10), &[("gpu", "none")]);
-    }
-    c.node("g0", GantryResources { gpus: 4, ..gib(10) }, &[("gpu", "a100")]);
-    let a = c.queue("root.a", 0, 0.8, 1.0);
-    let b = c.queue("root.b", 0, 0.2, 1.0);
-    let app_b = c.app(b, 0);
-    for i in 0..40u32 {
-        c.container(app_b, i / 10, gib(1), u64::from(i), false);
-    }
-    let app_a = c.app(a, 100);
-    c.container(app_a, 4, GantryResources { gpus: 4, ..gib(1) }, 50, false);
+    let (mut c, a, b, app_a) =
+        plain_nodes_full_of_b_and_a_gpu_node_of_a(GantryResources { gpus: 4, ..gib(1) });
     c.pending(app_a, gib(1), 4, &[("gpu", "none")]);
     let p = plan(&c.view(), &greedy(), |_| false, |_| 0.0);
     // g0's 9 free GiB fit no pending request: the queues share 50 − 9 = 41. A gets its
