@@ -336,10 +336,7 @@ mod tests {
     /// The seed's first scenario (10 × 10 GiB; B 20 % holds everything, A 80 % wants it all);
     /// without A's request when `demand` is false.
     fn scenario_with(demand: bool) -> Cluster {
-        let mut c = Cluster::new();
-        for i in 0..10 {
-            c.node(&format!("n{i}"), gib(10), &[]);
-        }
+        let mut c = Cluster::of_nodes(10, gib(10));
         let a = c.queue("root.a", 0, 0.8, 1.0);
         let b = c.queue("root.b", 0, 0.2, 1.0);
         let app_b = c.app(b, 0);
@@ -547,10 +544,7 @@ mod tests {
         // first in the engine's order. Ranking once would give A1 A2 B1 B2 (both at 0). Taking
         // turns: A1 (tie, earlier) → A at 20/40 = 0.5; B1 (0) → B at 20/20 = 1; A2 (0.5) → A at
         // 1; then B2, the only one left.
-        let mut c = Cluster::new();
-        for i in 0..10 {
-            c.node(&format!("n{i}"), gib(10), &[]);
-        }
+        let mut c = Cluster::of_nodes(10, gib(10));
         let a = c.queue("root.a", 0, 0.4, 1.0);
         let b = c.queue("root.b", 0, 0.2, 1.0);
         let (aa, ab) = (c.app(a, 0), c.app(b, 1));

@@ -29,6 +29,15 @@ impl Cluster {
         Cluster { b, now_ms: 0 }
     }
 
+    /// A cluster of `n` RUNNING nodes `n0`, `n1`, … of `capacity`, without labels.
+    pub fn of_nodes(n: u32, capacity: GantryResources) -> Cluster {
+        let mut c = Cluster::new();
+        for i in 0..n {
+            c.node(&format!("n{i}"), capacity, &[]);
+        }
+        c
+    }
+
     /// A RUNNING node.
     pub fn node(&mut self, name: &str, capacity: GantryResources, labels: &[(&str, &str)]) -> u32 {
         self.b.node(name, capacity).labels(labels).index()

@@ -14,10 +14,7 @@ fn close(a: f64, b: f64) {
 /// Ten nodes of 10 GiB (the seed's 10-node cluster, 100 GiB): queue A 80 % and B 20 %, both
 /// with a maximum of 100 %.
 fn seed_cluster() -> (Cluster, u32, u32) {
-    let mut c = Cluster::new();
-    for i in 0..10 {
-        c.node(&format!("n{i}"), gib(10), &[]);
-    }
+    let mut c = Cluster::of_nodes(10, gib(10));
     let a = c.queue("root.a", 0, 0.8, 1.0);
     let b = c.queue("root.b", 0, 0.2, 1.0);
     (c, a, b)
@@ -122,10 +119,7 @@ fn in_gib(x: f64) -> f64 {
 /// The issue's case: 100 containers of 1 GiB on 10 nodes; A/B/C guaranteed 55/25/20. B holds
 /// 54, C 46, A asks for 10, nothing is free.
 fn issue_cluster() -> (Cluster, [u32; 3]) {
-    let mut c = Cluster::new();
-    for i in 0..10 {
-        c.node(&format!("n{i}"), gib(10), &[]);
-    }
+    let mut c = Cluster::of_nodes(10, gib(10));
     let a = c.queue("root.a", 0, 0.55, 1.0);
     let b = c.queue("root.b", 0, 0.25, 1.0);
     let q_c = c.queue("root.c", 0, 0.20, 1.0);
@@ -184,10 +178,7 @@ fn a_queue_whose_preemption_is_disabled_keeps_what_it_holds() {
 
 #[test]
 fn three_queues_amounts_and_victims() {
-    let mut c = Cluster::new();
-    for i in 0..10 {
-        c.node(&format!("n{i}"), gib(10), &[]);
-    }
+    let mut c = Cluster::of_nodes(10, gib(10));
     let a = c.queue("root.a", 0, 0.4, 1.0);
     let b = c.queue("root.b", 0, 0.2, 1.0);
     let q_c = c.queue("root.c", 0, 0.4, 1.0);
@@ -232,10 +223,7 @@ fn three_queues_amounts_and_victims() {
 /// etl 60, web 60, a 60, b 20.
 #[test]
 fn nested_queues_amounts() {
-    let mut c = Cluster::new();
-    for i in 0..20 {
-        c.node(&format!("n{i}"), gib(10), &[]);
-    }
+    let mut c = Cluster::of_nodes(20, gib(10));
     let prod = c.queue("root.prod", 0, 0.6, 1.0);
     let dev = c.queue("root.dev", 0, 0.4, 1.0);
     let etl = c.queue("root.prod.etl", prod, 0.5, 1.0);
@@ -454,10 +442,7 @@ fn victims_only_where_the_freed_room_helps() {
 fn dominant_shares_see_the_resource_that_is_short() {
     // Ten nodes of 10 cores and 10 GiB. B (50 %) holds 20 containers of 5 cores and 1 GiB:
     // all the CPU, a fifth of the memory. A (50 %) wants 10 of 1 core and 4 GiB: none fits.
-    let mut c = Cluster::new();
-    for i in 0..10 {
-        c.node(&format!("n{i}"), gib(10), &[]);
-    }
+    let mut c = Cluster::of_nodes(10, gib(10));
     let a = c.queue("root.a", 0, 0.5, 1.0);
     let b = c.queue("root.b", 0, 0.5, 1.0);
     let app_b = c.app(b, 0);
@@ -540,10 +525,7 @@ fn no_container_beyond_what_is_lacked() {
     // container: freeing one would put A over capacity itself (67 is above its ideal and
     // above 40 × 1.1), and the next round would take it back. A's need rounds down to
     // nothing; nothing is selected.
-    let mut c = Cluster::new();
-    for i in 0..10 {
-        c.node(&format!("n{i}"), gib(10), &[]);
-    }
+    let mut c = Cluster::of_nodes(10, gib(10));
     let a = c.queue("root.a", 0, 0.4, 1.0);
     let b = c.queue("root.b", 0, 0.2, 1.0);
     c.queue("root.c", 0, 0.4, 1.0);
