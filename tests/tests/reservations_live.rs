@@ -30,6 +30,15 @@ fn list(api: &str) -> Option<Vec<serde_json::Value>> {
     serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout).ok()
 }
 
+/// Submits `rdl` to `root.prod` due in ten minutes (`extra` flags before it), expecting it to
+/// be accepted; the JSON answer.
+fn accepted(api: &str, extra: &[&str], rdl: &str) -> serde_json::Value {
+    let mut args = vec!["reserve", "submit", "--json", "--queue", "root.prod", "--deadline", "10m"];
+    args.extend_from_slice(extra);
+    args.push(rdl);
+    json(api, &args)
+}
+
 /// Submits `rdl` to `root.prod` due `deadline` from now, expecting a refusal; its message.
 fn refusal(api: &str, deadline: &str, rdl: &str) -> String {
     let out = run(api, &["reserve", "submit", "--queue", "root.prod", "--deadline", deadline, rdl]);
@@ -75,21 +84,7 @@ fn reservations_are_admitted_at_once_run_apps_and_survive_a_scheduler_kill_9() {
     let (api, config) = (files.api.clone(), files.config.clone());
 
     // Two 100-millicore bundles for 10 s each, within 10 minutes: accepted with an allocation.
-    let accepted = json(
-        &api,
-        &[
-            "reserve",
-            "submit",
-            "--json",
-            "--queue",
-            "root.prod",
-            "--deadline",
-            "10m",
-            "--name",
-            "nightly",
-            "atom(100mc/32MiB, 1, 2, 10s, 20s)",
-        ],
-    );
+    let accepted = accepted(&api, &["--name", "nightly"], "atom(100mc/32MiB, 1, 2, 10s, 20s)");
     assert_eq!(accepted["state"], "ACCEPTED", "{accepted}");
     let id = accepted["reservation-id"].as_str().expect("id").to_owned();
     let queue = accepted["reservation-queue"].as_str().expect("queue").to_owned();
@@ -311,19 +306,7 @@ fn enforcement_ahead_starts_allocations_later_and_rejects_what_leaves_no_time() 
     let (_scheduler, files, _agent) =
         live_plan(dir.path(), queues, "enforce_ahead_ms = 20000\n", "gree-l", "ahead-n1");
     let api = files.api.clone();
-    let accepted = json(
-        &api,
-        &[
-            "reserve",
-            "submit",
-            "--json",
-            "--queue",
-            "root.prod",
-            "--deadline",
-            "10m",
-            "atom(100mc/32MiB, 1, 1, 5s, 5s)",
-        ],
-    );
+    let accepted = accepted(&api, &[], "atom(100mc/32MiB, 1, 1, 5s, 5s)");
     assert_eq!(accepted["state"], "ACCEPTED", "{accepted}");
     let arrival = accepted["arrival"].as_u64().expect("arrival");
     for p in accepted["resource-allocations"].as_array().expect("allocations") {
