@@ -75,6 +75,18 @@ fn reserve(api: &str) -> u64 {
     id.trim_start_matches("reservation_").parse().expect("reservation number")
 }
 
+/// Submits a reservation no plan can hold; the id its rejection names.
+fn rejected_reservation(api: &str) -> u64 {
+    let out = gantry_tests::gantry_cli(
+        api,
+        &["reserve", "submit", "--queue", "root.prod", "--deadline", "10m", "atom(5000c/1GiB, 1, 1, 1s, 1s)"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("rejected"), "{err}");
+    let id = err.split("reservation_").nth(1).and_then(|rest| rest.split_whitespace().next());
+    id.and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no id in {err}"))
+}
+
 fn container_ids(rt: &tokio::runtime::Runtime, client: &Client, app: u64) -> Vec<u64> {
     rt.block_on(client.app(app)).expect("app").containers.iter().map(|c| c.id).collect()
 }
@@ -118,6 +130,8 @@ fn ids_are_never_reused_across_restarts_and_ended_apps_keep_their_records() {
         let handed = rt.block_on(client.new_application()).expect("new-application").application_id;
         apps.push(handed);
         reservations.push(reserve(&files.api));
+        // A rejected reservation's answer names an id too: it is not given again either.
+        reservations.push(rejected_reservation(&files.api));
         // Restart: Ctrl-C after the first life, kill -9 after the second.
         match round {
             0 => interrupt(scheduler),

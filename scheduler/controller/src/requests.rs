@@ -263,6 +263,15 @@ impl Controller {
                 }
                 Command::ReservationRejected { reservation, reason } => {
                     outcome = ReservationOutcome::Rejected { id: *reservation, reason: reason.clone() };
+                    if is_submit && id.is_none() {
+                        // The answer names the id it gave the request: stored as taken, so no
+                        // later reservation gets it after a restart either.
+                        writes.push(Write::NextIds(NextIds {
+                            app: 0,
+                            container: 0,
+                            reservation: reservation.0 + 1,
+                        }));
+                    }
                 }
                 Command::ReservationReplanned { .. } => moved += 1,
                 _ => {}
