@@ -96,4 +96,11 @@ fn guarantees_rise_ahead_of_each_piece_and_no_allocation_starts_sooner_after_adm
     // A deadline closer than the lead cannot be kept: rejected, not accepted and missed.
     let reason = rejected(&mut e, 20_000, request("atom(1c/2GiB, 1, 1, 1s, 1s)", 21));
     assert!(reason.contains("no time to make room for it"), "{reason}");
+    assert!(reason.contains("its deadline is 1000 ms after its admission, within the 2000 ms"), "{reason}");
+    // A deadline just past the lead, but too close for the work: the window's own reason.
+    let reason = rejected(&mut e, 30_000, request("atom(1c/2GiB, 1, 1, 5s, 5s)", 36));
+    assert!(
+        reason.contains("no time to make room for it: allocations start 2000 ms after admission"),
+        "{reason}"
+    );
 }

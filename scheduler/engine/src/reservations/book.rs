@@ -284,7 +284,13 @@ impl ReservationBook {
         let ahead = self.config.enforce_ahead_ms;
         let earliest = now.saturating_add(ahead);
         if let Expr::Window(w) = &p.absolute {
-            if ahead > 0 && earliest > w.start_ms {
+            if ahead > 0 && earliest >= w.end_ms {
+                p.too_late = Some(format!(
+                    "no time to make room for it: its deadline is {} ms after its admission, within the \
+                     {ahead} ms it takes ([reservations] enforce_ahead_ms)",
+                    w.end_ms.saturating_sub(now)
+                ));
+            } else if ahead > 0 && earliest > w.start_ms {
                 let narrowed = Expr::Window(Window { start_ms: earliest, ..w.clone() });
                 match narrowed.validate() {
                     Ok(()) => p.absolute = narrowed,
